@@ -1,0 +1,44 @@
+# Makefile for mesh_exec (PGXS) and mesh-sandboxd (plain make in src/sandboxd)
+
+MODULE_big = mesh_exec
+OBJS = \
+	src/mesh_exec.o \
+	src/handoff.o \
+	src/api.o \
+	src/worker.o \
+	src/worker_http.o \
+	src/store.o \
+	src/launcher.o \
+	src/backends/registry.o \
+	src/backends/sandboxd.o
+
+EXTENSION = mesh_exec
+DATA = sql/mesh_exec--0.1.sql
+PGFILEDESC = "mesh_exec - sandboxed execution for AI-agent harnesses"
+
+REGRESS = setup api_errors lifecycle files durability cancel admin
+REGRESS_OPTS = --inputdir=. --outputdir=results --load-extension=mesh_exec --dbname=mesh_regress --use-existing
+
+PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl)
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
+SHLIB_LINK = $(shell pkg-config --libs jansson libcurl)
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# The daemon is a plain C program with its own Makefile; it never links PostgreSQL.
+all: sandboxd
+.PHONY: sandboxd
+sandboxd:
+	$(MAKE) -C src/sandboxd
+
+install: install-sandboxd
+.PHONY: install-sandboxd
+install-sandboxd: sandboxd
+	$(INSTALL_PROGRAM) src/sandboxd/mesh-sandboxd '$(DESTDIR)$(bindir)/mesh-sandboxd'
+
+clean: clean-sandboxd
+.PHONY: clean-sandboxd
+clean-sandboxd:
+	-$(MAKE) -C src/sandboxd clean

@@ -1,0 +1,216 @@
+/*-------------------------------------------------------------------------
+ *
+ * backend.h
+ *	  The backend contract: what every execution backend implements.
+ *
+ * The contract is the small intersection every backend can serve: acquire a
+ * workspace, exec in it, read and write a file, release it (plus the kill of
+ * a running exec, and a list call for reconciliation).  Everything else is a
+ * declared capability.  Drivers do no I/O: each operation is a pair of pure
+ * functions, one that builds an HTTP request and one that parses the
+ * response, so the worker owns all waiting, cancellation and connection
+ * reuse, and drivers can be tested without a network.
+ *
+ * Nothing outside src/backends/ may name a driver; code above this layer
+ * asks the driver table for capabilities and never compares names.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MESH_BACKEND_H
+#define MESH_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+/* Vendor-neutral workspace sizes, smallest first; drivers map them to units. */
+typedef enum MeshSize
+{
+	MESH_SIZE_SMALL = 0,
+	MESH_SIZE_STANDARD,
+	MESH_SIZE_LARGE,
+	MESH_SIZE_XLARGE
+} MeshSize;
+
+extern const char *mesh_size_name(MeshSize size);
+extern bool mesh_size_parse(const char *name, MeshSize *size);
+
+/* What a backend can enforce.  The layer above routes and refuses by these. */
+typedef struct MeshCapabilities
+{
+	bool		shell;
+	bool		resource_limits;
+	bool		compute_metering;
+	bool		egress_control;
+	bool		snapshot;
+	bool		hibernate;
+	bool		caller_chosen_id;
+} MeshCapabilities;
+
+extern json_t *mesh_capabilities_to_json(const MeshCapabilities *caps);
+
+/* A catalog entry resolved for one operation. */
+typedef struct MeshBackend
+{
+	const struct MeshDriver *driver;
+	const char *name;			/* catalog name: used in messages only */
+	json_t	   *config;			/* validated driver config */
+	const char *credential;		/* NULL when none is set; never logged */
+	const char *data_dir;		/* the cluster's data directory */
+} MeshBackend;
+
+#define MESH_HTTP_MAX_HEADERS 4
+
+/* An HTTP request built by a driver; the worker performs it. */
+typedef struct MeshHttpRequest
+{
+	const char *method;
+	char	   *url;
+	char	   *unix_socket;	/* NULL for TCP */
+	char	   *headers[MESH_HTTP_MAX_HEADERS];
+	int			nheaders;
+	const char *body;
+	size_t		body_len;
+	long		timeout_ms;		/* transport deadline for the whole request */
+} MeshHttpRequest;
+
+/* What came back.  transport_error is set when no HTTP status was received. */
+typedef struct MeshHttpResponse
+{
+	long		status;
+	const char *body;
+	size_t		body_len;
+	const char *transport_error;
+} MeshHttpResponse;
+
+/*
+ * Failure classes a driver reports.  The worker maps them to SQLSTATEs, so
+ * the error a harness sees never depends on which backend produced it.
+ */
+typedef enum MeshFailure
+{
+	MESH_OK = 0,
+	MESH_FAIL_NOT_FOUND,		/* file or workspace does not exist */
+	MESH_FAIL_PATH_REFUSED,		/* path escapes the workspace */
+	MESH_FAIL_TOO_LARGE,		/* over a size limit */
+	MESH_FAIL_BAD_REQUEST,		/* the backend refused the input */
+	MESH_FAIL_NOT_RUNNING,		/* workspace exists but is not running */
+	MESH_FAIL_UNAVAILABLE,		/* cannot reach the backend */
+	MESH_FAIL_PROTOCOL			/* an answer the driver cannot understand */
+} MeshFailure;
+
+typedef struct MeshError
+{
+	MeshFailure failure;
+	char	   *message;		/* human text, never containing a credential */
+} MeshError;
+
+typedef struct MeshExecSpec
+{
+	const char *const *argv;
+	int			argc;
+	const char *dir;			/* NULL: the workspace root */
+	json_t	   *env;			/* object of string values, or NULL */
+	const char *stdin_data;		/* NULL: no stdin */
+	size_t		stdin_len;
+	long		timeout_ms;
+	const char *exec_key;		/* the caller's name for the exec, for kill */
+	long		max_output_bytes;
+} MeshExecSpec;
+
+typedef struct MeshExecResult
+{
+	int			exit_code;
+	char	   *stdout_data;
+	size_t		stdout_len;
+	char	   *stderr_data;
+	size_t		stderr_len;
+	bool		truncated;
+	bool		timed_out;
+	bool		oom_killed;
+	bool		killed;
+	double		wall_seconds;
+	double		cpu_seconds;
+	bool		cpu_metered;	/* false: cpu_seconds is not measured */
+} MeshExecResult;
+
+typedef enum MeshReleaseOutcome
+{
+	MESH_RELEASE_DESTROYED,
+	MESH_RELEASE_HIBERNATED
+} MeshReleaseOutcome;
+
+/* One workspace as the backend's list call reports it. */
+typedef struct MeshListedWorkspace
+{
+	char	   *ref;
+	bool		running;
+} MeshListedWorkspace;
+
+typedef struct MeshDriver
+{
+	const char *name;
+
+	/* NULL if config is acceptable, else "field: what is wrong". */
+	const char *(*validate_config) (json_t *config);
+
+	/* Whether this config talks to the backend with a credential. */
+	bool		(*needs_credential) (json_t *config);
+
+	/* What the backend is declared to enforce before it is asked. */
+	void		(*declared_capabilities) (const MeshBackend *be, MeshCapabilities *caps);
+
+	/*
+	 * The opaque reference of a new workspace, decided before the backend is
+	 * called so the row can record it first (caller-chosen identities).
+	 */
+	char	   *(*workspace_ref) (const MeshBackend *be, const char *install_id,
+								  int64_t workspace_id);
+
+	void		(*acquire_request) (const MeshBackend *be, const char *ref, MeshSize size,
+									const char *install_id, MeshHttpRequest *req);
+	bool		(*acquire_response) (const MeshBackend *be, const MeshHttpResponse *resp,
+									 MeshCapabilities *caps, MeshError *err);
+
+	void		(*exec_request) (const MeshBackend *be, const char *ref,
+								 const MeshExecSpec *spec, MeshHttpRequest *req);
+	bool		(*exec_response) (const MeshBackend *be, const MeshHttpResponse *resp,
+								  MeshExecResult *result, MeshError *err);
+
+	void		(*kill_request) (const MeshBackend *be, const char *ref,
+								 const char *exec_key, MeshHttpRequest *req);
+
+	void		(*read_request) (const MeshBackend *be, const char *ref,
+								 const char *path, MeshHttpRequest *req);
+	bool		(*read_response) (const MeshBackend *be, const MeshHttpResponse *resp,
+								  MeshError *err);
+
+	void		(*write_request) (const MeshBackend *be, const char *ref, const char *path,
+								  int mode, const char *data, size_t len,
+								  MeshHttpRequest *req);
+	bool		(*write_response) (const MeshBackend *be, const MeshHttpResponse *resp,
+								   MeshError *err);
+
+	void		(*release_request) (const MeshBackend *be, const char *ref, MeshHttpRequest *req);
+	bool		(*release_response) (const MeshBackend *be, const MeshHttpResponse *resp,
+									 MeshReleaseOutcome *outcome, MeshError *err);
+
+	void		(*list_request) (const MeshBackend *be, const char *install_id,
+								 MeshHttpRequest *req);
+	bool		(*list_response) (const MeshBackend *be, const MeshHttpResponse *resp,
+								  MeshListedWorkspace **items, int *nitems, MeshError *err);
+} MeshDriver;
+
+/* src/backends/registry.c */
+extern const MeshDriver *mesh_driver_lookup(const char *name);
+
+/* Shared helpers for drivers (registry.c), so each driver stays small. */
+extern void mesh_http_add_header(MeshHttpRequest *req, const char *fmt,...);
+extern bool mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend,
+									  MeshError *err);
+extern void mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...);
+extern char *mesh_base64_encode(const char *data, size_t len);
+extern bool mesh_base64_decode(const char *text, char **out, size_t *outlen);
+
+#endif							/* MESH_BACKEND_H */

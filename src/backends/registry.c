@@ -1,0 +1,276 @@
+/*-------------------------------------------------------------------------
+ *
+ * registry.c
+ *	  The table of backend drivers, and helpers every driver shares.
+ *
+ * This is the only place that maps a driver name to code.  The catalog
+ * (mesh.backends) stores the name; everything above this file receives a
+ * MeshDriver pointer and asks it questions.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "backends/backend.h"
+
+extern const MeshDriver mesh_sandboxd_driver;
+
+static const MeshDriver *const drivers[] = {
+	&mesh_sandboxd_driver,
+};
+
+static const char *const size_names[] = {"small", "standard", "large", "xlarge"};
+
+/* Find a driver by the name the catalog stores; NULL when unknown. */
+const MeshDriver *
+mesh_driver_lookup(const char *name)
+{
+	for (size_t i = 0; i < lengthof(drivers); i++)
+		if (strcmp(drivers[i]->name, name) == 0)
+			return drivers[i];
+	return NULL;
+}
+
+const char *
+mesh_size_name(MeshSize size)
+{
+	return size_names[size];
+}
+
+bool
+mesh_size_parse(const char *name, MeshSize *size)
+{
+	for (int i = 0; i < (int) lengthof(size_names); i++)
+		if (strcmp(size_names[i], name) == 0)
+		{
+			*size = (MeshSize) i;
+			return true;
+		}
+	return false;
+}
+
+json_t *
+mesh_capabilities_to_json(const MeshCapabilities *caps)
+{
+	return json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
+					 "shell", caps->shell,
+					 "resource_limits", caps->resource_limits,
+					 "compute_metering", caps->compute_metering,
+					 "egress_control", caps->egress_control,
+					 "snapshot", caps->snapshot,
+					 "hibernate", caps->hibernate,
+					 "caller_chosen_id", caps->caller_chosen_id);
+}
+
+/* Append one "Name: value" header; the worker hands them to curl as they are. */
+void
+mesh_http_add_header(MeshHttpRequest *req, const char *fmt,...)
+{
+	va_list		ap;
+	char		buf[1024];
+
+	Assert(req->nheaders < MESH_HTTP_MAX_HEADERS);
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	req->headers[req->nheaders++] = pstrdup(buf);
+}
+
+void
+mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...)
+{
+	va_list		ap;
+	char		buf[1024];
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	err->failure = failure;
+	err->message = pstrdup(buf);
+}
+
+/*
+ * Turn a non-2xx answer, or a transport failure, into a MeshError.  Backends
+ * that answer {"error":{"code","message"}} get their code classified; the
+ * backend's own message is kept because it says what was wrong with the input.
+ * Returns true when the response was a success (2xx) and nothing was set.
+ */
+bool
+mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend, MeshError *err)
+{
+	json_t	   *doc;
+	const char *code = NULL;
+	const char *message = NULL;
+	MeshFailure failure;
+
+	if (resp->transport_error)
+	{
+		mesh_error_set(err, MESH_FAIL_UNAVAILABLE, "backend \"%s\" cannot be reached: %s",
+					   backend, resp->transport_error);
+		return false;
+	}
+	if (resp->status >= 200 && resp->status < 300)
+		return true;
+
+	doc = json_loadb(resp->body ? resp->body : "", resp->body_len, 0, NULL);
+	if (doc)
+		json_unpack(doc, "{s:{s?s,s?s}}", "error", "code", &code, "message", &message);
+
+	if (resp->status == 404 && code && strcmp(code, "file_not_found") == 0)
+		failure = MESH_FAIL_NOT_FOUND;
+	else if (resp->status == 404 && code && strcmp(code, "workspace_not_found") == 0)
+		failure = MESH_FAIL_NOT_FOUND;
+	else if (code && (strcmp(code, "path_refused") == 0 || strcmp(code, "is_a_directory") == 0))
+		failure = MESH_FAIL_PATH_REFUSED;
+	else if (resp->status == 413)
+		failure = MESH_FAIL_TOO_LARGE;
+	else if (resp->status == 409)
+		failure = MESH_FAIL_NOT_RUNNING;
+	else if (resp->status == 401 || resp->status == 403)
+		failure = MESH_FAIL_UNAVAILABLE;
+	else if (resp->status >= 400 && resp->status < 500)
+		failure = MESH_FAIL_BAD_REQUEST;
+	else
+		failure = MESH_FAIL_UNAVAILABLE;
+
+	mesh_error_set(err, failure, "backend \"%s\" answered HTTP %ld%s%s%s%s",
+				   backend, resp->status,
+				   code ? " " : "", code ? code : "",
+				   message ? ": " : "", message ? message : "");
+	if (doc)
+		json_decref(doc);
+	return false;
+}
+
+static const char b64chars[] =
+"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *
+mesh_base64_encode(const char *data, size_t len)
+{
+	const unsigned char *in = (const unsigned char *) data;
+	char	   *out = palloc(((len + 2) / 3) * 4 + 1);
+	char	   *p = out;
+	size_t		i;
+
+	for (i = 0; i + 2 < len; i += 3)
+	{
+		*p++ = b64chars[in[i] >> 2];
+		*p++ = b64chars[((in[i] & 3) << 4) | (in[i + 1] >> 4)];
+		*p++ = b64chars[((in[i + 1] & 15) << 2) | (in[i + 2] >> 6)];
+		*p++ = b64chars[in[i + 2] & 63];
+	}
+	if (i < len)
+	{
+		*p++ = b64chars[in[i] >> 2];
+		if (i + 1 < len)
+		{
+			*p++ = b64chars[((in[i] & 3) << 4) | (in[i + 1] >> 4)];
+			*p++ = b64chars[(in[i + 1] & 15) << 2];
+		}
+		else
+		{
+			*p++ = b64chars[(in[i] & 3) << 4];
+			*p++ = '=';
+		}
+		*p++ = '=';
+	}
+	*p = '\0';
+	return out;
+}
+
+static int
+b64value(char c)
+{
+	const char *pos = (c == '\0') ? NULL : strchr(b64chars, c);
+
+	return pos ? (int) (pos - b64chars) : -1;
+}
+
+bool
+mesh_base64_decode(const char *text, char **out, size_t *outlen)
+{
+	size_t		len = strlen(text);
+	char	   *buf = palloc(len / 4 * 3 + 3);
+	size_t		n = 0;
+	unsigned int acc = 0;
+	int			bits = 0;
+
+	for (size_t i = 0; i < len; i++)
+	{
+		int			v;
+
+		if (text[i] == '=')
+			break;
+		v = b64value(text[i]);
+		if (v < 0)
+			return false;
+		acc = (acc << 6) | (unsigned int) v;
+		bits += 6;
+		if (bits >= 8)
+		{
+			bits -= 8;
+			buf[n++] = (char) ((acc >> bits) & 0xFF);
+		}
+	}
+	*out = buf;
+	*outlen = n;
+	return true;
+}
+
+/*
+ * mesh.validate_backend_config(driver, config): raise a clear error naming
+ * the bad field, used by the admin functions before a config is stored.
+ */
+PG_FUNCTION_INFO_V1(mesh_validate_backend_config);
+Datum
+mesh_validate_backend_config(PG_FUNCTION_ARGS)
+{
+	char	   *driver_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	Jsonb	   *config = PG_GETARG_JSONB_P(1);
+	const MeshDriver *driver = mesh_driver_lookup(driver_name);
+	char	   *config_text;
+	json_t	   *doc;
+	const char *problem;
+
+	if (driver == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown backend driver \"%s\"", driver_name),
+				 errhint("See mesh.drivers() for the drivers this build has.")));
+
+	config_text = JsonbToCString(NULL, &config->root, VARSIZE(config));
+	doc = json_loads(config_text, 0, NULL);
+	if (doc == NULL || !json_is_object(doc))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("backend config must be a JSON object")));
+	problem = driver->validate_config(doc);
+	if (problem)
+	{
+		char	   *copy = pstrdup(problem);
+
+		json_decref(doc);
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid config for driver \"%s\": %s", driver_name, copy)));
+	}
+	json_decref(doc);
+	PG_RETURN_VOID();
+}
+
+/* mesh.drivers(): the drivers compiled into this build. */
+PG_FUNCTION_INFO_V1(mesh_drivers);
+Datum
+mesh_drivers(PG_FUNCTION_ARGS)
+{
+	Datum	   *names = palloc(sizeof(Datum) * lengthof(drivers));
+
+	for (size_t i = 0; i < lengthof(drivers); i++)
+		names[i] = CStringGetTextDatum(drivers[i]->name);
+	PG_RETURN_ARRAYTYPE_P(construct_array(names, lengthof(drivers), TEXTOID, -1, false, TYPALIGN_INT));
+}

@@ -1,0 +1,434 @@
+/*-------------------------------------------------------------------------
+ *
+ * sandboxd.c
+ *	  Driver for mesh-sandboxd, speaking docs/protocol.md (version 1).
+ *
+ * Config (mesh.backends.config):
+ *	  {"socket": "/path/to/sandboxd.sock"}	unix socket, file permission auth
+ *	  {"url": "http://127.0.0.1:7070"}		TCP, needs a credential (bearer)
+ *	  {"embedded": true}					the daemon the extension supervises
+ *	  optional: "release": "destroy" | "hibernate", "request_timeout_ms"
+ *
+ * Pure request builders and response parsers: no I/O happens here.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+
+#include "backends/backend.h"
+
+#define SANDBOXD_EMBEDDED_SOCKET "mesh_sandboxd/sandboxd.sock"
+#define SANDBOXD_DEFAULT_REQUEST_TIMEOUT_MS 60000
+
+static const char *
+sandboxd_validate_config(json_t *config)
+{
+	json_t	   *socket = json_object_get(config, "socket");
+	json_t	   *url = json_object_get(config, "url");
+	json_t	   *embedded = json_object_get(config, "embedded");
+	json_t	   *release = json_object_get(config, "release");
+	json_t	   *timeout = json_object_get(config, "request_timeout_ms");
+	const char *key;
+	json_t	   *value;
+	int			endpoints = (socket != NULL) + (url != NULL) + (embedded != NULL);
+
+	json_object_foreach(config, key, value)
+	{
+		if (strcmp(key, "socket") != 0 && strcmp(key, "url") != 0 &&
+			strcmp(key, "embedded") != 0 && strcmp(key, "release") != 0 &&
+			strcmp(key, "request_timeout_ms") != 0)
+			return psprintf("%s: unknown field (expected socket, url, embedded, release, request_timeout_ms)", key);
+	}
+	if (endpoints != 1)
+		return "socket/url/embedded: exactly one of them must be given";
+	if (socket && (!json_is_string(socket) || json_string_value(socket)[0] != '/'))
+		return "socket: must be an absolute path";
+	if (url && (!json_is_string(url) ||
+				(strncmp(json_string_value(url), "http://", 7) != 0 &&
+				 strncmp(json_string_value(url), "https://", 8) != 0)))
+		return "url: must start with http:// or https://";
+	if (url && strchr(json_string_value(url) + 8, '@'))
+		return "url: must not carry credentials; set them with mesh.backend_set_credential";
+	if (embedded && !json_is_true(embedded))
+		return "embedded: must be true when given";
+	if (release && (!json_is_string(release) ||
+					(strcmp(json_string_value(release), "destroy") != 0 &&
+					 strcmp(json_string_value(release), "hibernate") != 0)))
+		return "release: must be \"destroy\" or \"hibernate\"";
+	if (timeout && (!json_is_integer(timeout) || json_integer_value(timeout) < 100))
+		return "request_timeout_ms: must be an integer of at least 100";
+	return NULL;
+}
+
+static bool
+sandboxd_needs_credential(json_t *config)
+{
+	return json_object_get(config, "url") != NULL;
+}
+
+/* What the protocol promises everywhere; acquire refines it from the host. */
+static void
+sandboxd_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
+{
+	memset(caps, 0, sizeof(*caps));
+	caps->shell = true;
+	caps->hibernate = true;
+	caps->caller_chosen_id = true;
+}
+
+static char *
+sandboxd_workspace_ref(const MeshBackend *be, const char *install_id, int64_t workspace_id)
+{
+	return psprintf("mesh-%s-%lld", install_id, (long long) workspace_id);
+}
+
+/* Start a request: endpoint, auth and deadline common to every call. */
+static void
+sandboxd_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method,
+			   const char *path)
+{
+	json_t	   *url = json_object_get(be->config, "url");
+	json_t	   *socket = json_object_get(be->config, "socket");
+	json_t	   *timeout = json_object_get(be->config, "request_timeout_ms");
+
+	memset(req, 0, sizeof(*req));
+	req->method = method;
+	if (url)
+	{
+		const char *base = json_string_value(url);
+		size_t		len = strlen(base);
+
+		req->url = psprintf("%.*s%s", (int) (len > 0 && base[len - 1] == '/' ? len - 1 : len),
+							base, path);
+	}
+	else
+	{
+		req->url = psprintf("http://localhost%s", path);
+		req->unix_socket = socket ? pstrdup(json_string_value(socket))
+			: psprintf("%s/%s", be->data_dir, SANDBOXD_EMBEDDED_SOCKET);
+	}
+	if (be->credential)
+		mesh_http_add_header(req, "Authorization: Bearer %s", be->credential);
+	req->timeout_ms = timeout ? (long) json_integer_value(timeout)
+		: SANDBOXD_DEFAULT_REQUEST_TIMEOUT_MS;
+}
+
+/* Attach a JSON body, owned by the request's memory context. */
+static void
+sandboxd_json_body(MeshHttpRequest *req, json_t *body)
+{
+	char	   *text = json_dumps(body, JSON_COMPACT);
+
+	req->body = pstrdup(text);
+	req->body_len = strlen(text);
+	free(text);
+	json_decref(body);
+	mesh_http_add_header(req, "Content-Type: application/json");
+}
+
+/* Percent-encode a query value so any path the caller gives travels intact. */
+static char *
+url_encode(const char *s)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (; *s; s++)
+	{
+		unsigned char c = (unsigned char) *s;
+
+		if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/')
+			appendStringInfoChar(&buf, (char) c);
+		else
+			appendStringInfo(&buf, "%%%02X", c);
+	}
+	return buf.data;
+}
+
+static json_t *
+parse_body(const MeshHttpResponse *resp, const MeshBackend *be, MeshError *err)
+{
+	json_t	   *doc = json_loadb(resp->body ? resp->body : "", resp->body_len, 0, NULL);
+
+	if (doc == NULL || !json_is_object(doc))
+	{
+		if (doc)
+			json_decref(doc);
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" answered with a body that is not a JSON object", be->name);
+		return NULL;
+	}
+	return doc;
+}
+
+static void
+sandboxd_acquire_request(const MeshBackend *be, const char *ref, MeshSize size,
+						 const char *install_id, MeshHttpRequest *req)
+{
+	sandboxd_begin(be, req, "PUT", psprintf("/v1/workspaces/%s", ref));
+	sandboxd_json_body(req, json_pack("{s:s,s:s,s:{s:s}}",
+									  "size", mesh_size_name(size),
+									  "network", "none",
+									  "labels", "mesh.install", install_id));
+}
+
+/* Take what the host says it enforces, where it says anything. */
+static void
+refine_capabilities(json_t *reported, MeshCapabilities *caps)
+{
+	if (!json_is_object(reported))
+		return;
+#define REFINE(field) \
+	if (json_is_boolean(json_object_get(reported, #field))) \
+		caps->field = json_is_true(json_object_get(reported, #field))
+	REFINE(shell);
+	REFINE(resource_limits);
+	REFINE(compute_metering);
+	REFINE(egress_control);
+	REFINE(snapshot);
+	REFINE(hibernate);
+	REFINE(caller_chosen_id);
+#undef REFINE
+}
+
+/* The host reports what it enforces at acquisition; record that. */
+static bool
+sandboxd_acquire_response(const MeshBackend *be, const MeshHttpResponse *resp,
+						  MeshCapabilities *caps, MeshError *err)
+{
+	json_t	   *doc;
+
+	if (!mesh_http_error_from_json(resp, be->name, err))
+		return false;
+	doc = parse_body(resp, be, err);
+	if (doc == NULL)
+		return false;
+	sandboxd_declared_capabilities(be, caps);
+	refine_capabilities(json_object_get(doc, "capabilities"), caps);
+	json_decref(doc);
+	return true;
+}
+
+static void
+sandboxd_exec_request(const MeshBackend *be, const char *ref, const MeshExecSpec *spec,
+					  MeshHttpRequest *req)
+{
+	json_t	   *body = json_object();
+	json_t	   *argv = json_array();
+
+	sandboxd_begin(be, req, "POST", psprintf("/v1/workspaces/%s/exec", ref));
+	for (int i = 0; i < spec->argc; i++)
+		json_array_append_new(argv, json_string(spec->argv[i]));
+	json_object_set_new(body, "argv", argv);
+	if (spec->dir)
+		json_object_set_new(body, "dir", json_string(spec->dir));
+	if (spec->env)
+		json_object_set(body, "env", spec->env);
+	if (spec->stdin_data)
+		json_object_set_new(body, "stdin_b64",
+							json_string(mesh_base64_encode(spec->stdin_data, spec->stdin_len)));
+	json_object_set_new(body, "timeout_ms", json_integer(spec->timeout_ms));
+	json_object_set_new(body, "exec_key", json_string(spec->exec_key));
+	json_object_set_new(body, "max_output_bytes", json_integer(spec->max_output_bytes));
+	sandboxd_json_body(req, body);
+	/* the transport deadline must outlast the command's own timeout */
+	req->timeout_ms += spec->timeout_ms;
+}
+
+static bool
+decode_stream(json_t *doc, const char *field, char **data, size_t *len)
+{
+	json_t	   *value = json_object_get(doc, field);
+
+	if (value == NULL || json_is_null(value))
+	{
+		*data = pstrdup("");
+		*len = 0;
+		return true;
+	}
+	return json_is_string(value) && mesh_base64_decode(json_string_value(value), data, len);
+}
+
+static bool
+sandboxd_exec_response(const MeshBackend *be, const MeshHttpResponse *resp,
+					   MeshExecResult *result, MeshError *err)
+{
+	json_t	   *doc;
+	json_t	   *cpu;
+
+	if (!mesh_http_error_from_json(resp, be->name, err))
+		return false;
+	doc = parse_body(resp, be, err);
+	if (doc == NULL)
+		return false;
+	memset(result, 0, sizeof(*result));
+	if (!json_is_integer(json_object_get(doc, "exit_code")) ||
+		!decode_stream(doc, "stdout_b64", &result->stdout_data, &result->stdout_len) ||
+		!decode_stream(doc, "stderr_b64", &result->stderr_data, &result->stderr_len))
+	{
+		json_decref(doc);
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" answered an exec without exit_code or with bad output encoding",
+					   be->name);
+		return false;
+	}
+	result->exit_code = (int) json_integer_value(json_object_get(doc, "exit_code"));
+	result->truncated = json_is_true(json_object_get(doc, "truncated"));
+	result->timed_out = json_is_true(json_object_get(doc, "timed_out"));
+	result->oom_killed = json_is_true(json_object_get(doc, "oom_killed"));
+	result->killed = json_is_true(json_object_get(doc, "killed"));
+	result->wall_seconds = json_number_value(json_object_get(doc, "wall_ms")) / 1000.0;
+	cpu = json_object_get(doc, "cpu_ms");
+	result->cpu_metered = json_is_number(cpu);
+	result->cpu_seconds = result->cpu_metered ? json_number_value(cpu) / 1000.0 : 0;
+	json_decref(doc);
+	return true;
+}
+
+static void
+sandboxd_kill_request(const MeshBackend *be, const char *ref, const char *exec_key,
+					  MeshHttpRequest *req)
+{
+	sandboxd_begin(be, req, "POST",
+				   psprintf("/v1/workspaces/%s/execs/%s/kill", ref, url_encode(exec_key)));
+	req->timeout_ms = Min(req->timeout_ms, 10000);
+}
+
+static void
+sandboxd_read_request(const MeshBackend *be, const char *ref, const char *path,
+					  MeshHttpRequest *req)
+{
+	sandboxd_begin(be, req, "GET",
+				   psprintf("/v1/workspaces/%s/files?path=%s", ref, url_encode(path)));
+}
+
+/* The body is the file: nothing to parse beyond the status. */
+static bool
+sandboxd_read_response(const MeshBackend *be, const MeshHttpResponse *resp, MeshError *err)
+{
+	return mesh_http_error_from_json(resp, be->name, err);
+}
+
+static void
+sandboxd_write_request(const MeshBackend *be, const char *ref, const char *path, int mode,
+					   const char *data, size_t len, MeshHttpRequest *req)
+{
+	sandboxd_begin(be, req, "PUT",
+				   psprintf("/v1/workspaces/%s/files?path=%s&mode=%d", ref, url_encode(path), mode));
+	req->body = data;
+	req->body_len = len;
+	mesh_http_add_header(req, "Content-Type: application/octet-stream");
+}
+
+static bool
+sandboxd_write_response(const MeshBackend *be, const MeshHttpResponse *resp, MeshError *err)
+{
+	return mesh_http_error_from_json(resp, be->name, err);
+}
+
+static void
+sandboxd_release_request(const MeshBackend *be, const char *ref, MeshHttpRequest *req)
+{
+	json_t	   *release = json_object_get(be->config, "release");
+
+	sandboxd_begin(be, req, "DELETE", psprintf("/v1/workspaces/%s", ref));
+	if (release)
+		sandboxd_json_body(req, json_pack("{s:s}", "prefer", json_string_value(release)));
+}
+
+static bool
+sandboxd_release_response(const MeshBackend *be, const MeshHttpResponse *resp,
+						  MeshReleaseOutcome *outcome, MeshError *err)
+{
+	json_t	   *doc;
+	const char *text = NULL;
+
+	if (!mesh_http_error_from_json(resp, be->name, err))
+		return false;
+	doc = parse_body(resp, be, err);
+	if (doc == NULL)
+		return false;
+	json_unpack(doc, "{s?s}", "outcome", &text);
+	if (text && strcmp(text, "hibernated") == 0)
+		*outcome = MESH_RELEASE_HIBERNATED;
+	else if (text && strcmp(text, "destroyed") == 0)
+		*outcome = MESH_RELEASE_DESTROYED;
+	else
+	{
+		json_decref(doc);
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" answered a release without a known outcome", be->name);
+		return false;
+	}
+	json_decref(doc);
+	return true;
+}
+
+static void
+sandboxd_list_request(const MeshBackend *be, const char *install_id, MeshHttpRequest *req)
+{
+	sandboxd_begin(be, req, "GET",
+				   psprintf("/v1/workspaces?label=%s", url_encode(psprintf("mesh.install=%s", install_id))));
+}
+
+static bool
+sandboxd_list_response(const MeshBackend *be, const MeshHttpResponse *resp,
+					   MeshListedWorkspace **items, int *nitems, MeshError *err)
+{
+	json_t	   *doc;
+	json_t	   *list;
+	size_t		i;
+	json_t	   *entry;
+
+	if (!mesh_http_error_from_json(resp, be->name, err))
+		return false;
+	doc = parse_body(resp, be, err);
+	if (doc == NULL)
+		return false;
+	list = json_object_get(doc, "workspaces");
+	if (!json_is_array(list))
+	{
+		json_decref(doc);
+		mesh_error_set(err, MESH_FAIL_PROTOCOL, "backend \"%s\" answered a list without workspaces",
+					   be->name);
+		return false;
+	}
+	*items = palloc0(sizeof(MeshListedWorkspace) * (json_array_size(list) + 1));
+	*nitems = 0;
+	json_array_foreach(list, i, entry)
+	{
+		const char *id = json_string_value(json_object_get(entry, "id"));
+		const char *state = json_string_value(json_object_get(entry, "state"));
+
+		if (id == NULL)
+			continue;
+		(*items)[*nitems].ref = pstrdup(id);
+		(*items)[*nitems].running = state && strcmp(state, "running") == 0;
+		(*nitems)++;
+	}
+	json_decref(doc);
+	return true;
+}
+
+const MeshDriver mesh_sandboxd_driver = {
+	.name = "sandboxd",
+	.validate_config = sandboxd_validate_config,
+	.needs_credential = sandboxd_needs_credential,
+	.declared_capabilities = sandboxd_declared_capabilities,
+	.workspace_ref = sandboxd_workspace_ref,
+	.acquire_request = sandboxd_acquire_request,
+	.acquire_response = sandboxd_acquire_response,
+	.exec_request = sandboxd_exec_request,
+	.exec_response = sandboxd_exec_response,
+	.kill_request = sandboxd_kill_request,
+	.read_request = sandboxd_read_request,
+	.read_response = sandboxd_read_response,
+	.write_request = sandboxd_write_request,
+	.write_response = sandboxd_write_response,
+	.release_request = sandboxd_release_request,
+	.release_response = sandboxd_release_response,
+	.list_request = sandboxd_list_request,
+	.list_response = sandboxd_list_response,
+};

@@ -1,0 +1,328 @@
+/*-------------------------------------------------------------------------
+ *
+ * handoff.c
+ *	  Shared memory for the worker pool, and the caller's side of a call.
+ *
+ * A call is one dynamic shared memory segment: a header, the request as
+ * JSON, an optional binary blob (stdin, file content), and a shm_mq on
+ * which the worker sends notices and the final reply.  The caller waits on
+ * its latch, so Ctrl-C and statement_timeout interrupt it; when it stops
+ * waiting for any reason its detach callback raises the call's cancelled
+ * flag and wakes the worker, which then kills the command in the sandbox.
+ *
+ * All calls for one run go to the same worker (a hash of run_id), so a
+ * worker can serialise materialisation of a run in process-local state
+ * while runs spread across the pool.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "common/hashfn.h"
+#include "pgstat.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/elog.h"
+
+#include "handoff.h"
+#include "mesh_exec.h"
+
+MeshShared *mesh_shared = NULL;
+
+/* The call this backend is waiting on; mesh_call is not re-entrant. */
+static int	waiting_worker = -1;
+static bool waiting_done = false;
+
+static Size
+mesh_shmem_size(void)
+{
+	return MAXALIGN(sizeof(MeshShared));
+}
+
+/* Called from the shmem_request_hook. */
+void
+mesh_shmem_request(void)
+{
+	RequestAddinShmemSpace(mesh_shmem_size());
+}
+
+/* Called from the shmem_startup_hook: set up the worker slots once. */
+void
+mesh_shmem_startup(void)
+{
+	bool		found;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	mesh_shared = ShmemInitStruct("mesh_exec", mesh_shmem_size(), &found);
+	if (!found)
+	{
+		memset(mesh_shared, 0, sizeof(MeshShared));
+		mesh_shared->nworkers = mesh_worker_count;
+		pg_atomic_init_u64(&mesh_shared->next_exec_key, 1);
+		for (int i = 0; i < MESH_MAX_WORKERS; i++)
+			SpinLockInit(&mesh_shared->workers[i].mutex);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* The worker that owns a run: stable for the life of the server. */
+int
+mesh_worker_for_run(const char *run_id)
+{
+	return (int) (hash_bytes((const unsigned char *) run_id, strlen(run_id)) %
+				  (uint32) mesh_shared->nworkers);
+}
+
+static Latch *
+worker_latch(int index)
+{
+	return &ProcGlobal->allProcs[mesh_shared->workers[index].procno].procLatch;
+}
+
+/*
+ * Runs whenever the caller's mapping of the call segment goes away: normal
+ * completion, an error (cancel, statement_timeout), or backend exit.  Unless
+ * the reply already arrived, tell the worker nobody is waiting any more.
+ */
+static void
+call_detached(dsm_segment *seg, Datum arg)
+{
+	MeshCall   *call = (MeshCall *) DatumGetPointer(arg);
+	int			w = waiting_worker;
+
+	waiting_worker = -1;
+	if (waiting_done || w < 0)
+		return;
+	pg_atomic_write_u32(&call->cancelled, 1);
+	if (mesh_shared->workers[w].pid != 0)
+		SetLatch(worker_latch(w));
+}
+
+/* Queue a call segment for a worker; false when its queue is full. */
+static bool
+push_call(int w, dsm_handle handle, uint64 *generation)
+{
+	MeshWorkerSlot *slot = &mesh_shared->workers[w];
+	bool		pushed = false;
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->pid != 0 && slot->tail - slot->head < MESH_QUEUE_LEN)
+	{
+		slot->queue[slot->tail % MESH_QUEUE_LEN] = handle;
+		slot->tail++;
+		*generation = slot->generation;
+		pushed = true;
+	}
+	SpinLockRelease(&slot->mutex);
+	return pushed;
+}
+
+static bool
+worker_still_serving(int w, uint64 generation)
+{
+	MeshWorkerSlot *slot = &mesh_shared->workers[w];
+	bool		alive;
+
+	SpinLockAcquire(&slot->mutex);
+	alive = slot->pid != 0 && slot->generation == generation;
+	SpinLockRelease(&slot->mutex);
+	return alive;
+}
+
+/* Raise the error a worker reported, with its SQLSTATE, detail and hint. */
+static void
+raise_reported_error(json_t *error)
+{
+	const char *sqlstate = json_string_value(json_object_get(error, "sqlstate"));
+	const char *message = json_string_value(json_object_get(error, "message"));
+	const char *detail = json_string_value(json_object_get(error, "detail"));
+	const char *hint = json_string_value(json_object_get(error, "hint"));
+	int			code = ERRCODE_INTERNAL_ERROR;
+
+	if (sqlstate && strlen(sqlstate) == 5)
+		code = MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]);
+	ereport(ERROR,
+			(errcode(code),
+			 errmsg_internal("%s", message ? message : "mesh worker reported an error"),
+			 detail ? errdetail_internal("%s", detail) : 0,
+			 hint ? errhint("%s", hint) : 0));
+}
+
+/* Split a framed message into its JSON document and blob. */
+static void
+decode_message(const char *data, Size len, MeshReply *reply)
+{
+	uint32		json_len;
+
+	if (len < sizeof(uint32))
+		elog(ERROR, "mesh: short message from worker");
+	memcpy(&json_len, data, sizeof(uint32));
+	if (json_len > len - sizeof(uint32))
+		elog(ERROR, "mesh: malformed message from worker");
+	reply->doc = json_loadb(data + sizeof(uint32), json_len, 0, NULL);
+	if (reply->doc == NULL)
+		elog(ERROR, "mesh: worker sent a reply that is not JSON");
+	reply->blob_len = len - sizeof(uint32) - json_len;
+	reply->blob = palloc(reply->blob_len + 1);
+	memcpy(reply->blob, data + sizeof(uint32) + json_len, reply->blob_len);
+	reply->blob[reply->blob_len] = '\0';
+}
+
+/* Frame a message: uint32 JSON length, the JSON, then the raw blob. */
+void
+mesh_reply_encode(StringInfo out, json_t *doc, const char *blob, Size blob_len)
+{
+	char	   *json = json_dumps(doc, JSON_COMPACT);
+	uint32		json_len = (uint32) strlen(json);
+
+	appendBinaryStringInfo(out, (char *) &json_len, sizeof(uint32));
+	appendBinaryStringInfo(out, json, json_len);
+	if (blob_len > 0)
+		appendBinaryStringInfo(out, blob, (int) blob_len);
+	free(json);
+}
+
+/* Build the call segment: header, request JSON, blob, reply queue. */
+static dsm_segment *
+create_call_segment(MeshOp op, const char *json, const char *blob, Size blob_len)
+{
+	Size		json_len = strlen(json);
+	Size		json_off = MAXALIGN(sizeof(MeshCall));
+	Size		blob_off = json_off + json_len;
+	Size		mq_off = MAXALIGN(blob_off + blob_len);
+	dsm_segment *seg = dsm_create(mq_off + MESH_REPLY_QUEUE_SIZE, 0);
+	char	   *base = dsm_segment_address(seg);
+	MeshCall   *call = (MeshCall *) base;
+
+	call->magic = MESH_CALL_MAGIC;
+	call->op = op;
+	call->database = MyDatabaseId;
+	call->user = GetUserId();
+	pg_atomic_init_u32(&call->cancelled, 0);
+	pg_atomic_init_u32(&call->taken, 0);
+	call->json_off = json_off;
+	call->json_len = json_len;
+	call->blob_off = blob_off;
+	call->blob_len = blob_len;
+	call->mq_off = mq_off;
+	memcpy(base + json_off, json, json_len);
+	if (blob_len > 0)
+		memcpy(base + blob_off, blob, blob_len);
+	return seg;
+}
+
+/*
+ * Hand a request to the worker that owns run_id and wait for its reply.
+ * Notices the worker sends on the way are re-raised here, to the caller's
+ * client.  An error reply is raised as an ERROR with the worker's SQLSTATE.
+ */
+void
+mesh_call(MeshOp op, const char *run_id, json_t *request,
+		  const char *blob, Size blob_len, MeshReply *reply)
+{
+	char	   *json = json_dumps(request, JSON_COMPACT);
+	int			w = mesh_worker_for_run(run_id);
+	dsm_segment *seg;
+	shm_mq	   *mq;
+	shm_mq_handle *mqh;
+	uint64		generation = 0;
+
+	seg = create_call_segment(op, json, blob, blob_len);
+	free(json);
+	mq = shm_mq_create((char *) dsm_segment_address(seg) +
+					   ((MeshCall *) dsm_segment_address(seg))->mq_off,
+					   MESH_REPLY_QUEUE_SIZE);
+	shm_mq_set_receiver(mq, MyProc);
+	mqh = shm_mq_attach(mq, seg, NULL);
+
+	waiting_worker = w;
+	waiting_done = false;
+	on_dsm_detach(seg, call_detached, PointerGetDatum(dsm_segment_address(seg)));
+
+	if (!push_call(w, dsm_segment_handle(seg), &generation))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("mesh worker %d is not running or its queue is full", w),
+				 errhint("Check that mesh_exec is in shared_preload_libraries and the server log for worker errors.")));
+	SetLatch(worker_latch(w));
+
+	for (;;)
+	{
+		Size		nbytes;
+		void	   *data;
+		shm_mq_result res = shm_mq_receive(mqh, &nbytes, &data, true);
+
+		if (res == SHM_MQ_SUCCESS)
+		{
+			decode_message(data, nbytes, reply);
+			if (json_object_get(reply->doc, "notice"))
+			{
+				ereport(NOTICE,
+						(errmsg_internal("%s", json_string_value(json_object_get(reply->doc, "notice")))));
+				json_decref(reply->doc);
+				continue;
+			}
+			break;
+		}
+		if (res == SHM_MQ_DETACHED || !worker_still_serving(w, generation))
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("mesh worker %d exited while handling this request", w),
+					 errhint("What ran is recorded in mesh.execs; the server log says why the worker exited.")));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 1000L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	waiting_done = true;
+	dsm_detach(seg);
+	if (json_object_get(reply->doc, "error"))
+		raise_reported_error(json_object_get(reply->doc, "error"));
+}
+
+/* A worker (re)starting: publish its pid and latch, drop any stale queue. */
+void
+mesh_worker_attach_slot(int index)
+{
+	MeshWorkerSlot *slot = &mesh_shared->workers[index];
+
+	SpinLockAcquire(&slot->mutex);
+	slot->pid = MyProcPid;
+	slot->procno = MyProc->pgprocno;
+	slot->generation++;
+	slot->head = slot->tail;
+	SpinLockRelease(&slot->mutex);
+}
+
+void
+mesh_worker_detach_slot(int index)
+{
+	MeshWorkerSlot *slot = &mesh_shared->workers[index];
+
+	SpinLockAcquire(&slot->mutex);
+	slot->pid = 0;
+	slot->generation++;
+	SpinLockRelease(&slot->mutex);
+}
+
+/* Take the next queued call, if any. */
+bool
+mesh_worker_pop(int index, dsm_handle *handle)
+{
+	MeshWorkerSlot *slot = &mesh_shared->workers[index];
+	bool		got = false;
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->head != slot->tail)
+	{
+		*handle = slot->queue[slot->head % MESH_QUEUE_LEN];
+		slot->head++;
+		got = true;
+	}
+	SpinLockRelease(&slot->mutex);
+	return got;
+}

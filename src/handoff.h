@@ -1,0 +1,108 @@
+/*-------------------------------------------------------------------------
+ *
+ * handoff.h
+ *	  Caller <-> worker hand-off in shared memory.
+ *
+ * A caller (a backend running mesh_exec() and friends) puts its request in
+ * a dynamic shared memory segment, pushes the segment's handle onto the
+ * queue of the worker that owns the run, and waits on a shm_mq in the same
+ * segment for messages: zero or more notices, then one final reply.
+ *
+ * No queue table: a worker could not see a caller's uncommitted rows, and a
+ * caller that held a row the worker needs would deadlock invisibly.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MESH_HANDOFF_H
+#define MESH_HANDOFF_H
+
+#include "postgres.h"
+
+#include <jansson.h>
+
+#include "lib/stringinfo.h"
+#include "port/atomics.h"
+#include "storage/dsm.h"
+#include "storage/shm_mq.h"
+#include "storage/spin.h"
+
+#define MESH_MAX_WORKERS 16
+#define MESH_QUEUE_LEN 256
+#define MESH_CALL_MAGIC 0x6d657368
+#define MESH_REPLY_QUEUE_SIZE (64 * 1024)
+
+typedef enum MeshOp
+{
+	MESH_OP_ACQUIRE = 1,		/* declare a run's workspace (no backend call) */
+	MESH_OP_EXEC,
+	MESH_OP_READ_FILE,
+	MESH_OP_WRITE_FILE,
+	MESH_OP_RELEASE
+} MeshOp;
+
+/* Per-worker state in the main shared memory segment. */
+typedef struct MeshWorkerSlot
+{
+	slock_t		mutex;			/* protects the queue and pid */
+	pid_t		pid;			/* 0 while not running */
+	int			procno;			/* the worker's PGPROC number, for its latch */
+	uint64		generation;		/* bumped on each (re)start */
+	uint32		head;			/* next handle to take */
+	uint32		tail;			/* next free position */
+	dsm_handle	queue[MESH_QUEUE_LEN];
+} MeshWorkerSlot;
+
+typedef struct MeshShared
+{
+	int			nworkers;
+	pg_atomic_uint64 next_exec_key;
+	pid_t		sandboxd_pid;	/* the embedded daemon, 0 when not running */
+	MeshWorkerSlot workers[MESH_MAX_WORKERS];
+} MeshShared;
+
+/*
+ * Header of a call segment.  Offsets, never pointers: the segment is mapped
+ * at different addresses in caller and worker.
+ */
+typedef struct MeshCall
+{
+	uint32		magic;
+	MeshOp		op;
+	Oid			database;
+	Oid			user;
+	pg_atomic_uint32 cancelled; /* set by the caller when it stops waiting */
+	pg_atomic_uint32 taken;		/* set by the worker that attached */
+	Size		json_off;
+	Size		json_len;
+	Size		blob_off;
+	Size		blob_len;
+	Size		mq_off;
+} MeshCall;
+
+/* A message from the worker: a notice, or the final reply. */
+typedef struct MeshReply
+{
+	json_t	   *doc;
+	char	   *blob;
+	Size		blob_len;
+} MeshReply;
+
+extern MeshShared *mesh_shared;
+
+extern void mesh_shmem_request(void);
+extern void mesh_shmem_startup(void);
+extern int	mesh_worker_for_run(const char *run_id);
+
+/* caller side */
+extern void mesh_call(MeshOp op, const char *run_id, json_t *request,
+					  const char *blob, Size blob_len, MeshReply *reply);
+
+/* worker side */
+extern void mesh_worker_attach_slot(int index);
+extern bool mesh_worker_pop(int index, dsm_handle *handle);
+extern void mesh_worker_detach_slot(int index);
+
+/* message framing shared by both sides */
+extern void mesh_reply_encode(StringInfo out, json_t *doc, const char *blob, Size blob_len);
+
+#endif							/* MESH_HANDOFF_H */

@@ -1,0 +1,128 @@
+/*-------------------------------------------------------------------------
+ *
+ * mesh_exec.c
+ *	  Module load: settings, shared memory, and the background workers.
+ *
+ * mesh_exec must be in shared_preload_libraries: the worker pool, which
+ * makes every backend call, and the supervisor of the embedded sandbox
+ * daemon are registered at postmaster start.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "utils/guc.h"
+
+#include <curl/curl.h>
+
+#include "handoff.h"
+#include "mesh_exec.h"
+
+PG_MODULE_MAGIC;
+
+int			mesh_worker_count = 2;
+char	   *mesh_database = NULL;
+bool		mesh_embedded_sandboxd = true;
+int			mesh_exec_timeout_ms = 300000;
+int			mesh_max_output_bytes = 65536;
+int			mesh_max_file_bytes = 16 * 1024 * 1024;
+int			mesh_worker_lock_timeout_ms = 2000;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+void		_PG_init(void);
+
+static void
+define_settings(void)
+{
+	DefineCustomIntVariable("mesh.workers",
+							"Number of mesh worker processes that make backend calls.",
+							NULL, &mesh_worker_count, 2, 1, MESH_MAX_WORKERS,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("mesh.database",
+							   "Database in which the mesh_exec extension is installed.",
+							   NULL, &mesh_database, "postgres",
+							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("mesh.embedded_sandboxd",
+							 "Start and supervise a mesh-sandboxd on a unix socket in the data directory.",
+							 NULL, &mesh_embedded_sandboxd, true,
+							 PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.exec_timeout",
+							"Default timeout of a command when mesh_exec is given none.",
+							NULL, &mesh_exec_timeout_ms, 300000, 100, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.max_output",
+							"Bytes of stdout and of stderr kept per command (head and tail).",
+							NULL, &mesh_max_output_bytes, 65536, 1024, 16 * 1024 * 1024,
+							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.max_file_size",
+							"Largest file mesh_read_file and mesh_write_file move.",
+							NULL, &mesh_max_file_bytes, 16 * 1024 * 1024, 1024, 512 * 1024 * 1024,
+							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.worker_lock_timeout",
+							"How long a worker waits for a row lock before failing the request.",
+							NULL, &mesh_worker_lock_timeout_ms, 2000, 10, 600000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("mesh");
+}
+
+static void
+register_worker(const char *name, const char *function, int index)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "mesh_exec");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "%s %d", name, index);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", name);
+	worker.bgw_main_arg = Int32GetDatum(index);
+	RegisterBackgroundWorker(&worker);
+}
+
+static void
+mesh_shmem_request_hook(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	mesh_shmem_request();
+}
+
+static void
+mesh_shmem_startup_hook(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	mesh_shmem_startup();
+}
+
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("mesh_exec must be loaded via shared_preload_libraries"),
+				 errhint("Add mesh_exec to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	define_settings();
+	curl_global_init(CURL_GLOBAL_ALL);
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = mesh_shmem_request_hook;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = mesh_shmem_startup_hook;
+
+	for (int i = 0; i < mesh_worker_count; i++)
+		register_worker("mesh worker", "mesh_worker_main", i);
+	if (mesh_embedded_sandboxd)
+		register_worker("mesh sandboxd supervisor", "mesh_launcher_main", 0);
+}

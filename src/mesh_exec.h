@@ -1,0 +1,28 @@
+/*-------------------------------------------------------------------------
+ *
+ * mesh_exec.h
+ *	  Process-level settings (GUCs) and entry points shared across files.
+ *
+ * GUCs hold only process-level knobs; backends and credentials live in
+ * tables (DESIGN invariant 7).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MESH_EXEC_H
+#define MESH_EXEC_H
+
+#include "postgres.h"
+
+extern int	mesh_worker_count;
+extern char *mesh_database;
+extern bool mesh_embedded_sandboxd;
+extern int	mesh_exec_timeout_ms;
+extern int	mesh_max_output_bytes;
+extern int	mesh_max_file_bytes;
+extern int	mesh_worker_lock_timeout_ms;
+
+/* bgworker entry points (src/worker.c, src/launcher.c) */
+extern PGDLLEXPORT void mesh_worker_main(Datum arg);
+extern PGDLLEXPORT void mesh_launcher_main(Datum arg);
+
+#endif							/* MESH_EXEC_H */
