@@ -18,6 +18,8 @@
  */
 #include "postgres.h"
 
+#include "mesh_json.h"
+
 #include "miscadmin.h"
 #include "common/hashfn.h"
 #include "pgstat.h"

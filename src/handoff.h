@@ -18,7 +18,7 @@
 
 #include "postgres.h"
 
-#include <jansson.h>
+#include "mesh_json.h"
 
 #include "lib/stringinfo.h"
 #include "port/atomics.h"

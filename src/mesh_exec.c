@@ -11,6 +11,8 @@
  */
 #include "postgres.h"
 
+#include "mesh_json.h"
+
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
@@ -72,12 +74,12 @@ define_settings(void)
 }
 
 static void
-register_worker(const char *name, const char *function, int index)
+register_worker(const char *name, const char *function, int index, int flags)
 {
 	BackgroundWorker worker;
 
 	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_flags = flags;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = 1;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "mesh_exec");
@@ -122,7 +124,8 @@ _PG_init(void)
 	shmem_startup_hook = mesh_shmem_startup_hook;
 
 	for (int i = 0; i < mesh_worker_count; i++)
-		register_worker("mesh worker", "mesh_worker_main", i);
+		register_worker("mesh worker", "mesh_worker_main", i,
+						BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION);
 	if (mesh_embedded_sandboxd)
-		register_worker("mesh sandboxd supervisor", "mesh_launcher_main", 0);
+		register_worker("mesh sandboxd supervisor", "mesh_launcher_main", 0, BGWORKER_SHMEM_ACCESS);
 }

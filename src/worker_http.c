@@ -16,6 +16,8 @@
  */
 #include "postgres.h"
 
+#include "mesh_json.h"
+
 #include <curl/curl.h>
 
 #include "miscadmin.h"
@@ -136,13 +138,17 @@ mesh_http_abort(MeshTransfer *t)
 	}
 }
 
-/* Let curl do whatever work is ready; completed transfers are marked done. */
-void
+/*
+ * Let curl do whatever work is ready; completed transfers are marked done.
+ * Returns how many completed in this call.
+ */
+int
 mesh_http_drive(void)
 {
 	int			still;
 	CURLMsg    *msg;
 	int			left;
+	int			completed = 0;
 
 	curl_multi_perform(multi, &still);
 	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
@@ -157,7 +163,9 @@ mesh_http_drive(void)
 		curl_multi_remove_handle(multi, t->easy);
 		nrunning--;
 		t->done = true;
+		completed++;
 	}
+	return completed;
 }
 
 /* Whether a transfer has finished (successfully or not). */

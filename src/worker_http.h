@@ -20,7 +20,7 @@ typedef struct MeshTransfer MeshTransfer;
 extern void mesh_http_init(void);
 extern MeshTransfer *mesh_http_start(const MeshHttpRequest *req, size_t max_response, void *owner);
 extern void mesh_http_abort(MeshTransfer *t);
-extern void mesh_http_drive(void);
+extern int	mesh_http_drive(void);
 extern bool mesh_http_is_done(MeshTransfer *t);
 extern void mesh_http_response(MeshTransfer *t, MeshHttpResponse *resp);
 extern void mesh_http_free(MeshTransfer *t);

@@ -22,7 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <jansson.h>
+#include "mesh_json.h"
 
 /* Vendor-neutral workspace sizes, smallest first; drivers map them to units. */
 typedef enum MeshSize

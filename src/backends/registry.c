@@ -11,7 +11,11 @@
  */
 #include "postgres.h"
 
+#include "mesh_json.h"
+
+#include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 

@@ -15,6 +15,8 @@
  */
 #include "postgres.h"
 
+#include "mesh_json.h"
+
 #include "lib/stringinfo.h"
 
 #include "backends/backend.h"

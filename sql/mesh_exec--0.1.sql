@@ -1,0 +1,406 @@
+/* mesh_exec--0.1.sql: schema, roles and SQL API of mesh_exec */
+
+\echo Use "CREATE EXTENSION mesh_exec" to load this file. \quit
+
+-- Roles are cluster-wide: create them once, never drop them with the extension.
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'mesh_admin') THEN
+        CREATE ROLE mesh_admin NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'mesh_harness') THEN
+        CREATE ROLE mesh_harness NOLOGIN;
+    END IF;
+END
+$roles$;
+
+CREATE SCHEMA mesh;
+REVOKE ALL ON SCHEMA mesh FROM PUBLIC;
+COMMENT ON SCHEMA mesh IS 'mesh_exec: workspaces, execs, backends and events';
+
+CREATE TYPE mesh.size_tier AS ENUM ('small', 'standard', 'large', 'xlarge');
+CREATE TYPE mesh.workspace_status AS ENUM
+    ('pending', 'acquiring', 'ready', 'releasing', 'released', 'failed');
+CREATE TYPE mesh.exec_status AS ENUM
+    ('running', 'ok', 'timeout', 'cancelled', 'oom', 'budget_exhausted', 'error');
+
+-- Catalog of configured backends: runtime configuration, never environment.
+CREATE TABLE mesh.backends (
+    name          text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_-]{0,62}$'),
+    driver        text NOT NULL,
+    enabled       boolean NOT NULL DEFAULT true,
+    catalog_order integer NOT NULL DEFAULT 100,
+    config        jsonb NOT NULL DEFAULT '{}',
+    max_size      mesh.size_tier NOT NULL DEFAULT 'xlarge',
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now()
+);
+
+-- Credentials live apart so no view or grant can reach them by accident.
+CREATE TABLE mesh.backend_credentials (
+    backend    text PRIMARY KEY REFERENCES mesh.backends (name) ON DELETE CASCADE,
+    credential text NOT NULL,
+    set_at     timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE mesh.agents (
+    agent_id     text PRIMARY KEY,
+    backend      text REFERENCES mesh.backends (name) ON DELETE SET NULL,
+    default_size mesh.size_tier,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+
+-- One workspace per run, at most.  Written only by mesh workers.
+CREATE TABLE mesh.workspaces (
+    id                  bigserial PRIMARY KEY,
+    run_id              text NOT NULL UNIQUE CHECK (run_id <> ''),
+    parent_run_id       text,
+    agent_id            text NOT NULL CHECK (agent_id <> ''),
+    created_by_actor_id text NOT NULL CHECK (created_by_actor_id <> ''),
+    status              mesh.workspace_status NOT NULL DEFAULT 'pending',
+    status_reason       text,
+    backend_kind        text,            -- catalog name recorded at materialization
+    external_ref        text,            -- opaque: only its backend parses it
+    size                mesh.size_tier,
+    capabilities        jsonb,
+    release_outcome     text CHECK (release_outcome IN
+                          ('destroyed', 'hibernated', 'never materialized', 'must be released by hand')),
+    release_reason      text,
+    compute_seconds     double precision NOT NULL DEFAULT 0,
+    created_at          timestamptz NOT NULL DEFAULT now(),
+    materialized_at     timestamptz,
+    last_used_at        timestamptz,
+    released_at         timestamptz
+);
+CREATE INDEX workspaces_live_idx ON mesh.workspaces (status, last_used_at)
+    WHERE status NOT IN ('pending', 'released');
+CREATE INDEX workspaces_agent_idx ON mesh.workspaces (agent_id, status);
+CREATE INDEX workspaces_backend_idx ON mesh.workspaces (backend_kind)
+    WHERE status NOT IN ('pending', 'released');
+CREATE INDEX workspaces_parent_idx ON mesh.workspaces (parent_run_id)
+    WHERE parent_run_id IS NOT NULL;
+
+-- Every command.  Env values are not kept (they may be secrets), only names.
+CREATE TABLE mesh.execs (
+    id             bigserial PRIMARY KEY,
+    workspace_id   bigint NOT NULL REFERENCES mesh.workspaces (id),
+    run_id         text NOT NULL,
+    argv           text[] NOT NULL,
+    dir            text,
+    env_names      text[],
+    stdin_bytes    integer NOT NULL DEFAULT 0,
+    timeout_ms     bigint NOT NULL,
+    status         mesh.exec_status NOT NULL DEFAULT 'running',
+    exit_code      integer,
+    stdout         text,
+    stderr         text,
+    truncated      boolean NOT NULL DEFAULT false,
+    wall_seconds   double precision,
+    cpu_seconds    double precision,
+    charged_seconds double precision,
+    charge_basis   text CHECK (charge_basis IN ('cpu', 'wall')),
+    error          text,
+    started_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at    timestamptz
+);
+CREATE INDEX execs_workspace_idx ON mesh.execs (workspace_id, id);
+CREATE INDEX execs_running_idx ON mesh.execs (started_at) WHERE status = 'running';
+CREATE INDEX execs_run_idx ON mesh.execs (run_id, id);
+
+-- Acquisitions, releases, file writes and reads, selections, failures.
+CREATE TABLE mesh.events (
+    id           bigserial PRIMARY KEY,
+    at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+    kind         text NOT NULL,
+    run_id       text,
+    workspace_id bigint,
+    backend      text,
+    detail       jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX events_run_idx ON mesh.events (run_id, id);
+CREATE INDEX events_kind_idx ON mesh.events (kind, at);
+
+SELECT pg_catalog.pg_extension_config_dump('mesh.backends', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.backend_credentials', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.agents', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.workspaces', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.execs', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.events', '');
+
+------------------------------------------------------------------------------
+-- Internal functions (C)
+------------------------------------------------------------------------------
+CREATE FUNCTION mesh.validate_backend_config(driver text, config jsonb) RETURNS void
+    AS 'MODULE_PATHNAME', 'mesh_validate_backend_config' LANGUAGE C STRICT;
+CREATE FUNCTION mesh.drivers() RETURNS text[]
+    AS 'MODULE_PATHNAME', 'mesh_drivers' LANGUAGE C STRICT;
+
+------------------------------------------------------------------------------
+-- Backend selection, used by the workers at materialization.
+------------------------------------------------------------------------------
+-- Which enabled backend a new workspace of this agent uses: the agent's pin,
+-- else the first enabled backend in catalog order.  Never falls through from
+-- a pin to another backend.
+CREATE FUNCTION mesh.select_backend(p_agent_id text,
+                                    OUT backend text, OUT implicit boolean, OUT size mesh.size_tier)
+LANGUAGE plpgsql STABLE SET search_path = mesh, pg_catalog AS $$
+DECLARE
+    pin text;
+    pin_enabled boolean;
+    wanted mesh.size_tier;
+    ceiling mesh.size_tier;
+    enabled_count integer;
+BEGIN
+    SELECT a.backend, a.default_size INTO pin, wanted FROM mesh.agents a WHERE a.agent_id = p_agent_id;
+    SELECT count(*) INTO enabled_count FROM mesh.backends b WHERE b.enabled;
+    IF pin IS NOT NULL THEN
+        SELECT b.enabled INTO pin_enabled FROM mesh.backends b WHERE b.name = pin;
+        IF NOT coalesce(pin_enabled, false) THEN
+            RAISE EXCEPTION 'agent "%" is pinned to backend "%", which is not enabled', p_agent_id, pin
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Enable the backend with mesh.backend_enable(), or clear the pin with mesh.agent_set(agent_id, backend => NULL).';
+        END IF;
+        backend := pin;
+        implicit := false;
+    ELSE
+        SELECT b.name INTO backend FROM mesh.backends b WHERE b.enabled
+            ORDER BY b.catalog_order, b.name LIMIT 1;
+        IF backend IS NULL THEN
+            RAISE EXCEPTION 'no backend is enabled'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Add one with mesh.backend_add(), or enable one with mesh.backend_enable().';
+        END IF;
+        implicit := enabled_count > 1;
+    END IF;
+    SELECT b.max_size INTO ceiling FROM mesh.backends b WHERE b.name = backend;
+    size := least(coalesce(wanted, 'standard'), ceiling);
+END
+$$;
+
+------------------------------------------------------------------------------
+-- Admin functions: the only way to configure backends and agents.
+------------------------------------------------------------------------------
+CREATE FUNCTION mesh.backend_add(name text, driver text, config jsonb DEFAULT '{}',
+                                 enabled boolean DEFAULT true, catalog_order integer DEFAULT 100,
+                                 max_size mesh.size_tier DEFAULT 'xlarge')
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+BEGIN
+    PERFORM mesh.validate_backend_config(driver, config);
+    INSERT INTO mesh.backends AS b (name, driver, enabled, catalog_order, config, max_size)
+    VALUES (backend_add.name, backend_add.driver, backend_add.enabled,
+            backend_add.catalog_order, backend_add.config, backend_add.max_size);
+EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION 'backend "%" already exists', backend_add.name
+        USING ERRCODE = 'duplicate_object', HINT = 'Use mesh.backend_configure() to change it.';
+END
+$$;
+
+CREATE FUNCTION mesh.backend_configure(name text, config jsonb)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+DECLARE
+    drv text;
+BEGIN
+    SELECT b.driver INTO drv FROM mesh.backends b WHERE b.name = backend_configure.name FOR UPDATE;
+    IF drv IS NULL THEN
+        RAISE EXCEPTION 'backend "%" does not exist', backend_configure.name
+            USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+    END IF;
+    PERFORM mesh.validate_backend_config(drv, config);
+    UPDATE mesh.backends b SET config = backend_configure.config, updated_at = now()
+     WHERE b.name = backend_configure.name;
+END
+$$;
+
+CREATE FUNCTION mesh.backend_enable(name text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+BEGIN
+    UPDATE mesh.backends b SET enabled = true, updated_at = now() WHERE b.name = backend_enable.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'backend "%" does not exist', backend_enable.name
+            USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+    END IF;
+END
+$$;
+
+-- Disabling un-pins the backend's agents in the same transaction and
+-- reports which were reset.  What the backend minted is still released.
+CREATE FUNCTION mesh.backend_disable(name text, OUT reset_agents text[])
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+BEGIN
+    UPDATE mesh.backends b SET enabled = false, updated_at = now() WHERE b.name = backend_disable.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'backend "%" does not exist', backend_disable.name
+            USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+    END IF;
+    WITH reset AS (
+        UPDATE mesh.agents a SET backend = NULL WHERE a.backend = backend_disable.name
+        RETURNING a.agent_id)
+    SELECT coalesce(array_agg(agent_id ORDER BY agent_id), '{}') INTO reset_agents FROM reset;
+    INSERT INTO mesh.events (kind, backend, detail)
+    VALUES ('backend_disabled', backend_disable.name, jsonb_build_object('reset_agents', reset_agents));
+END
+$$;
+
+-- Write-only: nothing reads a credential back through SQL.
+CREATE FUNCTION mesh.backend_set_credential(name text, credential text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+BEGIN
+    IF credential IS NULL OR credential = '' THEN
+        RAISE EXCEPTION 'credential must not be empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM 1 FROM mesh.backends b WHERE b.name = backend_set_credential.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'backend "%" does not exist', backend_set_credential.name
+            USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+    END IF;
+    INSERT INTO mesh.backend_credentials AS c (backend, credential)
+    VALUES (backend_set_credential.name, backend_set_credential.credential)
+    ON CONFLICT (backend) DO UPDATE SET credential = excluded.credential, set_at = now();
+    INSERT INTO mesh.events (kind, backend) VALUES ('credential_set', backend_set_credential.name);
+END
+$$;
+
+CREATE FUNCTION mesh.backend_set_order(name text, catalog_order integer)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+BEGIN
+    UPDATE mesh.backends b SET catalog_order = backend_set_order.catalog_order, updated_at = now()
+     WHERE b.name = backend_set_order.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'backend "%" does not exist', backend_set_order.name
+            USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION mesh.backend_set_max_size(name text, max_size mesh.size_tier)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+BEGIN
+    UPDATE mesh.backends b SET max_size = backend_set_max_size.max_size, updated_at = now()
+     WHERE b.name = backend_set_max_size.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'backend "%" does not exist', backend_set_max_size.name
+            USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+    END IF;
+END
+$$;
+
+-- Per-agent settings.  A pin can only name a backend that is enabled now.
+CREATE FUNCTION mesh.agent_set(agent_id text, backend text DEFAULT NULL,
+                               default_size mesh.size_tier DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+BEGIN
+    IF backend IS NOT NULL AND NOT EXISTS
+        (SELECT 1 FROM mesh.backends b WHERE b.name = agent_set.backend AND b.enabled) THEN
+        RAISE EXCEPTION 'cannot pin agent "%" to backend "%": it is not an enabled backend',
+                        agent_set.agent_id, agent_set.backend
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'See mesh.backend_catalog for the enabled backends.';
+    END IF;
+    INSERT INTO mesh.agents AS a (agent_id, backend, default_size)
+    VALUES (agent_set.agent_id, agent_set.backend, agent_set.default_size)
+    ON CONFLICT (agent_id) DO UPDATE SET backend = excluded.backend,
+                                         default_size = excluded.default_size;
+END
+$$;
+
+------------------------------------------------------------------------------
+-- Views for operators and harnesses (no credential, no env values).
+------------------------------------------------------------------------------
+CREATE VIEW mesh.backend_catalog AS
+SELECT b.name, b.driver, b.enabled, b.catalog_order, b.config, b.max_size,
+       (c.backend IS NOT NULL) AS has_credential, c.set_at AS credential_set_at,
+       b.created_at, b.updated_at
+  FROM mesh.backends b LEFT JOIN mesh.backend_credentials c ON c.backend = b.name;
+
+CREATE VIEW mesh.live_workspaces AS
+SELECT w.run_id, w.parent_run_id, w.agent_id, w.created_by_actor_id, w.status, w.status_reason,
+       w.backend_kind, w.size, w.capabilities, w.compute_seconds,
+       w.created_at, w.materialized_at, w.last_used_at,
+       (SELECT count(*) FROM mesh.execs e WHERE e.workspace_id = w.id) AS execs,
+       (SELECT count(*) FROM mesh.execs e WHERE e.workspace_id = w.id AND e.status = 'running') AS running_execs
+  FROM mesh.workspaces w
+ WHERE w.status NOT IN ('released');
+
+CREATE VIEW mesh.run_workspaces AS
+SELECT w.run_id, w.parent_run_id, w.agent_id, w.created_by_actor_id, w.status, w.status_reason,
+       w.backend_kind, w.size, w.release_outcome, w.release_reason, w.compute_seconds,
+       w.created_at, w.materialized_at, w.last_used_at, w.released_at
+  FROM mesh.workspaces w;
+
+CREATE VIEW mesh.exec_log AS
+SELECT e.id AS exec_id, e.run_id, w.agent_id, w.created_by_actor_id, e.argv, e.dir, e.env_names,
+       e.status, e.exit_code, e.truncated, e.wall_seconds, e.cpu_seconds, e.charged_seconds,
+       e.charge_basis, e.error, e.started_at, e.finished_at, e.stdout, e.stderr
+  FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id;
+
+CREATE VIEW mesh.event_log AS
+SELECT id, at, kind, run_id, backend, detail FROM mesh.events;
+
+------------------------------------------------------------------------------
+-- The harness API (in the extension's schema, public by default).
+------------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.mesh_acquire(run_id text, agent_id text, actor_id text,
+                                         parent_run_id text DEFAULT NULL)
+RETURNS mesh.workspaces
+    AS 'MODULE_PATHNAME', 'mesh_acquire' LANGUAGE C;
+
+CREATE FUNCTION @extschema@.mesh_exec(run_id text, argv text[], dir text DEFAULT NULL,
+                                      stdin bytea DEFAULT NULL, timeout interval DEFAULT NULL,
+                                      env jsonb DEFAULT NULL)
+RETURNS TABLE (exit_code integer, stdout text, stderr text, status text,
+               truncated boolean, exec_id bigint)
+    AS 'MODULE_PATHNAME', 'mesh_exec' LANGUAGE C ROWS 1;
+
+CREATE FUNCTION @extschema@.mesh_read_file(run_id text, path text)
+RETURNS bytea
+    AS 'MODULE_PATHNAME', 'mesh_read_file' LANGUAGE C;
+
+CREATE FUNCTION @extschema@.mesh_write_file(run_id text, path text, content bytea,
+                                            mode integer DEFAULT 420)
+RETURNS void
+    AS 'MODULE_PATHNAME', 'mesh_write_file' LANGUAGE C;
+
+CREATE FUNCTION @extschema@.mesh_release(run_id text, reason text DEFAULT NULL)
+RETURNS text
+    AS 'MODULE_PATHNAME', 'mesh_release' LANGUAGE C;
+
+------------------------------------------------------------------------------
+-- Privileges: PUBLIC gets nothing; the harness calls the API and reads views;
+-- the admin configures.  Credentials are readable by neither.
+------------------------------------------------------------------------------
+REVOKE ALL ON ALL TABLES IN SCHEMA mesh FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA mesh FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA mesh FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_acquire(text, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_exec(text, text[], text, bytea, interval, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_read_file(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_release(text, text) FROM PUBLIC;
+
+GRANT USAGE ON SCHEMA mesh TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_acquire(text, text, text, text) TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec(text, text[], text, bytea, interval, jsonb) TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_read_file(text, text) TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_release(text, text) TO mesh_harness, mesh_admin;
+GRANT SELECT ON mesh.live_workspaces, mesh.run_workspaces, mesh.exec_log TO mesh_harness, mesh_admin;
+GRANT SELECT ON mesh.backend_catalog, mesh.event_log TO mesh_admin;
+GRANT SELECT ON mesh.backends, mesh.agents, mesh.workspaces, mesh.execs, mesh.events TO mesh_admin;
+GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, mesh.size_tier),
+                          mesh.backend_configure(text, jsonb),
+                          mesh.backend_enable(text),
+                          mesh.backend_disable(text),
+                          mesh.backend_set_credential(text, text),
+                          mesh.backend_set_order(text, integer),
+                          mesh.backend_set_max_size(text, mesh.size_tier),
+                          mesh.agent_set(text, text, mesh.size_tier),
+                          mesh.drivers()
+      TO mesh_admin;
+
+------------------------------------------------------------------------------
+-- The embedded default: the daemon the extension supervises, as "local".
+------------------------------------------------------------------------------
+INSERT INTO mesh.backends (name, driver, enabled, catalog_order, config, max_size)
+SELECT 'local', 'sandboxd', true, 0, '{"embedded": true}', 'xlarge'
+ WHERE coalesce(current_setting('mesh.embedded_sandboxd', true), 'on') = 'on';

@@ -1,0 +1,344 @@
+/*-------------------------------------------------------------------------
+ *
+ * api.c
+ *	  The harness API: mesh_acquire, mesh_exec, mesh_read_file,
+ *	  mesh_write_file, mesh_release.
+ *
+ * These run in the caller's backend.  They validate input, hand the request
+ * to the run's worker (handoff.c) and wait, cancellably, for the reply.
+ * They never write a row themselves: a caller holding an uncommitted row the
+ * worker needs would deadlock with it, and a caller's ROLLBACK must not
+ * erase what the worker recorded.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "mesh_json.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+#include "handoff.h"
+#include "mesh_exec.h"
+
+#define MESH_MAX_TIMEOUT_MS (7L * 24 * 3600 * 1000)
+
+PG_FUNCTION_INFO_V1(mesh_acquire);
+PG_FUNCTION_INFO_V1(mesh_exec);
+PG_FUNCTION_INFO_V1(mesh_read_file);
+PG_FUNCTION_INFO_V1(mesh_write_file);
+PG_FUNCTION_INFO_V1(mesh_release);
+
+/* A required text argument: NULL and empty are the caller's error. */
+static char *
+required_text(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	char	   *value;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", name)));
+	value = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (value[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", name)));
+	return value;
+}
+
+static char *
+optional_text(FunctionCallInfo fcinfo, int argno)
+{
+	return PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
+/*
+ * Refuse paths that climb out of the workspace before any backend sees them,
+ * so the error is the same whatever the backend; backends confine as well.
+ */
+static void
+check_path(const char *path, const char *what)
+{
+	const char *p = path;
+
+	while (*p)
+	{
+		const char *end = strchrnul(p, '/');
+
+		if (end - p == 2 && p[0] == '.' && p[1] == '.')
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("%s \"%s\" is refused: \"..\" may not appear in it", what, path),
+					 errhint("Paths are relative to the workspace root, or absolute inside /workspace.")));
+		p = *end ? end + 1 : end;
+	}
+}
+
+/* mesh_acquire: declare the run's workspace.  No backend is called. */
+Datum
+mesh_acquire(PG_FUNCTION_ARGS)
+{
+	char	   *run_id = required_text(fcinfo, 0, "run_id");
+	char	   *agent_id = required_text(fcinfo, 1, "agent_id");
+	char	   *actor_id = required_text(fcinfo, 2, "actor_id");
+	char	   *parent = optional_text(fcinfo, 3);
+	json_t	   *req = json_pack("{s:s,s:s,s:s,s:s?}", "run_id", run_id, "agent_id", agent_id,
+								"actor_id", actor_id, "parent_run_id", parent);
+	MeshReply	reply;
+	const char *row;
+	Datum		args[1];
+	Oid			types[1] = {TEXTOID};
+	HeapTuple	tuple;
+
+	if (parent && strcmp(parent, run_id) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a run cannot be its own parent")));
+
+	mesh_call(MESH_OP_ACQUIRE, run_id, req, NULL, 0, &reply);
+	json_decref(req);
+	row = json_string_value(json_object_get(reply.doc, "row"));
+
+	/* the worker sends the row as JSON; turn it into mesh.workspaces */
+	args[0] = CStringGetTextDatum(row);
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT (json_populate_record(NULL::mesh.workspaces, $1::json)).*",
+							  1, types, args, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "mesh: could not build the workspace row");
+	tuple = SPI_tuptable->vals[0];
+	json_decref(reply.doc);
+	{
+		Datum		result = PointerGetDatum(SPI_returntuple(tuple, SPI_tuptable->tupdesc));
+
+		SPI_finish();
+		PG_RETURN_DATUM(result);
+	}
+}
+
+/* argv: a one-dimensional, non-empty text array without NULLs. */
+static json_t *
+argv_to_json(FunctionCallInfo fcinfo)
+{
+	ArrayType  *arr;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	json_t	   *argv;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argv must not be NULL"),
+				 errhint("Pass the command as an array, e.g. ARRAY['ls', '-l'].")));
+	arr = PG_GETARG_ARRAYTYPE_P(1);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("argv must be a one-dimensional array")));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argv must not be empty"),
+				 errhint("Pass the command as an array, e.g. ARRAY['ls', '-l'].")));
+	argv = json_array();
+	for (int i = 0; i < n; i++)
+	{
+		char	   *arg;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argv[%d] is NULL", i + 1),
+					 errhint("Every element of argv must be a string.")));
+		arg = TextDatumGetCString(elems[i]);
+		if (i == 0 && arg[0] == '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argv[1], the program, must not be empty")));
+		json_array_append_new(argv, json_string(arg));
+	}
+	return argv;
+}
+
+/* The command's timeout in milliseconds: given, or mesh.exec_timeout. */
+static long
+timeout_ms_arg(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *iv;
+	double		ms;
+
+	if (PG_ARGISNULL(argno))
+		return mesh_exec_timeout_ms;
+	iv = PG_GETARG_INTERVAL_P(argno);
+	ms = (iv->time / 1000.0) + (double) iv->day * 86400000.0 +
+		(double) iv->month * 30.0 * 86400000.0;
+	if (ms <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be positive")));
+	if (ms > MESH_MAX_TIMEOUT_MS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be at most 7 days")));
+	return Max((long) ms, 1);
+}
+
+/* env: a JSON object of strings, names without '=' or NUL. */
+static json_t *
+env_to_json(FunctionCallInfo fcinfo, int argno)
+{
+	Jsonb	   *jb;
+	char	   *text;
+	json_t	   *env;
+	const char *key;
+	json_t	   *value;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	jb = PG_GETARG_JSONB_P(argno);
+	text = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+	env = json_loads(text, 0, NULL);
+	if (env == NULL || !json_is_object(env))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("env must be a JSON object of strings"),
+				 errhint("For example '{\"CI\": \"1\"}'.")));
+	json_object_foreach(env, key, value)
+	{
+		if (key[0] == '\0' || strchr(key, '=') != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("env name \"%s\" is not a valid variable name", key)));
+		if (!json_is_string(value))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("env value of \"%s\" must be a string", key)));
+	}
+	return env;
+}
+
+/* mesh_exec: run a command in the run's workspace, materializing it first. */
+Datum
+mesh_exec(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *run_id = required_text(fcinfo, 0, "run_id");
+	json_t	   *argv = argv_to_json(fcinfo);
+	char	   *dir = optional_text(fcinfo, 2);
+	bytea	   *stdin_data = PG_ARGISNULL(3) ? NULL : PG_GETARG_BYTEA_PP(3);
+	long		timeout_ms = timeout_ms_arg(fcinfo, 4);
+	json_t	   *env = env_to_json(fcinfo, 5);
+	json_t	   *req;
+	MeshReply	reply;
+	Datum		values[6];
+	bool		nulls[6] = {false};
+
+	if (dir)
+		check_path(dir, "dir");
+	req = json_pack("{s:s,s:o,s:s?,s:o?,s:b,s:I,s:i}",
+					"run_id", run_id, "argv", argv, "dir", dir, "env", env,
+					"has_stdin", stdin_data != NULL,
+					"timeout_ms", (json_int_t) timeout_ms,
+					"max_output", mesh_max_output_bytes);
+
+	InitMaterializedSRF(fcinfo, 0);
+	mesh_call(MESH_OP_EXEC, run_id, req,
+			  stdin_data ? VARDATA_ANY(stdin_data) : NULL,
+			  stdin_data ? VARSIZE_ANY_EXHDR(stdin_data) : 0, &reply);
+	json_decref(req);
+
+	values[0] = Int32GetDatum((int32) json_integer_value(json_object_get(reply.doc, "exit_code")));
+	values[1] = CStringGetTextDatum(json_string_value(json_object_get(reply.doc, "stdout")));
+	values[2] = CStringGetTextDatum(json_string_value(json_object_get(reply.doc, "stderr")));
+	values[3] = CStringGetTextDatum(json_string_value(json_object_get(reply.doc, "status")));
+	values[4] = BoolGetDatum(json_is_true(json_object_get(reply.doc, "truncated")));
+	values[5] = Int64GetDatum((int64) json_integer_value(json_object_get(reply.doc, "exec_id")));
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	json_decref(reply.doc);
+	return (Datum) 0;
+}
+
+/* mesh_read_file: a file's bytes from the run's workspace. */
+Datum
+mesh_read_file(PG_FUNCTION_ARGS)
+{
+	char	   *run_id = required_text(fcinfo, 0, "run_id");
+	char	   *path = required_text(fcinfo, 1, "path");
+	json_t	   *req;
+	MeshReply	reply;
+	bytea	   *result;
+
+	check_path(path, "path");
+	req = json_pack("{s:s,s:s}", "run_id", run_id, "path", path);
+	mesh_call(MESH_OP_READ_FILE, run_id, req, NULL, 0, &reply);
+	json_decref(req);
+	json_decref(reply.doc);
+	result = (bytea *) palloc(VARHDRSZ + reply.blob_len);
+	SET_VARSIZE(result, VARHDRSZ + reply.blob_len);
+	memcpy(VARDATA(result), reply.blob, reply.blob_len);
+	PG_RETURN_BYTEA_P(result);
+}
+
+/* mesh_write_file: write bytes to a file in the run's workspace. */
+Datum
+mesh_write_file(PG_FUNCTION_ARGS)
+{
+	char	   *run_id = required_text(fcinfo, 0, "run_id");
+	char	   *path = required_text(fcinfo, 1, "path");
+	bytea	   *content;
+	int32		mode = PG_ARGISNULL(3) ? 0644 : PG_GETARG_INT32(3);
+	json_t	   *req;
+	MeshReply	reply;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("content must not be NULL"),
+				 errhint("Write an empty file with ''::bytea.")));
+	content = PG_GETARG_BYTEA_PP(2);
+	check_path(path, "path");
+	if (mode < 0 || mode > 07777)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("mode %d is not a file mode", mode),
+				 errhint("Modes are given in decimal: 420 is 0644, 493 is 0755.")));
+	if (VARSIZE_ANY_EXHDR(content) > (Size) mesh_max_file_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("content of %zu bytes is larger than mesh.max_file_size (%d bytes)",
+						(Size) VARSIZE_ANY_EXHDR(content), mesh_max_file_bytes)));
+	req = json_pack("{s:s,s:s,s:i}", "run_id", run_id, "path", path, "mode", mode);
+	mesh_call(MESH_OP_WRITE_FILE, run_id, req, VARDATA_ANY(content),
+			  VARSIZE_ANY_EXHDR(content), &reply);
+	json_decref(req);
+	json_decref(reply.doc);
+	PG_RETURN_VOID();
+}
+
+/* mesh_release: the run stops reaching its workspace; returns the outcome. */
+Datum
+mesh_release(PG_FUNCTION_ARGS)
+{
+	char	   *run_id = required_text(fcinfo, 0, "run_id");
+	char	   *reason = optional_text(fcinfo, 1);
+	json_t	   *req = json_pack("{s:s,s:s?}", "run_id", run_id, "reason", reason);
+	MeshReply	reply;
+	text	   *outcome;
+
+	mesh_call(MESH_OP_RELEASE, run_id, req, NULL, 0, &reply);
+	json_decref(req);
+	outcome = cstring_to_text(json_string_value(json_object_get(reply.doc, "outcome")));
+	json_decref(reply.doc);
+	PG_RETURN_TEXT_P(outcome);
+}

@@ -1,0 +1,80 @@
+/*
+ * capabilities.c - the size-tier table and detection of what this host really enforces.
+ *
+ * Capabilities are detected once at start (never assumed) and reported by
+ * GET /v1/capabilities; the extension branches on them, never on the backend's identity.
+ */
+#include "sandboxd.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The one size-tier table: memory, CPU and pid limits applied through cgroups. */
+static const struct size_tier tiers[] = {
+    {"small", 512, 0.5, 128},
+    {"standard", 2048, 1.0, 512},
+    {"large", 4096, 2.0, 1024},
+    {"xlarge", 8192, 2.0, 2048},
+};
+
+/* Looks a tier up by its protocol name; NULL when unknown. */
+const struct size_tier *tier_by_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
+        if (strcmp(tiers[i].name, name) == 0)
+            return &tiers[i];
+    return NULL;
+}
+
+/* The whole table, for the capabilities document and docs. */
+const struct size_tier *tier_table(size_t *count)
+{
+    *count = sizeof tiers / sizeof tiers[0];
+    return tiers;
+}
+
+/* True when the sandbox base has an executable /bin/sh (so argv may name a shell). */
+static bool base_has_shell(void)
+{
+    char *path = xasprintf("%s/bin/sh", g_config.rootfs ? g_config.rootfs : "");
+    bool ok = access(path, X_OK) == 0;
+    free(path);
+    return ok;
+}
+
+/* Detects capabilities from the cgroup hierarchies we could prepare and the base image. */
+void caps_detect(void)
+{
+    g_caps.shell = base_has_shell();
+    g_caps.resource_limits = cgroup_available(CG_MEMORY) && cgroup_available(CG_PIDS) &&
+                             cgroup_available(CG_CPU);
+    g_caps.compute_metering = cgroup_available(CG_CPUACCT);
+    g_caps.egress_control = false;   /* network "none" only for now */
+    g_caps.snapshot = false;
+    g_caps.hibernate = true;
+    g_caps.caller_chosen_id = true;
+    log_event("capabilities: shell=%d resource_limits=%d compute_metering=%d", g_caps.shell,
+              g_caps.resource_limits, g_caps.compute_metering);
+}
+
+/* The GET /v1/capabilities document. */
+json_t *caps_to_json(void)
+{
+    json_t *tier_obj = json_object();
+    size_t n;
+    const struct size_tier *t = tier_table(&n);
+    for (size_t i = 0; i < n; i++)
+        json_object_set_new(tier_obj, t[i].name,
+                            json_pack("{s:I,s:f,s:I}", "memory_mb", (json_int_t)t[i].memory_mb,
+                                      "cpus", t[i].cpus, "pids", (json_int_t)t[i].pids));
+    return json_pack(
+        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I}}", "protocol",
+        MESH_PROTOCOL_VERSION, "capabilities", "shell", g_caps.shell, "resource_limits",
+        g_caps.resource_limits, "compute_metering", g_caps.compute_metering, "egress_control",
+        g_caps.egress_control, "snapshot", g_caps.snapshot, "hibernate", g_caps.hibernate,
+        "caller_chosen_id", g_caps.caller_chosen_id, "tiers", tier_obj, "limits",
+        "max_body_bytes", (json_int_t)g_config.max_body_bytes, "max_file_bytes",
+        (json_int_t)g_config.max_file_bytes, "max_output_bytes",
+        (json_int_t)g_config.max_output_bytes);
+}

@@ -1,0 +1,149 @@
+/*
+ * json.c - typed field access with protocol errors, and base64 for exec payloads.
+ *
+ * Every accessor names the offending field in a bad_request error, so that callers get a
+ * clear message for wrong types instead of a crash.
+ */
+#include "sandboxd.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Fills ERR with a status, a stable code and a formatted human message. */
+void api_error_set(struct api_error *err, int status, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    err->http_status = status;
+    err->code = code;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+}
+
+/* Optional string field: absent leaves *OUT untouched; wrong type is bad_request. */
+bool json_get_string(json_t *obj, const char *field, const char **out, struct api_error *err)
+{
+    json_t *v = json_object_get(obj, field);
+    if (!v || json_is_null(v))
+        return true;
+    if (!json_is_string(v)) {
+        api_error_set(err, 400, "bad_request", "field \"%s\" must be a string", field);
+        return false;
+    }
+    if (strlen(json_string_value(v)) != json_string_length(v)) {
+        api_error_set(err, 400, "bad_request", "field \"%s\" contains NUL", field);
+        return false;
+    }
+    *out = json_string_value(v);
+    return true;
+}
+
+/* Optional non-negative integer field. */
+bool json_get_uint(json_t *obj, const char *field, uint64_t *out, struct api_error *err)
+{
+    json_t *v = json_object_get(obj, field);
+    if (!v || json_is_null(v))
+        return true;
+    if (!json_is_integer(v) || json_integer_value(v) < 0) {
+        api_error_set(err, 400, "bad_request", "field \"%s\" must be a non-negative integer",
+                      field);
+        return false;
+    }
+    *out = (uint64_t)json_integer_value(v);
+    return true;
+}
+
+/* Optional object field. */
+bool json_get_object(json_t *obj, const char *field, json_t **out, struct api_error *err)
+{
+    json_t *v = json_object_get(obj, field);
+    if (!v || json_is_null(v))
+        return true;
+    if (!json_is_object(v)) {
+        api_error_set(err, 400, "bad_request", "field \"%s\" must be an object", field);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* Checks that MAP (labels, env) holds only NUL-free string values. */
+bool json_string_map_valid(json_t *map, const char *field, struct api_error *err)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach(map, key, value) {
+        if (!json_is_string(value) ||
+            strlen(json_string_value(value)) != json_string_length(value)) {
+            api_error_set(err, 400, "bad_request", "field \"%s\" must map strings to strings",
+                          field);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A JSON number, or null when the measurement is not available on this host. */
+json_t *json_number_or_null(bool present, double value)
+{
+    return present ? json_real(value) : json_null();
+}
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* Standard base64 with padding (exec stdout/stderr). */
+char *base64_encode(const unsigned char *data, size_t len)
+{
+    char *out = malloc((len + 2) / 3 * 4 + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < len; i += 3) {
+        unsigned v = (unsigned)data[i] << 16;
+        if (i + 1 < len)
+            v |= (unsigned)data[i + 1] << 8;
+        if (i + 2 < len)
+            v |= data[i + 2];
+        out[o++] = b64_alphabet[(v >> 18) & 63];
+        out[o++] = b64_alphabet[(v >> 12) & 63];
+        out[o++] = i + 1 < len ? b64_alphabet[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < len ? b64_alphabet[v & 63] : '=';
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* Value of one base64 character, -1 when it is not one. */
+static int b64_value(char c)
+{
+    const char *p = c ? strchr(b64_alphabet, c) : NULL;
+    return p ? (int)(p - b64_alphabet) : -1;
+}
+
+/* Decodes standard base64 (padding optional, no whitespace); *OK false on bad input. */
+unsigned char *base64_decode(const char *text, size_t *out_len, bool *ok)
+{
+    size_t len = strlen(text);
+    while (len > 0 && text[len - 1] == '=')
+        len--;
+    unsigned char *out = malloc(len * 3 / 4 + 3);
+    size_t o = 0;
+    unsigned acc = 0;
+    int bits = 0;
+    *ok = true;
+    for (size_t i = 0; i < len; i++) {
+        int v = b64_value(text[i]);
+        if (v < 0) {
+            *ok = false;
+            break;
+        }
+        acc = (acc << 6) | (unsigned)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (unsigned char)(acc >> bits);
+        }
+    }
+    *out_len = o;
+    return out;
+}

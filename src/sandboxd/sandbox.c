@@ -1,0 +1,375 @@
+/*
+ * sandbox.c - the per-workspace bubblewrap holder.
+ *
+ * A holder is `bwrap ... sleep infinity` started as the sandbox user with user, mount, pid,
+ * ipc, uts and net namespaces, a read-only base (host /usr and friends plus a curated /etc, or
+ * --rootfs), a writable /workspace, a private /tmp, /proc and a minimal /dev. It does nothing
+ * but keep the namespaces alive: execs join them (exec.c). Holders are not children that die
+ * with the daemon: a restarted daemon re-adopts them by pid and start time.
+ */
+#include "sandboxd.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Host /etc entries copied into the curated base /etc: nothing secret (no shadow, gshadow,
+ * ssh host keys, ssl/private, sudoers, machine-id, credentials). */
+static const char *etc_allowlist[] = {
+    "passwd", "group", "hosts", "host.conf", "nsswitch.conf", "gai.conf", "resolv.conf",
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "os-release",
+    "debian_version", "alternatives", "profile", "profile.d", "bash.bashrc", "inputrc",
+    "environment", "mime.types", "protocols", "services", "networks", "ethertypes",
+    "ssl/certs", "ssl/openssl.cnf", "ca-certificates", "ca-certificates.conf", "magic",
+    "magic.mime", "locale.alias", "python3", "python3.11", "perl", "shells", "terminfo",
+    "manpath.config", "mke2fs.conf", "login.defs", "xattr.conf", NULL};
+
+/* Top-level host entries that make up the read-only base besides /usr. */
+static const char *base_dirs[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", NULL};
+
+static char *curated_etc_dir;
+
+/* Runs argv (a host tool such as cp) to completion; true when it exits 0. */
+static bool run_host_command(char *const argv[])
+{
+    pid_t pid = fork();
+    int status = 0;
+    if (pid == 0) {
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+           WEXITSTATUS(status) == 0;
+}
+
+/* Builds <state>/base/etc once from the allowlist (kept across restarts because running
+ * holders bind-mount it). */
+static void build_curated_etc(void)
+{
+    char *base = xasprintf("%s/base", g_config.state_dir);
+    curated_etc_dir = xasprintf("%s/etc", base);
+    struct stat st;
+    if (stat(curated_etc_dir, &st) == 0) {
+        free(base);
+        return;
+    }
+    char *staging = xasprintf("%s/etc.new", base);
+    remove_tree(staging);
+    mkdir_p(staging, 0755);
+    chmod(base, 0711);
+    for (int i = 0; etc_allowlist[i]; i++) {
+        char *src = xasprintf("/etc/%s", etc_allowlist[i]);
+        char *dst = xasprintf("%s/%s", staging, etc_allowlist[i]);
+        char *dst_parent = strdup(dst);
+        *strrchr(dst_parent, '/') = '\0';
+        mkdir_p(dst_parent, 0755);
+        if (lstat(src, &st) == 0) {
+            char *argv[] = {"/bin/cp", "-a", src, dst, NULL};
+            if (!run_host_command(argv))
+                log_event("base: cannot copy %s", src);
+        }
+        free(src);
+        free(dst);
+        free(dst_parent);
+    }
+    chmod(staging, 0755);
+    if (rename(staging, curated_etc_dir) != 0)
+        log_event("base: cannot install %s: %s", curated_etc_dir, strerror(errno));
+    free(staging);
+    free(base);
+}
+
+/* Prepares what every holder needs: the curated /etc (unless --rootfs). */
+void sandbox_init(void)
+{
+    if (!g_config.rootfs)
+        build_curated_etc();
+}
+
+/* Reads start time (field 22) and state (field 3) of PID from /proc/PID/stat; false when the
+ * process does not exist. */
+bool process_start_time(pid_t pid, unsigned long long *start, char *state)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');   /* comm may contain spaces and parentheses */
+    if (!p)
+        return false;
+    char st = ' ';
+    unsigned long long value = 0;
+    int field = 2;
+    for (char *tok = strtok(p + 1, " "); tok; tok = strtok(NULL, " ")) {
+        field++;
+        if (field == 3)
+            st = tok[0];
+        if (field == 22) {
+            value = strtoull(tok, NULL, 10);
+            break;
+        }
+    }
+    if (state)
+        *state = st;
+    *start = value;
+    return field == 22;
+}
+
+/* A bwrap command line under construction, with storage for the strings it builds. */
+struct bwrap_cmd {
+    char *argv[128];
+    int argc;
+    char storage[16][256];
+    int stored;
+};
+
+/* Appends one argument (not copied: static strings or strings that outlive the spawn). */
+static void cmd_push(struct bwrap_cmd *cmd, const char *arg)
+{
+    cmd->argv[cmd->argc++] = (char *)arg;
+    cmd->argv[cmd->argc] = NULL;
+}
+
+/* Appends a NULL-terminated list of arguments. */
+static void cmd_push_all(struct bwrap_cmd *cmd, const char *const *args)
+{
+    for (int i = 0; args[i]; i++)
+        cmd_push(cmd, args[i]);
+}
+
+/* Appends a copy of ARG kept in the command's own storage. */
+static void cmd_push_copy(struct bwrap_cmd *cmd, const char *arg)
+{
+    char *slot = cmd->storage[cmd->stored++];
+    snprintf(slot, sizeof cmd->storage[0], "%s", arg);
+    cmd_push(cmd, slot);
+}
+
+/* Adds the read-only base: --rootfs, or host /usr, /bin, /lib* and the curated /etc. */
+static void push_base_mounts(struct bwrap_cmd *cmd)
+{
+    if (g_config.rootfs) {
+        cmd_push_all(cmd, (const char *[]){"--ro-bind", g_config.rootfs, "/", NULL});
+        return;
+    }
+    cmd_push_all(cmd, (const char *[]){"--ro-bind", "/usr", "/usr", NULL});
+    for (int i = 0; base_dirs[i]; i++) {
+        char host[64], target[256];
+        struct stat st;
+        snprintf(host, sizeof host, "/%s", base_dirs[i]);
+        if (lstat(host, &st) != 0)
+            continue;
+        if (S_ISLNK(st.st_mode)) {
+            ssize_t n = readlink(host, target, sizeof target - 1);
+            if (n <= 0)
+                continue;
+            target[n] = '\0';
+            cmd_push(cmd, "--symlink");
+            cmd_push_copy(cmd, target);
+        } else {
+            cmd_push(cmd, "--ro-bind");
+            cmd_push_copy(cmd, host);
+        }
+        cmd_push_copy(cmd, host);
+    }
+    cmd_push_all(cmd, (const char *[]){"--ro-bind", curated_etc_dir, "/etc", NULL});
+}
+
+/* The whole holder command line for workspace directory FILES. */
+static void build_holder_cmd(struct bwrap_cmd *cmd, const char *files)
+{
+    cmd->argc = 0;
+    cmd->stored = 0;
+    cmd_push(cmd, g_config.bwrap_path);
+    cmd_push_all(cmd, (const char *[]){"--unshare-user", "--unshare-pid", "--unshare-ipc",
+                                       "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+                                       "--new-session", "--as-pid-1", "--cap-drop", "ALL",
+                                       "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
+                                       "--hostname", "workspace", NULL});
+    push_base_mounts(cmd);
+    cmd_push_all(cmd, (const char *[]){"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                                       "--bind", files, "/workspace", "--chdir", "/workspace",
+                                       "--info-fd", "3", "--", "sleep", "infinity", NULL});
+}
+
+/* In the forked child: join the workspace cgroups, become the sandbox user, exec bwrap with
+ * the info pipe as fd 3 and nothing else inherited. Never returns. */
+static void holder_child_exec(struct workspace *ws, int info_write_fd, char **argv)
+{
+    sigset_t none;
+    for (int c = 0; c < CG_COUNT; c++)
+        if (ws->cgroup_fds[c] >= 0 && write(ws->cgroup_fds[c], "0", 1) != 1)
+            _exit(125);
+    setsid();
+    if (dup2(info_write_fd, 3) != 3)
+        _exit(125);
+    close_range(4, ~0U, 0);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    if (g_config.is_root &&
+        (setgroups(1, &g_config.sandbox_gid) != 0 ||
+         setresgid(g_config.sandbox_gid, g_config.sandbox_gid, g_config.sandbox_gid) != 0 ||
+         setresuid(g_config.sandbox_uid, g_config.sandbox_uid, g_config.sandbox_uid) != 0))
+        _exit(125);
+    execv(g_config.bwrap_path, argv);
+    _exit(127);
+}
+
+/* Reads bwrap's --info-fd JSON (bounded wait) and returns the sandbox pid, or -1. */
+static pid_t read_holder_pid(int info_read_fd)
+{
+    char buf[4096];
+    size_t len = 0;
+    double deadline = monotonic_ms() + 10000;
+    while (len < sizeof buf - 1) {
+        struct pollfd p = {.fd = info_read_fd, .events = POLLIN};
+        int left = (int)(deadline - monotonic_ms());
+        if (left <= 0 || poll(&p, 1, left) <= 0)
+            break;
+        ssize_t n = read(info_read_fd, buf + len, sizeof buf - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        buf[len] = '\0';
+        json_t *info = json_loads(buf, 0, NULL);
+        if (info) {
+            pid_t pid = (pid_t)json_integer_value(json_object_get(info, "child-pid"));
+            json_decref(info);
+            return pid > 0 ? pid : -1;
+        }
+    }
+    return -1;
+}
+
+/* Opens the namespace and root descriptors of the holder so execs can join it. */
+static bool open_holder_fds(struct workspace *ws)
+{
+    static const char *ns_names[6] = {"user", "ipc", "uts", "net", "mnt", "pid"};
+    char path[64];
+    for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "/proc/%d/ns/%s", (int)ws->holder_pid, ns_names[i]);
+        ws->ns_fds[i] = open(path, O_RDONLY | O_CLOEXEC);
+        if (ws->ns_fds[i] < 0)
+            return false;
+    }
+    snprintf(path, sizeof path, "/proc/%d/root", (int)ws->holder_pid);
+    ws->root_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return ws->root_fd >= 0;
+}
+
+/* Closes the namespace and root descriptors (workspace stopped or freed). */
+void sandbox_close_fds(struct workspace *ws)
+{
+    for (int i = 0; i < 6; i++) {
+        if (ws->ns_fds[i] >= 0)
+            close(ws->ns_fds[i]);
+        ws->ns_fds[i] = -1;
+    }
+    if (ws->root_fd >= 0)
+        close(ws->root_fd);
+    ws->root_fd = -1;
+}
+
+/* Keeps the OOM killer off the holder so a memory hog cannot take the workspace down. */
+static void protect_holder_from_oom(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/oom_score_adj", (int)pid);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (write(fd, "-1000", 5) != 5)
+            log_event("holder %d: cannot set oom_score_adj", (int)pid);
+        close(fd);
+    }
+}
+
+/* Starts the workspace's holder and opens its namespaces; spawn_failed on error with no
+ * process left behind. */
+bool sandbox_start(struct workspace *ws, struct api_error *err)
+{
+    char *files = workspace_files_dir(ws->id);
+    struct bwrap_cmd *cmd = calloc(1, sizeof *cmd);
+    int info[2];
+    build_holder_cmd(cmd, files);
+    bool ok = pipe2(info, O_CLOEXEC) == 0;
+    pid_t child = ok ? fork() : -1;
+    if (child == 0)
+        holder_child_exec(ws, info[1], cmd->argv);
+    if (ok) {
+        close(info[1]);
+        ws->holder_pid = child > 0 ? read_holder_pid(info[0]) : -1;
+        close(info[0]);
+    }
+    ok = ok && child > 0 && ws->holder_pid > 0 &&
+         process_start_time(ws->holder_pid, &ws->holder_start, NULL) && open_holder_fds(ws);
+    if (!ok) {
+        log_event("workspace %s: holder failed to start", ws->id);
+        if (ws->holder_pid > 0)
+            kill(ws->holder_pid, SIGKILL);
+        if (child > 0) {
+            kill(child, SIGKILL);
+            waitpid(child, NULL, 0);
+        }
+        sandbox_close_fds(ws);
+        ws->holder_pid = 0;
+        api_error_set(err, 500, "spawn_failed", "the sandbox could not be started");
+    } else {
+        if (g_config.is_root)
+            protect_holder_from_oom(ws->holder_pid);
+        log_event("workspace %s: holder pid %d started", ws->id, (int)ws->holder_pid);
+    }
+    free(files);
+    free(cmd);
+    return ok;
+}
+
+/* Re-adopts a holder recorded by a previous daemon run if it is still the same process. */
+bool sandbox_adopt(struct workspace *ws)
+{
+    unsigned long long start;
+    char state;
+    if (ws->holder_pid <= 0 || !process_start_time(ws->holder_pid, &start, &state) ||
+        start != ws->holder_start || state == 'Z')
+        return false;
+    if (!open_holder_fds(ws)) {
+        sandbox_close_fds(ws);
+        return false;
+    }
+    log_event("workspace %s: re-adopted holder pid %d", ws->id, (int)ws->holder_pid);
+    return true;
+}
+
+/* Kills the holder (SIGKILL: bwrap's pid 1 ignores SIGTERM), which tears down its pid
+ * namespace and every process in it, and waits until it is gone. */
+void sandbox_stop(struct workspace *ws)
+{
+    unsigned long long start;
+    char state;
+    sandbox_close_fds(ws);
+    if (ws->holder_pid <= 0)
+        return;
+    if (process_start_time(ws->holder_pid, &start, &state) && start == ws->holder_start)
+        kill(ws->holder_pid, SIGKILL);
+    for (int i = 0; i < 5000; i++) {
+        if (!process_start_time(ws->holder_pid, &start, &state) || start != ws->holder_start)
+            break;
+        if (state == 'Z')
+            waitpid(ws->holder_pid, NULL, WNOHANG);
+        usleep(1000);
+    }
+    ws->holder_pid = 0;
+}

@@ -1,0 +1,170 @@
+/*
+ * sandboxd.h - shared declarations of mesh-sandboxd, the sandbox host daemon.
+ *
+ * The daemon serves docs/protocol.md over HTTP. Each workspace is a directory under the state
+ * dir plus a long-lived bubblewrap "holder" whose namespaces every exec joins (setns), so a
+ * warm exec costs about one process creation. This header is the one place where the modules
+ * (http, workspace, sandbox, exec, files, cgroup, capabilities, json, log) meet.
+ */
+#ifndef MESH_SANDBOXD_H
+#define MESH_SANDBOXD_H
+
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <jansson.h>
+
+#define MESH_PROTOCOL_VERSION 1
+#define WORKSPACE_ID_MAX 128
+
+/* ---- configuration (main.c) ---- */
+enum release_mode { RELEASE_DESTROY, RELEASE_HIBERNATE };
+
+struct config {
+    char *listen_addr;          /* --listen host part, NULL when not listening on TCP */
+    int listen_port;
+    char *token;                /* first line of --token-file; never logged */
+    char *socket_path;          /* --socket */
+    char *state_dir;            /* --state-dir */
+    char *rootfs;               /* --rootfs, NULL = curated host base */
+    char *bwrap_path;           /* --bwrap */
+    char *cgroup_name;          /* --cgroup-name: our subtree in every v1 hierarchy */
+    uid_t sandbox_uid;          /* --sandbox-user */
+    gid_t sandbox_gid;
+    bool is_root;               /* the daemon runs with euid 0 */
+    enum release_mode release_default;
+    size_t max_body_bytes;
+    size_t max_file_bytes;
+    size_t max_output_bytes;
+};
+
+/* capabilities detected at start (capabilities.c) */
+struct host_caps {
+    bool shell;
+    bool resource_limits;
+    bool compute_metering;
+    bool egress_control;
+    bool snapshot;
+    bool hibernate;
+    bool caller_chosen_id;
+};
+
+extern struct config g_config;
+extern struct host_caps g_caps;
+
+/* ---- size tiers: the one table (capabilities.c) ---- */
+struct size_tier {
+    const char *name;
+    unsigned memory_mb;
+    double cpus;
+    unsigned pids;
+};
+const struct size_tier *tier_by_name(const char *name);
+const struct size_tier *tier_table(size_t *count);
+void caps_detect(void);
+json_t *caps_to_json(void);
+
+/* ---- logging (log.c) ---- */
+void log_event(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- errors: a protocol error travelling back to the HTTP layer ---- */
+struct api_error {
+    int http_status;            /* 0 = no error */
+    const char *code;           /* stable code from protocol.md */
+    char message[512];
+};
+void api_error_set(struct api_error *err, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- JSON helpers (json.c) ---- */
+bool json_get_string(json_t *obj, const char *field, const char **out, struct api_error *err);
+bool json_get_uint(json_t *obj, const char *field, uint64_t *out, struct api_error *err);
+bool json_get_object(json_t *obj, const char *field, json_t **out, struct api_error *err);
+bool json_string_map_valid(json_t *map, const char *field, struct api_error *err);
+char *base64_encode(const unsigned char *data, size_t len);
+unsigned char *base64_decode(const char *text, size_t *out_len, bool *ok);
+json_t *json_number_or_null(bool present, double value);
+
+/* ---- cgroups v1 (cgroup.c) ---- */
+enum { CG_MEMORY, CG_PIDS, CG_CPU, CG_CPUACCT, CG_COUNT };
+bool cgroup_available(int controller);
+bool cgroup_workspace_create(const char *id, const struct size_tier *tier, int procs_fds[CG_COUNT]);
+void cgroup_workspace_remove(const char *id);
+void cgroup_close_fds(int procs_fds[CG_COUNT]);
+uint64_t cgroup_workspace_oom_kills(const char *id);
+void cgroup_init(void);
+
+/* ---- workspaces (workspace.c) ---- */
+enum ws_state { WS_RUNNING, WS_HIBERNATED };
+
+struct exec_run;
+
+struct workspace {
+    char id[WORKSPACE_ID_MAX + 1];
+    const struct size_tier *tier;
+    char network[16];
+    json_t *labels;
+    time_t created_at;
+    enum ws_state state;
+    /* holder: the bubblewrap sandbox whose namespaces execs join */
+    pid_t holder_pid;
+    unsigned long long holder_start;  /* /proc/PID/stat field 22, to detect pid reuse */
+    int ns_fds[6];                    /* user, ipc, uts, net, mnt, pid; -1 when closed */
+    int root_fd;                      /* the holder's / (for chroot after setns) */
+    int cgroup_fds[CG_COUNT];         /* cgroup.procs of each controller, -1 if none */
+    int refcount;                     /* registry + in-flight requests */
+    bool removed;                     /* released: unreachable by id */
+    pthread_mutex_t lock;             /* lifecycle transitions and the exec list */
+    struct exec_run *execs;           /* running execs, for kill-by-key and release */
+};
+
+void workspaces_init(void);
+bool workspace_id_valid(const char *id);
+struct workspace *workspace_get(const char *id, struct api_error *err);
+void workspace_put(struct workspace *ws);
+json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err);
+json_t *workspace_release(const char *id, json_t *body, struct api_error *err);
+json_t *workspace_list(const char *label_filter, struct api_error *err);
+json_t *workspace_describe(struct workspace *ws);
+char *workspace_dir(const char *id);
+char *workspace_files_dir(const char *id);
+
+/* ---- sandbox holder (sandbox.c) ---- */
+void sandbox_init(void);
+bool sandbox_start(struct workspace *ws, struct api_error *err);
+bool sandbox_adopt(struct workspace *ws);
+void sandbox_stop(struct workspace *ws);
+void sandbox_close_fds(struct workspace *ws);
+bool process_start_time(pid_t pid, unsigned long long *start, char *state);
+
+/* ---- exec (exec.c) ---- */
+json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *err);
+bool exec_kill_by_key(struct workspace *ws, const char *key);
+void exec_kill_all(struct workspace *ws);
+
+/* ---- files (files.c) ---- */
+struct file_data {
+    unsigned char *bytes;
+    size_t len;
+    unsigned mode;
+};
+bool files_read(struct workspace *ws, const char *path, struct file_data *out, struct api_error *err);
+json_t *files_write(struct workspace *ws, const char *path, const char *mode_text,
+                    const unsigned char *data, size_t len, struct api_error *err);
+
+/* ---- http (http.c) ---- */
+bool http_start(void);
+void http_stop(void);
+extern volatile int g_shutting_down;
+
+/* ---- small utilities (util.c) ---- */
+double monotonic_ms(void);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+bool write_file_atomic(const char *path, const char *data, size_t len, mode_t mode);
+bool remove_tree(const char *path);
+bool mkdir_p(const char *path, mode_t mode);
+
+#endif

@@ -1,0 +1,819 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.c
+ *	  The rows a worker writes, each change in its own short transaction.
+ *
+ * Invariant 4: the row is written before the backend call, and every state
+ * change is committed here, by the worker, never in the caller's
+ * transaction, so a caller's ROLLBACK cannot erase that a sandbox exists or
+ * that compute was spent.  Transactions are short and never span an HTTP
+ * wait, so no relation or row lock is held while a backend works.
+ *
+ * Each store_* function returns false with *err set when its transaction
+ * failed; the worker turns that into the caller's error.  lock_timeout is
+ * set in the worker, so a lock held by the caller itself fails fast.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "mesh_json.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "store.h"
+
+#define MAX_PLANS 64
+#define MAX_ARGS 16
+
+typedef struct MeshPlan
+{
+	const char *sql;			/* identity: the static string's address */
+	SPIPlanPtr	plan;
+	int			nargs;
+} MeshPlan;
+
+static MeshPlan plans[MAX_PLANS];
+static int	nplans = 0;
+
+/* Where results of the running transaction are copied to. */
+static MemoryContext result_cxt = NULL;
+
+typedef void (*TxnBody) (void *arg);
+
+/*
+ * Run body in a transaction of its own.  durable=false commits
+ * asynchronously: for intent whose loss in a crash loses nothing real.
+ */
+static bool
+run_txn(const char *what, TxnBody body, void *arg, bool durable, ErrorData **err)
+{
+	MemoryContext outer = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	result_cxt = outer;
+	PG_TRY();
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "mesh: SPI_connect failed");
+		if (!durable)
+			(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
+									 GUC_ACTION_LOCAL, true, 0, false);
+		pgstat_report_activity(STATE_RUNNING, what);
+		body(arg);
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(outer);
+		*err = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		ok = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(outer);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	pgstat_report_stat(false);
+	return ok;
+}
+
+/*
+ * Execute one statement, all parameters text (cast in SQL).  Plans are
+ * prepared once per worker, keyed by the statement's address.
+ */
+static uint64
+sql_run(const char *sql, int nargs, const char *const *args)
+{
+	SPIPlanPtr	plan = NULL;
+	Datum		values[MAX_ARGS];
+	char		nulls[MAX_ARGS];
+	int			rc;
+
+	Assert(nargs <= MAX_ARGS);
+	for (int i = 0; i < nplans; i++)
+		if (plans[i].sql == sql)
+			plan = plans[i].plan;
+	if (plan == NULL)
+	{
+		Oid			types[MAX_ARGS];
+
+		for (int i = 0; i < nargs; i++)
+			types[i] = TEXTOID;
+		plan = SPI_prepare(sql, nargs, types);
+		if (plan == NULL)
+			elog(ERROR, "mesh: could not prepare statement: %s", SPI_result_code_string(SPI_result));
+		if (nplans < MAX_PLANS)
+		{
+			SPI_keepplan(plan);
+			plans[nplans].sql = sql;
+			plans[nplans].plan = plan;
+			plans[nplans].nargs = nargs;
+			nplans++;
+		}
+	}
+	for (int i = 0; i < nargs; i++)
+	{
+		values[i] = args[i] ? CStringGetTextDatum(args[i]) : (Datum) 0;
+		nulls[i] = args[i] ? ' ' : 'n';
+	}
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc < 0)
+		elog(ERROR, "mesh: statement failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/* Column col (1-based) of result row, copied out of SPI memory; NULL stays NULL. */
+static char *
+sql_value(uint64 row, int col)
+{
+	char	   *v = SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col);
+
+	return v ? MemoryContextStrdup(result_cxt, v) : NULL;
+}
+
+static char *
+int64_text(int64 v)
+{
+	return psprintf(INT64_FORMAT, v);
+}
+
+/*--------------------------------------------------------------------------
+ * Declaring a run (mesh_acquire): intent only, committed asynchronously.
+ *--------------------------------------------------------------------------
+ */
+typedef struct DeclareArgs
+{
+	const char *args[4];
+	char	   *row_json;
+} DeclareArgs;
+
+static const char declare_insert_sql[] =
+"INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, parent_run_id) "
+"VALUES ($1, $2, $3, $4) ON CONFLICT (run_id) DO NOTHING "
+"RETURNING row_to_json(workspaces)::text";
+
+static const char declare_existing_sql[] =
+"SELECT row_to_json(w)::text, agent_id, created_by_actor_id, coalesce(parent_run_id, '(none)'), "
+"       agent_id = $2 AND created_by_actor_id = $3 AND parent_run_id IS NOT DISTINCT FROM $4 "
+"  FROM mesh.workspaces w WHERE run_id = $1";
+
+static void
+declare_body(void *arg)
+{
+	DeclareArgs *a = (DeclareArgs *) arg;
+
+	if (sql_run(declare_insert_sql, 4, a->args) == 1)
+	{
+		a->row_json = sql_value(0, 1);
+		return;
+	}
+	sql_run(declare_existing_sql, 4, a->args);
+	if (strcmp(sql_value(0, 5), "t") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNIQUE_VIOLATION),
+				 errmsg("run \"%s\" is already declared with a different agent, actor or parent",
+						a->args[0]),
+				 errdetail("It was declared by agent \"%s\" for actor \"%s\" with parent run %s.",
+						   sql_value(0, 2), sql_value(0, 3), sql_value(0, 4)),
+				 errhint("A run has one workspace; use a new run_id for different work.")));
+	a->row_json = sql_value(0, 1);
+}
+
+bool
+store_declare(const char *run_id, const char *agent_id, const char *actor_id,
+			  const char *parent_run_id, char **row_json, ErrorData **err)
+{
+	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id}, NULL};
+
+	if (!run_txn("mesh worker: declare run", declare_body, &a, false, err))
+		return false;
+	*row_json = a.row_json;
+	return true;
+}
+
+/*--------------------------------------------------------------------------
+ * Loading a run's workspace and its backend's catalog entry.
+ *--------------------------------------------------------------------------
+ */
+typedef struct LoadArgs
+{
+	const char *run_id;
+	MeshWorkspace *ws;
+	bool		found;
+	bool		for_update;
+} LoadArgs;
+
+static const char load_sql[] =
+"SELECT w.id, w.run_id, w.agent_id, w.created_by_actor_id, w.status, w.status_reason, "
+"       w.backend_kind, w.external_ref, w.size, w.capabilities::text, "
+"       b.name IS NOT NULL, b.enabled, b.driver, b.config::text, c.credential "
+"  FROM mesh.workspaces w "
+"  LEFT JOIN mesh.backends b ON b.name = w.backend_kind "
+"  LEFT JOIN mesh.backend_credentials c ON c.backend = b.name "
+" WHERE w.run_id = $1";
+
+static const char lock_sql[] =
+"SELECT 1 FROM mesh.workspaces WHERE run_id = $1 FOR UPDATE";
+
+static void
+fill_workspace(MeshWorkspace *ws)
+{
+	char	   *v;
+
+	ws->id = pg_strtoint64(sql_value(0, 1));
+	ws->run_id = sql_value(0, 2);
+	ws->agent_id = sql_value(0, 3);
+	ws->actor_id = sql_value(0, 4);
+	ws->status = sql_value(0, 5);
+	ws->status_reason = sql_value(0, 6);
+	ws->backend_kind = sql_value(0, 7);
+	ws->external_ref = sql_value(0, 8);
+	ws->size = sql_value(0, 9);
+	ws->capabilities = sql_value(0, 10);
+	ws->backend_found = strcmp(sql_value(0, 11), "t") == 0;
+	v = sql_value(0, 12);
+	ws->backend_enabled = v && strcmp(v, "t") == 0;
+	ws->driver = sql_value(0, 13);
+	ws->config = sql_value(0, 14);
+	ws->credential = sql_value(0, 15);
+}
+
+static void
+load_body(void *arg)
+{
+	LoadArgs   *a = (LoadArgs *) arg;
+	const char *args[1] = {a->run_id};
+
+	if (a->for_update && sql_run(lock_sql, 1, args) == 0)
+		return;
+	a->found = sql_run(load_sql, 1, args) == 1;
+	if (a->found)
+		fill_workspace(a->ws);
+}
+
+/* Load the run's row; an unknown run is the caller's error. */
+bool
+store_load(const char *run_id, MeshWorkspace *ws, ErrorData **err)
+{
+	LoadArgs	a = {run_id, ws, false, false};
+
+	memset(ws, 0, sizeof(*ws));
+	if (!run_txn("mesh worker: load run", load_body, &a, false, err))
+		return false;
+	if (!a.found)
+	{
+		MemoryContext cxt = CurrentMemoryContext;
+
+		PG_TRY();
+		{
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("run \"%s\" has no workspace declared", run_id),
+					 errhint("Call mesh_acquire(run_id, agent_id, actor_id) first.")));
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(cxt);
+			*err = CopyErrorData();
+			FlushErrorState();
+		}
+		PG_END_TRY();
+		return false;
+	}
+	return true;
+}
+
+/*--------------------------------------------------------------------------
+ * Materialization: choose the backend, record it, then call it.
+ *--------------------------------------------------------------------------
+ */
+typedef struct MaterializeArgs
+{
+	MeshWorkspace *ws;
+	const char *install_id;
+} MaterializeArgs;
+
+static const char select_sql[] =
+"SELECT s.backend, s.implicit, s.size FROM mesh.select_backend($1) s";
+
+static const char mark_acquiring_sql[] =
+"UPDATE mesh.workspaces SET status = 'acquiring', backend_kind = $2, external_ref = $3, "
+"       size = $4::mesh.size_tier, capabilities = $5::jsonb, status_reason = NULL "
+" WHERE id = $1::bigint";
+
+static const char event_sql[] =
+"INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
+"VALUES ($1, $2, $3::bigint, $4, coalesce($5::jsonb, '{}'))";
+
+static const char touch_sql[] =
+"UPDATE mesh.workspaces SET last_used_at = now() WHERE id = $1::bigint";
+
+/* Build a MeshBackend from a loaded row; false when it has no usable entry. */
+bool
+mesh_backend_from_workspace(const MeshWorkspace *ws, MeshBackend *be)
+{
+	memset(be, 0, sizeof(*be));
+	if (!ws->backend_found || ws->driver == NULL)
+		return false;
+	be->driver = mesh_driver_lookup(ws->driver);
+	if (be->driver == NULL)
+		return false;
+	be->name = ws->backend_kind;
+	be->config = json_loads(ws->config ? ws->config : "{}", 0, NULL);
+	be->credential = ws->credential;
+	be->data_dir = DataDir;
+	return be->config != NULL;
+}
+
+static void
+materialize_body(void *arg)
+{
+	MaterializeArgs *a = (MaterializeArgs *) arg;
+	MeshWorkspace *ws = a->ws;
+	const char *run[1] = {ws->run_id};
+	const char *backend_arg[1];
+	MeshBackend be;
+	MeshCapabilities caps;
+	char	   *caps_text;
+	bool		implicit;
+
+	sql_run(lock_sql, 1, run);
+	backend_arg[0] = ws->agent_id;
+	sql_run(select_sql, 1, backend_arg);
+	ws->backend_kind = sql_value(0, 1);
+	implicit = strcmp(sql_value(0, 2), "t") == 0;
+	ws->size = sql_value(0, 3);
+
+	/* re-read the row so the catalog entry of the chosen backend is loaded */
+	{
+		const char *args[2] = {ws->run_id, ws->backend_kind};
+		static const char backend_sql[] =
+		"SELECT true, b.enabled, b.driver, b.config::text, c.credential "
+		"  FROM mesh.backends b LEFT JOIN mesh.backend_credentials c ON c.backend = b.name "
+		" WHERE b.name = $2 AND $1 IS NOT NULL";
+
+		sql_run(backend_sql, 2, args);
+		ws->backend_found = true;
+		ws->backend_enabled = true;
+		ws->driver = sql_value(0, 3);
+		ws->config = sql_value(0, 4);
+		ws->credential = sql_value(0, 5);
+	}
+	if (!mesh_backend_from_workspace(ws, &be))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIG_FILE_ERROR),
+				 errmsg("backend \"%s\" has a driver or config this build cannot use",
+						ws->backend_kind),
+				 errhint("See mesh.backend_catalog and mesh.drivers().")));
+	if (be.driver->needs_credential(be.config) && be.credential == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("backend \"%s\" has no credential set", ws->backend_kind),
+				 errhint("An admin sets it with mesh.backend_set_credential().")));
+
+	be.driver->declared_capabilities(&be, &caps);
+	caps_text = json_dumps(mesh_capabilities_to_json(&caps), JSON_COMPACT);
+	ws->capabilities = MemoryContextStrdup(result_cxt, caps_text);
+	free(caps_text);
+	ws->external_ref = MemoryContextStrdup(result_cxt,
+										   be.driver->workspace_ref(&be, a->install_id, ws->id));
+	json_decref(be.config);
+	{
+		const char *args[5] = {int64_text(ws->id), ws->backend_kind, ws->external_ref,
+		ws->size, ws->capabilities};
+
+		sql_run(mark_acquiring_sql, 5, args);
+	}
+	{
+		char	   *detail = psprintf("{\"size\": \"%s\", \"implicit_selection\": %s}",
+									  ws->size, implicit ? "true" : "false");
+		const char *args[5] = {"acquiring", ws->run_id, int64_text(ws->id), ws->backend_kind,
+		detail};
+
+		sql_run(event_sql, 5, args);
+	}
+	if (implicit)
+		ereport(LOG,
+				(errmsg("mesh: run \"%s\" of agent \"%s\" uses backend \"%s\", the instance default (the agent has no pin)",
+						ws->run_id, ws->agent_id, ws->backend_kind)));
+	ws->status = MemoryContextStrdup(result_cxt, "acquiring");
+}
+
+/* Record the choice of backend and the move to acquiring, durably. */
+bool
+store_begin_materialize(MeshWorkspace *ws, const char *install_id, ErrorData **err)
+{
+	MaterializeArgs a = {ws, install_id};
+
+	return run_txn("mesh worker: materialize", materialize_body, &a, true, err);
+}
+
+typedef struct ReadyArgs
+{
+	MeshWorkspace *ws;
+	const char *caps;
+} ReadyArgs;
+
+static const char mark_ready_sql[] =
+"UPDATE mesh.workspaces SET status = 'ready', capabilities = $2::jsonb, status_reason = NULL, "
+"       materialized_at = now(), last_used_at = now() WHERE id = $1::bigint";
+
+static void
+ready_body(void *arg)
+{
+	ReadyArgs  *a = (ReadyArgs *) arg;
+	const char *args[2] = {int64_text(a->ws->id), a->caps};
+	const char *ev[5] = {"acquired", a->ws->run_id, args[0], a->ws->backend_kind, NULL};
+
+	sql_run(mark_ready_sql, 2, args);
+	sql_run(event_sql, 5, ev);
+}
+
+bool
+store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, ErrorData **err)
+{
+	char	   *text = json_dumps(mesh_capabilities_to_json(caps), JSON_COMPACT);
+	ReadyArgs	a = {ws, pstrdup(text)};
+
+	free(text);
+	if (!run_txn("mesh worker: workspace ready", ready_body, &a, true, err))
+		return false;
+	ws->status = "ready";
+	ws->capabilities = (char *) a.caps;
+	return true;
+}
+
+typedef struct FailArgs
+{
+	MeshWorkspace *ws;
+	bool		retryable;
+	const char *reason;
+} FailArgs;
+
+static const char mark_failed_sql[] =
+"UPDATE mesh.workspaces SET status = CASE WHEN $2 = 't' THEN status ELSE 'failed' END, "
+"       status_reason = $3 WHERE id = $1::bigint";
+
+static void
+fail_body(void *arg)
+{
+	FailArgs   *a = (FailArgs *) arg;
+	const char *args[3] = {int64_text(a->ws->id), a->retryable ? "t" : "f", a->reason};
+	char	   *detail = psprintf("{\"retryable\": %s}", a->retryable ? "true" : "false");
+	const char *ev[5] = {"acquire_failed", a->ws->run_id, args[0], a->ws->backend_kind, detail};
+
+	sql_run(mark_failed_sql, 3, args);
+	sql_run(event_sql, 5, ev);
+}
+
+/*
+ * An acquisition failed.  Retryable failures (backend unreachable) leave the
+ * row acquiring with its recorded backend and reference, so the next call
+ * retries the same idempotent acquire and nothing the backend may have
+ * created is forgotten; others make the workspace failed.
+ */
+bool
+store_materialize_failed(MeshWorkspace *ws, bool retryable, const char *reason, ErrorData **err)
+{
+	FailArgs	a = {ws, retryable, reason};
+
+	return run_txn("mesh worker: acquire failed", fail_body, &a, true, err);
+}
+
+/*--------------------------------------------------------------------------
+ * Execs.
+ *--------------------------------------------------------------------------
+ */
+typedef struct ExecStartArgs
+{
+	MeshWorkspace *ws;
+	const MeshExecSpec *spec;
+	int64		exec_id;
+} ExecStartArgs;
+
+static const char exec_insert_sql[] =
+"INSERT INTO mesh.execs (workspace_id, run_id, argv, dir, env_names, stdin_bytes, timeout_ms) "
+"VALUES ($1::bigint, $2, ARRAY(SELECT json_array_elements_text($3::json)), $4, "
+"        ARRAY(SELECT json_object_keys($5::json)), $6::int, $7::bigint) RETURNING id";
+
+static void
+exec_start_body(void *arg)
+{
+	ExecStartArgs *a = (ExecStartArgs *) arg;
+	json_t	   *argv = json_array();
+	char	   *argv_text;
+	char	   *env_text = a->spec->env ? json_dumps(a->spec->env, JSON_COMPACT) : NULL;
+	const char *args[7];
+
+	for (int i = 0; i < a->spec->argc; i++)
+		json_array_append_new(argv, json_string(a->spec->argv[i]));
+	argv_text = json_dumps(argv, JSON_COMPACT);
+	json_decref(argv);
+	args[0] = int64_text(a->ws->id);
+	args[1] = a->ws->run_id;
+	args[2] = pstrdup(argv_text);
+	args[3] = a->spec->dir;
+	args[4] = env_text ? pstrdup(env_text) : "{}";
+	args[5] = psprintf("%zu", a->spec->stdin_len);
+	args[6] = psprintf("%ld", a->spec->timeout_ms);
+	free(argv_text);
+	free(env_text);
+	sql_run(exec_insert_sql, 7, args);
+	a->exec_id = pg_strtoint64(sql_value(0, 1));
+	sql_run(touch_sql, 1, args);
+}
+
+/*
+ * The exec row, written before the command is sent.  Committed
+ * asynchronously: the durable commit that records its end flushes it too.
+ */
+bool
+store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id, ErrorData **err)
+{
+	ExecStartArgs a = {ws, spec, 0};
+
+	if (!run_txn("mesh worker: exec started", exec_start_body, &a, false, err))
+		return false;
+	*exec_id = a.exec_id;
+	return true;
+}
+
+typedef struct ExecFinishArgs
+{
+	MeshWorkspace *ws;
+	int64		exec_id;
+	const MeshExecRecord *rec;
+} ExecFinishArgs;
+
+static const char exec_finish_sql[] =
+"UPDATE mesh.execs SET status = $2::mesh.exec_status, exit_code = $3::int, stdout = $4, stderr = $5, "
+"       truncated = coalesce($6::boolean, false), wall_seconds = $7::float8, cpu_seconds = $8::float8, "
+"       charged_seconds = $9::float8, charge_basis = $10, error = $11, finished_at = clock_timestamp() "
+" WHERE id = $1::bigint";
+
+static const char charge_sql[] =
+"UPDATE mesh.workspaces SET compute_seconds = compute_seconds + $2::float8, last_used_at = now() "
+" WHERE id = $1::bigint";
+
+/* Text a PostgreSQL text column can hold: invalid UTF-8 and NUL become U+FFFD. */
+char *
+mesh_sanitize_text(const char *data, size_t len)
+{
+	StringInfoData out;
+	size_t		i = 0;
+
+	initStringInfo(&out);
+	while (i < len)
+	{
+		const unsigned char *p = (const unsigned char *) data + i;
+		int			n = pg_utf_mblen(p);
+
+		if (*p != 0 && i + n <= len && pg_utf8_islegal(p, n))
+		{
+			appendBinaryStringInfo(&out, (const char *) p, n);
+			i += n;
+		}
+		else
+		{
+			appendStringInfoString(&out, "\xEF\xBF\xBD");
+			i += 1;
+		}
+	}
+	return out.data;
+}
+
+static void
+exec_finish_body(void *arg)
+{
+	ExecFinishArgs *a = (ExecFinishArgs *) arg;
+	const MeshExecResult *r = a->rec->result;
+	const char *args[11];
+
+	args[0] = int64_text(a->exec_id);
+	args[1] = a->rec->status;
+	args[2] = r ? psprintf("%d", r->exit_code) : NULL;
+	args[3] = r ? r->stdout_data : NULL;
+	args[4] = r ? r->stderr_data : NULL;
+	args[5] = r ? (r->truncated ? "t" : "f") : NULL;
+	args[6] = r ? psprintf("%.6f", r->wall_seconds) : NULL;
+	args[7] = r && r->cpu_metered ? psprintf("%.6f", r->cpu_seconds) : NULL;
+	args[8] = psprintf("%.6f", a->rec->charged_seconds);
+	args[9] = a->rec->charge_basis;
+	args[10] = a->rec->error;
+	sql_run(exec_finish_sql, 11, args);
+	{
+		const char *charge[2] = {int64_text(a->ws->id), args[8]};
+
+		sql_run(charge_sql, 2, charge);
+	}
+}
+
+/*
+ * Record how an exec ended and charge the run, durably.  stdout and stderr
+ * in rec->result must already be sanitized text.
+ */
+bool
+store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec, ErrorData **err)
+{
+	ExecFinishArgs a = {ws, exec_id, rec};
+
+	return run_txn("mesh worker: exec finished", exec_finish_body, &a, true, err);
+}
+
+/*--------------------------------------------------------------------------
+ * File reads and writes are events.
+ *--------------------------------------------------------------------------
+ */
+typedef struct FileArgs
+{
+	MeshWorkspace *ws;
+	const char *kind;
+	const char *path;
+	int64		bytes;
+	const char *failure;
+} FileArgs;
+
+static void
+file_body(void *arg)
+{
+	FileArgs   *a = (FileArgs *) arg;
+	json_t	   *detail = json_pack("{s:s,s:I}", "path", a->path, "bytes", (json_int_t) a->bytes);
+	char	   *text;
+	const char *ev[5];
+
+	if (a->failure)
+		json_object_set_new(detail, "failure", json_string(a->failure));
+	text = json_dumps(detail, JSON_COMPACT);
+	json_decref(detail);
+	ev[0] = a->kind;
+	ev[1] = a->ws->run_id;
+	ev[2] = int64_text(a->ws->id);
+	ev[3] = a->ws->backend_kind;
+	ev[4] = pstrdup(text);
+	free(text);
+	sql_run(event_sql, 5, ev);
+	sql_run(touch_sql, 1, &ev[2]);
+}
+
+bool
+store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
+				 const char *failure, ErrorData **err)
+{
+	FileArgs	a = {ws, kind, path, bytes, failure};
+
+	return run_txn("mesh worker: file event", file_body, &a, true, err);
+}
+
+/*--------------------------------------------------------------------------
+ * Release.
+ *--------------------------------------------------------------------------
+ */
+typedef struct ReleaseArgs
+{
+	MeshWorkspace *ws;
+	const char *outcome;
+	const char *reason;
+} ReleaseArgs;
+
+static const char mark_releasing_sql[] =
+"UPDATE mesh.workspaces SET status = 'releasing', release_reason = coalesce($2, release_reason) "
+" WHERE id = $1::bigint";
+
+static const char mark_released_sql[] =
+"UPDATE mesh.workspaces SET status = 'released', release_outcome = $2, "
+"       release_reason = coalesce($3, release_reason), released_at = now() "
+" WHERE id = $1::bigint";
+
+static const char mark_stuck_sql[] =
+"UPDATE mesh.workspaces SET status_reason = $2, release_outcome = $3 WHERE id = $1::bigint";
+
+static void
+releasing_body(void *arg)
+{
+	ReleaseArgs *a = (ReleaseArgs *) arg;
+	const char *run[1] = {a->ws->run_id};
+	const char *args[2] = {int64_text(a->ws->id), a->reason};
+
+	sql_run(lock_sql, 1, run);
+	sql_run(mark_releasing_sql, 2, args);
+}
+
+/* The move to releasing is committed before the backend is asked. */
+bool
+store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err)
+{
+	ReleaseArgs a = {ws, NULL, reason};
+
+	if (!run_txn("mesh worker: releasing", releasing_body, &a, true, err))
+		return false;
+	ws->status = "releasing";
+	return true;
+}
+
+static void
+released_body(void *arg)
+{
+	ReleaseArgs *a = (ReleaseArgs *) arg;
+	const char *args[3] = {int64_text(a->ws->id), a->outcome, a->reason};
+	char	   *detail = psprintf("{\"outcome\": \"%s\"}", a->outcome);
+	const char *ev[5] = {"released", a->ws->run_id, args[0], a->ws->backend_kind, detail};
+
+	sql_run(mark_released_sql, 3, args);
+	sql_run(event_sql, 5, ev);
+}
+
+bool
+store_released(MeshWorkspace *ws, const char *outcome, const char *reason, ErrorData **err)
+{
+	ReleaseArgs a = {ws, outcome, reason};
+
+	if (!run_txn("mesh worker: released", released_body, &a, true, err))
+		return false;
+	ws->status = "released";
+	return true;
+}
+
+static void
+stuck_body(void *arg)
+{
+	ReleaseArgs *a = (ReleaseArgs *) arg;
+	bool		by_hand = strcmp(a->outcome, "must be released by hand") == 0;
+	const char *args[3] = {int64_text(a->ws->id), a->reason, by_hand ? a->outcome : NULL};
+	json_t	   *detail = json_pack("{s:s}", "reason", a->reason);
+	char	   *text = json_dumps(detail, JSON_COMPACT);
+	const char *ev[5] = {"release_failed", a->ws->run_id, args[0], a->ws->backend_kind, pstrdup(text)};
+
+	free(text);
+	json_decref(detail);
+	sql_run(mark_stuck_sql, 3, args);
+	sql_run(event_sql, 5, ev);
+}
+
+/*
+ * A release could not reach the backend.  The row stays live, as evidence,
+ * with the reason; "must be released by hand" when no catalog entry or
+ * credential is left to reach it with.
+ */
+bool
+store_release_stuck(MeshWorkspace *ws, const char *why, ErrorData **err)
+{
+	ReleaseArgs a = {ws, ws->backend_found ? "retry" : "must be released by hand", why};
+
+	return run_txn("mesh worker: release failed", stuck_body, &a, true, err);
+}
+
+/*--------------------------------------------------------------------------
+ * Recovery when a worker starts.
+ *--------------------------------------------------------------------------
+ */
+typedef struct RecoverArgs
+{
+	const char *args[2];
+} RecoverArgs;
+
+static const char recover_execs_sql[] =
+"UPDATE mesh.execs e SET status = 'error', finished_at = clock_timestamp(), "
+"       error = 'interrupted: the server or a mesh worker restarted while the command ran', "
+"       charged_seconds = extract(epoch FROM clock_timestamp() - e.started_at), charge_basis = 'wall' "
+" WHERE e.status = 'running' "
+"   AND ((hashtext(e.run_id)::bigint & 4294967295) % $2::bigint) = $1::bigint";
+
+static void
+recover_body(void *arg)
+{
+	RecoverArgs *a = (RecoverArgs *) arg;
+
+	sql_run(recover_execs_sql, 2, a->args);
+	if (SPI_processed > 0)
+		ereport(LOG,
+				(errmsg("mesh: marked %llu interrupted exec(s) as failed",
+						(unsigned long long) SPI_processed)));
+}
+
+/*
+ * Execs this worker owned that were running when it or the server died are
+ * failed with a reason, charged for the wall time they may have used.
+ */
+bool
+store_recover_after_restart(int worker_index, int nworkers, ErrorData **err)
+{
+	RecoverArgs a = {{psprintf("%d", worker_index), psprintf("%d", nworkers)}};
+
+	return run_txn("mesh worker: recovery", recover_body, &a, true, err);
+}

@@ -1,0 +1,67 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.h
+ *	  Every row change a worker makes, each in its own short transaction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MESH_STORE_H
+#define MESH_STORE_H
+
+#include "postgres.h"
+
+#include "backends/backend.h"
+
+/* A workspace row joined with its backend's catalog entry. */
+typedef struct MeshWorkspace
+{
+	int64		id;
+	char	   *run_id;
+	char	   *agent_id;
+	char	   *actor_id;
+	char	   *status;
+	char	   *status_reason;
+	char	   *backend_kind;
+	char	   *external_ref;
+	char	   *size;
+	char	   *capabilities;	/* JSON text or NULL */
+	/* the catalog entry named by backend_kind, if any */
+	bool		backend_found;
+	bool		backend_enabled;
+	char	   *driver;
+	char	   *config;			/* JSON text */
+	char	   *credential;		/* never logged */
+} MeshWorkspace;
+
+typedef struct MeshExecRecord
+{
+	const char *status;
+	const MeshExecResult *result;	/* NULL when the exec produced none */
+	const char *error;
+	double		charged_seconds;
+	const char *charge_basis;
+} MeshExecRecord;
+
+extern bool mesh_backend_from_workspace(const MeshWorkspace *ws, MeshBackend *be);
+extern char *mesh_sanitize_text(const char *data, size_t len);
+
+extern bool store_declare(const char *run_id, const char *agent_id, const char *actor_id,
+						  const char *parent_run_id, char **row_json, ErrorData **err);
+extern bool store_load(const char *run_id, MeshWorkspace *ws, ErrorData **err);
+extern bool store_begin_materialize(MeshWorkspace *ws, const char *install_id, ErrorData **err);
+extern bool store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, ErrorData **err);
+extern bool store_materialize_failed(MeshWorkspace *ws, bool retryable, const char *reason,
+									 ErrorData **err);
+extern bool store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
+							   ErrorData **err);
+extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
+								ErrorData **err);
+extern bool store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
+							 const char *failure, ErrorData **err);
+extern bool store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err);
+extern bool store_released(MeshWorkspace *ws, const char *outcome, const char *reason,
+						   ErrorData **err);
+extern bool store_release_stuck(MeshWorkspace *ws, const char *why, ErrorData **err);
+extern bool store_recover_after_restart(int worker_index, int nworkers, ErrorData **err);
+
+#endif							/* MESH_STORE_H */

@@ -1,0 +1,971 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  The mesh worker pool: every backend call happens here.
+ *
+ * Each worker owns the runs whose run_id hashes to it.  It takes calls from
+ * its queue in shared memory (handoff.c), moves each through a small state
+ * machine, and overlaps the HTTP waits of all of them with libcurl multi
+ * (worker_http.c).  Between HTTP steps it commits the row changes in short
+ * transactions of its own (store.c): the row before the backend call, the
+ * outcome after it.
+ *
+ * Because one worker owns a run, the first exec-class calls of a run that
+ * arrive together are serialised here: one materializes the workspace while
+ * the others wait, parked, in this process.
+ *
+ * Hygiene: SIGTERM is die(); the loop sleeps on the latch and the sockets
+ * and never polls tables; CHECK_FOR_INTERRUPTS on every turn;
+ * pgstat_report_stat after transactions; no process-local pointers in
+ * shared memory; no lock is held while a backend works.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "mesh_json.h"
+
+#include "access/xlog.h"
+#include "lib/ilist.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "handoff.h"
+#include "mesh_exec.h"
+#include "store.h"
+#include "worker_http.h"
+
+typedef enum CallStep
+{
+	STEP_START,					/* resolve the run's workspace */
+	STEP_PARKED,				/* another call of this run is materializing it */
+	STEP_ACQUIRING,				/* this call materializes: acquire in flight */
+	STEP_OPERATING,				/* the operation's request is in flight */
+	STEP_KILLING,				/* cancelled exec: kill request in flight */
+	STEP_FINISHED				/* reply queued (or caller gone) */
+} CallStep;
+
+typedef struct WorkerCall
+{
+	dlist_node	node;
+	MemoryContext cxt;
+	dsm_segment *seg;
+	MeshCall   *hdr;
+	shm_mq_handle *mqh;
+	MeshOp		op;
+	json_t	   *req;
+	const char *blob;
+	Size		blob_len;
+	const char *run_id;
+	CallStep	step;
+	MeshWorkspace ws;
+	MeshBackend be;
+	MeshTransfer *transfer;
+	int64		exec_id;
+	MeshExecSpec spec;
+	TimestampTz op_started;
+	List	   *outbox;			/* StringInfo messages not yet sent */
+	bool		caller_gone;
+} WorkerCall;
+
+static dlist_head calls = DLIST_STATIC_INIT(calls);
+static MemoryContext worker_cxt;
+static int	worker_index;
+static char *install_id;
+
+/*--------------------------------------------------------------------------
+ * Replies
+ *--------------------------------------------------------------------------
+ */
+
+/* Queue a message for the caller; sent by flush_outbox(). */
+static void
+queue_message(WorkerCall *call, json_t *doc, const char *blob, Size blob_len)
+{
+	StringInfo	msg = makeStringInfo();
+
+	mesh_reply_encode(msg, doc, blob, blob_len);
+	json_decref(doc);
+	call->outbox = lappend(call->outbox, msg);
+}
+
+static void
+reply_ok(WorkerCall *call, json_t *doc, const char *blob, Size blob_len)
+{
+	queue_message(call, doc, blob, blob_len);
+	call->step = STEP_FINISHED;
+}
+
+static void
+reply_error(WorkerCall *call, const char *sqlstate, const char *message,
+			const char *detail, const char *hint)
+{
+	json_t	   *error = json_pack("{s:s,s:s}", "sqlstate", sqlstate, "message", message);
+
+	if (detail)
+		json_object_set_new(error, "detail", json_string(detail));
+	if (hint)
+		json_object_set_new(error, "hint", json_string(hint));
+	queue_message(call, json_pack("{s:o}", "error", error), NULL, 0);
+	call->step = STEP_FINISHED;
+}
+
+/*
+ * Pass a failed transaction's error on to the caller.  A lock timeout means
+ * some transaction, quite possibly the caller's own, holds a lock on mesh's
+ * rows: say so instead of hanging both processes.
+ */
+static void
+reply_txn_error(WorkerCall *call, ErrorData *err)
+{
+	if (err->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+		reply_error(call, "55P03",
+					psprintf("mesh worker could not lock the workspace of run \"%s\" within mesh.worker_lock_timeout",
+							 call->run_id),
+					"Another transaction holds a lock on mesh's tables.",
+					"If the calling transaction itself locked mesh tables, commit or roll it back before calling mesh functions.");
+	else
+		reply_error(call, unpack_sql_state(err->sqlerrcode), err->message, err->detail, err->hint);
+	FreeErrorData(err);
+}
+
+/* The SQLSTATE a harness sees for a backend failure, whatever the backend. */
+static const char *
+failure_sqlstate(MeshFailure failure)
+{
+	switch (failure)
+	{
+		case MESH_FAIL_NOT_FOUND:
+			return "58P01";		/* undefined_file */
+		case MESH_FAIL_PATH_REFUSED:
+			return "42501";		/* insufficient_privilege */
+		case MESH_FAIL_TOO_LARGE:
+			return "54000";		/* program_limit_exceeded */
+		case MESH_FAIL_BAD_REQUEST:
+			return "22023";		/* invalid_parameter_value */
+		case MESH_FAIL_NOT_RUNNING:
+			return "55000";		/* object_not_in_prerequisite_state */
+		case MESH_FAIL_UNAVAILABLE:
+			return "08006";		/* connection_failure */
+		default:
+			return "XX000";
+	}
+}
+
+static const char *
+failure_hint(MeshFailure failure)
+{
+	switch (failure)
+	{
+		case MESH_FAIL_PATH_REFUSED:
+			return "Paths are relative to the workspace root, or absolute inside /workspace; they may not leave it.";
+		case MESH_FAIL_UNAVAILABLE:
+			return "Check that the backend is running and reachable; see mesh.backend_catalog.";
+		case MESH_FAIL_TOO_LARGE:
+			return "See mesh.max_file_size and the backend's limits.";
+		default:
+			return NULL;
+	}
+}
+
+static void
+reply_backend_error(WorkerCall *call, const MeshError *err)
+{
+	reply_error(call, failure_sqlstate(err->failure), err->message, NULL,
+				failure_hint(err->failure));
+}
+
+/* Send what can be sent now; the rest waits for the caller to read. */
+static void
+flush_outbox(WorkerCall *call)
+{
+	while (call->outbox != NIL && !call->caller_gone)
+	{
+		StringInfo	msg = (StringInfo) linitial(call->outbox);
+		shm_mq_result res = shm_mq_send(call->mqh, msg->len, msg->data, true, true);
+
+		if (res == SHM_MQ_WOULD_BLOCK)
+			return;
+		if (res == SHM_MQ_DETACHED)
+			call->caller_gone = true;
+		call->outbox = list_delete_first(call->outbox);
+	}
+}
+
+/*--------------------------------------------------------------------------
+ * Taking calls
+ *--------------------------------------------------------------------------
+ */
+
+/* Attach a queued call segment; NULL when its caller already gave up. */
+static WorkerCall *
+attach_call(dsm_handle handle)
+{
+	dsm_segment *seg = dsm_attach(handle);
+	WorkerCall *call;
+	MeshCall   *hdr;
+	char	   *base;
+
+	if (seg == NULL)
+		return NULL;
+	dsm_pin_mapping(seg);
+	base = dsm_segment_address(seg);
+	hdr = (MeshCall *) base;
+	if (hdr->magic != MESH_CALL_MAGIC)
+	{
+		dsm_detach(seg);
+		return NULL;
+	}
+	call = MemoryContextAllocZero(worker_cxt, sizeof(WorkerCall));
+	call->cxt = AllocSetContextCreate(worker_cxt, "mesh call", ALLOCSET_DEFAULT_SIZES);
+	call->seg = seg;
+	call->hdr = hdr;
+	call->op = hdr->op;
+	call->req = json_loadb(base + hdr->json_off, hdr->json_len, 0, NULL);
+	call->blob = base + hdr->blob_off;
+	call->blob_len = hdr->blob_len;
+	pg_atomic_write_u32(&hdr->taken, 1);
+	{
+		shm_mq	   *mq = (shm_mq *) (base + hdr->mq_off);
+
+		shm_mq_set_sender(mq, MyProc);
+		call->mqh = shm_mq_attach(mq, seg, NULL);
+	}
+	call->run_id = call->req ? json_string_value(json_object_get(call->req, "run_id")) : NULL;
+	call->step = STEP_START;
+	return call;
+}
+
+static void
+take_new_calls(void)
+{
+	dsm_handle	handle;
+
+	while (mesh_worker_pop(worker_index, &handle))
+	{
+		WorkerCall *call = attach_call(handle);
+
+		if (call == NULL)
+			continue;
+		if (call->req == NULL || call->run_id == NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+			reply_error(call, "XX000", "mesh: malformed request", NULL, NULL);
+			MemoryContextSwitchTo(old);
+		}
+		else if (call->hdr->database != MyDatabaseId)
+		{
+			MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+			reply_error(call, "55000",
+						psprintf("mesh_exec's workers serve database \"%s\", not this one", mesh_database),
+						NULL, "Call mesh functions in the database named by mesh.database, or change that setting and restart.");
+			MemoryContextSwitchTo(old);
+		}
+		dlist_push_tail(&calls, &call->node);
+	}
+}
+
+static void
+free_call(WorkerCall *call)
+{
+	if (call->transfer)
+		mesh_http_free(call->transfer);
+	if (call->be.config)
+		json_decref(call->be.config);
+	if (call->req)
+		json_decref(call->req);
+	dlist_delete(&call->node);
+	dsm_detach(call->seg);
+	MemoryContextDelete(call->cxt);
+	pfree(call);
+}
+
+/*--------------------------------------------------------------------------
+ * Materialization
+ *--------------------------------------------------------------------------
+ */
+
+/* Is another call of this run materializing it right now? */
+static bool
+run_is_materializing(const char *run_id, WorkerCall *except)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &calls)
+	{
+		WorkerCall *other = dlist_container(WorkerCall, node, iter.cur);
+
+		if (other != except && other->step == STEP_ACQUIRING &&
+			strcmp(other->run_id, run_id) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Materialization ended: parked calls of the run start over, or fail alike. */
+static void
+wake_parked(const char *run_id, const MeshError *failed)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &calls)
+	{
+		WorkerCall *other = dlist_container(WorkerCall, node, iter.cur);
+
+		if (other->step != STEP_PARKED || strcmp(other->run_id, run_id) != 0)
+			continue;
+		if (failed)
+		{
+			MemoryContext old = MemoryContextSwitchTo(other->cxt);
+
+			reply_backend_error(other, failed);
+			MemoryContextSwitchTo(old);
+		}
+		else
+			other->step = STEP_START;
+	}
+}
+
+static bool
+load_backend(WorkerCall *call)
+{
+	if (call->be.driver)
+		return true;
+	if (mesh_backend_from_workspace(&call->ws, &call->be))
+		return true;
+	reply_error(call, "55000",
+				psprintf("run \"%s\" was materialized by backend \"%s\", which no longer has a usable catalog entry",
+						 call->run_id, call->ws.backend_kind ? call->ws.backend_kind : "(none)"),
+				NULL, "Restore the backend with mesh.backend_add(), or release the workspace by hand.");
+	return false;
+}
+
+static void
+start_transfer(WorkerCall *call, MeshHttpRequest *req, size_t max_response)
+{
+	call->transfer = mesh_http_start(req, max_response, call);
+}
+
+/* Ask the recorded backend to create (or wake) the workspace. */
+static void
+start_acquire(WorkerCall *call)
+{
+	MeshHttpRequest req;
+	MeshSize	size = MESH_SIZE_STANDARD;
+
+	if (!load_backend(call))
+		return;
+	(void) mesh_size_parse(call->ws.size ? call->ws.size : "standard", &size);
+	call->be.driver->acquire_request(&call->be, call->ws.external_ref, size, install_id, &req);
+	start_transfer(call, &req, 1024 * 1024);
+	call->step = STEP_ACQUIRING;
+}
+
+static void
+begin_materialize(WorkerCall *call)
+{
+	ErrorData  *err;
+
+	if (strcmp(call->ws.status, "pending") == 0)
+	{
+		if (!store_begin_materialize(&call->ws, install_id, &err))
+		{
+			reply_txn_error(call, err);
+			return;
+		}
+		queue_message(call,
+					  json_pack("{s:s}", "notice",
+								psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"; the first call takes a moment",
+										 call->run_id, call->ws.backend_kind)),
+					  NULL, 0);
+	}
+	/* else: acquiring left over from a crash or a failed try: same idempotent acquire */
+	start_acquire(call);
+}
+
+static void
+finish_acquire(WorkerCall *call, const MeshHttpResponse *resp)
+{
+	MeshCapabilities caps;
+	MeshError	merr = {0};
+	ErrorData  *err;
+
+	if (!call->be.driver->acquire_response(&call->be, resp, &caps, &merr))
+	{
+		bool		retryable = merr.failure == MESH_FAIL_UNAVAILABLE ||
+			merr.failure == MESH_FAIL_PROTOCOL;
+
+		if (!store_materialize_failed(&call->ws, retryable, merr.message, &err))
+			FreeErrorData(err);
+		call->step = STEP_START;	/* so wake_parked does not see us acquiring */
+		reply_backend_error(call, &merr);
+		wake_parked(call->run_id, &merr);
+		return;
+	}
+	if (!store_materialized(&call->ws, &caps, &err))
+	{
+		call->step = STEP_START;
+		reply_txn_error(call, err);
+		wake_parked(call->run_id, NULL);
+		return;
+	}
+	call->step = STEP_START;
+	wake_parked(call->run_id, NULL);
+}
+
+/*--------------------------------------------------------------------------
+ * Operations
+ *--------------------------------------------------------------------------
+ */
+
+static bool
+workspace_has_capability(WorkerCall *call, const char *name)
+{
+	json_t	   *caps = call->ws.capabilities ? json_loads(call->ws.capabilities, 0, NULL) : NULL;
+	bool		has = caps == NULL || json_is_true(json_object_get(caps, name));
+
+	if (caps)
+		json_decref(caps);
+	return has;
+}
+
+static void
+start_exec(WorkerCall *call)
+{
+	json_t	   *argv = json_object_get(call->req, "argv");
+	const char **args = palloc(sizeof(char *) * (json_array_size(argv) + 1));
+	MeshHttpRequest req;
+	ErrorData  *err;
+	size_t		i;
+	json_t	   *item;
+
+	if (!workspace_has_capability(call, "shell"))
+	{
+		reply_error(call, "0A000",
+					psprintf("backend \"%s\" cannot run commands (it does not declare the shell capability)",
+							 call->ws.backend_kind),
+					NULL, "Pin this agent to a backend with shell, or use only file calls.");
+		return;
+	}
+	json_array_foreach(argv, i, item)
+		args[i] = json_string_value(item);
+	call->spec.argv = args;
+	call->spec.argc = (int) json_array_size(argv);
+	call->spec.dir = json_string_value(json_object_get(call->req, "dir"));
+	call->spec.env = json_object_get(call->req, "env");
+	if (json_is_true(json_object_get(call->req, "has_stdin")))
+	{
+		call->spec.stdin_data = call->blob;
+		call->spec.stdin_len = call->blob_len;
+	}
+	call->spec.timeout_ms = (long) json_integer_value(json_object_get(call->req, "timeout_ms"));
+	call->spec.max_output_bytes = (long) json_integer_value(json_object_get(call->req, "max_output"));
+
+	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &err))
+	{
+		reply_txn_error(call, err);
+		return;
+	}
+	call->spec.exec_key = psprintf(INT64_FORMAT, call->exec_id);
+	call->be.driver->exec_request(&call->be, call->ws.external_ref, &call->spec, &req);
+	call->op_started = GetCurrentTimestamp();
+	start_transfer(call, &req, (size_t) call->spec.max_output_bytes * 3 + 64 * 1024);
+	call->step = STEP_OPERATING;
+}
+
+static const char *
+exec_status(const MeshExecResult *r)
+{
+	if (r->timed_out)
+		return "timeout";
+	if (r->oom_killed)
+		return "oom";
+	if (r->killed)
+		return "cancelled";
+	return "ok";
+}
+
+static double
+seconds_since(TimestampTz start)
+{
+	return (double) (GetCurrentTimestamp() - start) / 1000000.0;
+}
+
+static void
+finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
+{
+	MeshExecResult result;
+	MeshExecRecord rec = {0};
+	MeshError	merr = {0};
+	ErrorData  *err;
+
+	if (!call->be.driver->exec_response(&call->be, resp, &result, &merr))
+	{
+		rec.status = "error";
+		rec.error = merr.message;
+		rec.charged_seconds = seconds_since(call->op_started);
+		rec.charge_basis = "wall";
+		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+			FreeErrorData(err);
+		reply_backend_error(call, &merr);
+		return;
+	}
+	result.stdout_data = mesh_sanitize_text(result.stdout_data, result.stdout_len);
+	result.stderr_data = mesh_sanitize_text(result.stderr_data, result.stderr_len);
+	rec.status = exec_status(&result);
+	rec.result = &result;
+	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
+	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
+	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+	{
+		reply_txn_error(call, err);
+		return;
+	}
+	reply_ok(call, json_pack("{s:i,s:s,s:s,s:s,s:b,s:I}",
+							 "exit_code", result.exit_code,
+							 "stdout", result.stdout_data,
+							 "stderr", result.stderr_data,
+							 "status", rec.status,
+							 "truncated", result.truncated,
+							 "exec_id", (json_int_t) call->exec_id),
+			 NULL, 0);
+}
+
+/* The caller stopped waiting: kill the command's tree in the sandbox. */
+static void
+cancel_exec(WorkerCall *call)
+{
+	MeshHttpRequest req;
+
+	mesh_http_free(call->transfer);
+	call->transfer = NULL;
+	call->be.driver->kill_request(&call->be, call->ws.external_ref, call->spec.exec_key, &req);
+	start_transfer(call, &req, 64 * 1024);
+	call->step = STEP_KILLING;
+}
+
+static void
+finish_cancel(WorkerCall *call, const MeshHttpResponse *resp)
+{
+	MeshExecRecord rec = {0};
+	ErrorData  *err;
+
+	rec.status = "cancelled";
+	rec.error = resp->transport_error
+		? psprintf("cancelled by the caller; the kill request failed: %s", resp->transport_error)
+		: "cancelled by the caller (interrupt or statement_timeout)";
+	rec.charged_seconds = seconds_since(call->op_started);
+	rec.charge_basis = "wall";
+	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+		FreeErrorData(err);
+	call->step = STEP_FINISHED;
+}
+
+static void
+start_read(WorkerCall *call)
+{
+	MeshHttpRequest req;
+
+	call->be.driver->read_request(&call->be, call->ws.external_ref,
+								  json_string_value(json_object_get(call->req, "path")), &req);
+	start_transfer(call, &req, (size_t) mesh_max_file_bytes + 1);
+	call->step = STEP_OPERATING;
+}
+
+static void
+finish_read(WorkerCall *call, const MeshHttpResponse *resp)
+{
+	const char *path = json_string_value(json_object_get(call->req, "path"));
+	MeshError	merr = {0};
+	ErrorData  *err;
+	bool		ok = call->be.driver->read_response(&call->be, resp, &merr);
+
+	if (!ok && resp->transport_error && resp->status == 0 &&
+		strstr(resp->transport_error, "limit") != NULL)
+		mesh_error_set(&merr, MESH_FAIL_TOO_LARGE, "file \"%s\" is larger than mesh.max_file_size (%d bytes)",
+					   path, mesh_max_file_bytes);
+	if (!store_file_event(&call->ws, "file_read", path, ok ? (int64) resp->body_len : 0,
+						  ok ? NULL : merr.message, &err))
+	{
+		reply_txn_error(call, err);
+		return;
+	}
+	if (!ok)
+		reply_backend_error(call, &merr);
+	else
+		reply_ok(call, json_pack("{s:b}", "ok", 1), resp->body, resp->body_len);
+}
+
+static void
+start_write(WorkerCall *call)
+{
+	MeshHttpRequest req;
+
+	call->be.driver->write_request(&call->be, call->ws.external_ref,
+								   json_string_value(json_object_get(call->req, "path")),
+								   (int) json_integer_value(json_object_get(call->req, "mode")),
+								   call->blob, call->blob_len, &req);
+	start_transfer(call, &req, 64 * 1024);
+	call->step = STEP_OPERATING;
+}
+
+static void
+finish_write(WorkerCall *call, const MeshHttpResponse *resp)
+{
+	const char *path = json_string_value(json_object_get(call->req, "path"));
+	MeshError	merr = {0};
+	ErrorData  *err;
+	bool		ok = call->be.driver->write_response(&call->be, resp, &merr);
+
+	if (!store_file_event(&call->ws, "file_write", path, (int64) call->blob_len,
+						  ok ? NULL : merr.message, &err))
+	{
+		reply_txn_error(call, err);
+		return;
+	}
+	if (!ok)
+		reply_backend_error(call, &merr);
+	else
+		reply_ok(call, json_pack("{s:b}", "ok", 1), NULL, 0);
+}
+
+/*--------------------------------------------------------------------------
+ * Release
+ *--------------------------------------------------------------------------
+ */
+
+static void
+reply_outcome(WorkerCall *call, const char *outcome)
+{
+	reply_ok(call, json_pack("{s:s}", "outcome", outcome), NULL, 0);
+}
+
+static void
+start_release(WorkerCall *call)
+{
+	const char *reason = json_string_value(json_object_get(call->req, "reason"));
+	MeshHttpRequest req;
+	ErrorData  *err;
+	const char *status = call->ws.status;
+
+	if (strcmp(status, "released") == 0)
+	{
+		reply_outcome(call, "already released");
+		return;
+	}
+	if (strcmp(status, "pending") == 0 || call->ws.external_ref == NULL)
+	{
+		if (!store_released(&call->ws, "never materialized", reason, &err))
+			reply_txn_error(call, err);
+		else
+			reply_outcome(call, "never materialized");
+		return;
+	}
+	if (!mesh_backend_from_workspace(&call->ws, &call->be) ||
+		(call->be.driver->needs_credential(call->be.config) && call->be.credential == NULL))
+	{
+		call->ws.backend_found = false;
+		if (!store_release_stuck(&call->ws,
+								 psprintf("backend \"%s\" has no catalog entry or credential left to release it with",
+										  call->ws.backend_kind),
+								 &err))
+			reply_txn_error(call, err);
+		else
+			reply_outcome(call, "must be released by hand");
+		return;
+	}
+	if (!store_begin_release(&call->ws, reason, &err))
+	{
+		reply_txn_error(call, err);
+		return;
+	}
+	call->be.driver->release_request(&call->be, call->ws.external_ref, &req);
+	start_transfer(call, &req, 64 * 1024);
+	call->step = STEP_OPERATING;
+}
+
+static void
+finish_release(WorkerCall *call, const MeshHttpResponse *resp)
+{
+	MeshReleaseOutcome outcome;
+	MeshError	merr = {0};
+	ErrorData  *err;
+	const char *text;
+
+	if (!call->be.driver->release_response(&call->be, resp, &outcome, &merr))
+	{
+		if (merr.failure == MESH_FAIL_NOT_FOUND)
+		{
+			/* the backend no longer holds it: nothing is left to release */
+			if (!store_released(&call->ws, "destroyed", "the backend no longer had the workspace", &err))
+				reply_txn_error(call, err);
+			else
+				reply_outcome(call, "destroyed");
+			return;
+		}
+		if (!store_release_stuck(&call->ws, merr.message, &err))
+			FreeErrorData(err);
+		reply_error(call, failure_sqlstate(merr.failure),
+					psprintf("could not release the workspace of run \"%s\": %s", call->run_id, merr.message),
+					"The workspace stays recorded as releasing; mesh_release can be called again.",
+					failure_hint(merr.failure));
+		return;
+	}
+	text = outcome == MESH_RELEASE_HIBERNATED ? "hibernated" : "destroyed";
+	if (!store_released(&call->ws, text, NULL, &err))
+		reply_txn_error(call, err);
+	else
+		reply_outcome(call, text);
+}
+
+/*--------------------------------------------------------------------------
+ * The state machine
+ *--------------------------------------------------------------------------
+ */
+
+static void
+run_declare(WorkerCall *call)
+{
+	char	   *row_json;
+	ErrorData  *err;
+
+	if (!store_declare(call->run_id,
+					   json_string_value(json_object_get(call->req, "agent_id")),
+					   json_string_value(json_object_get(call->req, "actor_id")),
+					   json_string_value(json_object_get(call->req, "parent_run_id")),
+					   &row_json, &err))
+		reply_txn_error(call, err);
+	else
+		reply_ok(call, json_pack("{s:s}", "row", row_json), NULL, 0);
+}
+
+/* Refuse work on a workspace that the run can no longer reach. */
+static bool
+refuse_unreachable(WorkerCall *call)
+{
+	const char *status = call->ws.status;
+
+	if (strcmp(status, "released") == 0 || strcmp(status, "releasing") == 0)
+	{
+		reply_error(call, "55000",
+					psprintf("run \"%s\" has released its workspace", call->run_id),
+					call->ws.status_reason,
+					"A released run cannot reach its workspace again; declare a new run.");
+		return true;
+	}
+	if (strcmp(status, "failed") == 0)
+	{
+		reply_error(call, "55000",
+					psprintf("the workspace of run \"%s\" has failed", call->run_id),
+					call->ws.status_reason, "Release the run and declare a new one.");
+		return true;
+	}
+	return false;
+}
+
+static void
+start_operation(WorkerCall *call)
+{
+	if (!load_backend(call))
+		return;
+	switch (call->op)
+	{
+		case MESH_OP_EXEC:
+			start_exec(call);
+			break;
+		case MESH_OP_READ_FILE:
+			start_read(call);
+			break;
+		case MESH_OP_WRITE_FILE:
+			start_write(call);
+			break;
+		default:
+			reply_error(call, "XX000", "mesh: unexpected operation", NULL, NULL);
+	}
+}
+
+/* A call in STEP_START: load the run, then materialize, park or operate. */
+static void
+advance_call(WorkerCall *call)
+{
+	ErrorData  *err;
+
+	if (call->op == MESH_OP_ACQUIRE)
+	{
+		run_declare(call);
+		return;
+	}
+	if (run_is_materializing(call->run_id, call))
+	{
+		call->step = STEP_PARKED;
+		return;
+	}
+	if (!store_load(call->run_id, &call->ws, &err))
+	{
+		reply_txn_error(call, err);
+		return;
+	}
+	if (call->op == MESH_OP_RELEASE)
+	{
+		start_release(call);
+		return;
+	}
+	if (refuse_unreachable(call))
+		return;
+	if (strcmp(call->ws.status, "ready") != 0)
+		begin_materialize(call);
+	else
+		start_operation(call);
+}
+
+/* An HTTP step of a call finished: route the response. */
+static void
+complete_transfer(WorkerCall *call)
+{
+	MeshHttpResponse resp;
+	CallStep	step = call->step;
+
+	mesh_http_response(call->transfer, &resp);
+	if (step == STEP_ACQUIRING)
+		finish_acquire(call, &resp);
+	else if (step == STEP_KILLING)
+		finish_cancel(call, &resp);
+	else if (call->op == MESH_OP_EXEC)
+		finish_exec(call, &resp);
+	else if (call->op == MESH_OP_READ_FILE)
+		finish_read(call, &resp);
+	else if (call->op == MESH_OP_WRITE_FILE)
+		finish_write(call, &resp);
+	else if (call->op == MESH_OP_RELEASE)
+		finish_release(call, &resp);
+	mesh_http_free(call->transfer);
+	call->transfer = NULL;
+}
+
+/*
+ * One pass over all calls.  Returns true when some call can make progress
+ * without waiting (so the loop should not sleep).
+ */
+static bool
+advance_all(void)
+{
+	dlist_mutable_iter iter;
+	bool		runnable = false;
+
+	dlist_foreach_modify(iter, &calls)
+	{
+		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
+		MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+		CHECK_FOR_INTERRUPTS();
+		if (pg_atomic_read_u32(&call->hdr->cancelled) && !call->caller_gone)
+		{
+			call->caller_gone = true;
+			if (call->step == STEP_OPERATING && call->op == MESH_OP_EXEC && call->transfer)
+				cancel_exec(call);
+			else if (call->step == STEP_PARKED || call->step == STEP_START)
+				call->step = STEP_FINISHED;
+		}
+		if (call->step == STEP_START)
+			advance_call(call);
+		if (call->transfer && mesh_http_is_done(call->transfer))
+			complete_transfer(call);
+		flush_outbox(call);
+		if (call->step == STEP_START)
+			runnable = true;
+		MemoryContextSwitchTo(old);
+
+		if (call->step == STEP_FINISHED && (call->outbox == NIL || call->caller_gone))
+			free_call(call);
+	}
+	return runnable;
+}
+
+static void
+worker_exit(int code, Datum arg)
+{
+	mesh_worker_detach_slot(DatumGetInt32(arg));
+}
+
+static void
+apply_worker_settings(void)
+{
+	char		buf[32];
+
+	snprintf(buf, sizeof(buf), "%d", mesh_worker_lock_timeout_ms);
+	SetConfigOption("lock_timeout", buf, PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+static void
+recover(void)
+{
+	ErrorData  *err;
+
+	if (!store_recover_after_restart(worker_index, mesh_shared->nworkers, &err))
+	{
+		ereport(LOG,
+				(errmsg("mesh worker %d: recovery skipped: %s", worker_index, err->message)));
+		FreeErrorData(err);
+	}
+}
+
+void
+mesh_worker_main(Datum arg)
+{
+	worker_index = DatumGetInt32(arg);
+
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(mesh_database, NULL, 0);
+	pgstat_report_appname("mesh worker");
+	apply_worker_settings();
+
+	worker_cxt = AllocSetContextCreate(TopMemoryContext, "mesh worker", ALLOCSET_DEFAULT_SIZES);
+	install_id = MemoryContextStrdup(worker_cxt,
+									 psprintf(UINT64_FORMAT, GetSystemIdentifier()));
+	mesh_http_init();
+	recover();
+	mesh_worker_attach_slot(worker_index);
+	before_shmem_exit(worker_exit, Int32GetDatum(worker_index));
+	ereport(LOG, (errmsg("mesh worker %d started", worker_index)));
+
+	for (;;)
+	{
+		WaitEventSet *set;
+		WaitEvent	events[64];
+		long		timeout;
+		bool		runnable;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			apply_worker_settings();
+		}
+		take_new_calls();
+		mesh_http_drive();
+		runnable = advance_all();
+		/* push new requests onto the wire; finished ones mean another pass */
+		if (mesh_http_drive() > 0 || runnable)
+			continue;
+
+		set = mesh_http_wait_set(&timeout);
+		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
+		FreeWaitEventSet(set);
+		ResetLatch(MyLatch);
+	}
+}
