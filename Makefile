@@ -16,8 +16,8 @@ EXTENSION = mesh_exec
 DATA = sql/mesh_exec--0.1.sql
 PGFILEDESC = "mesh_exec - sandboxed execution for AI-agent harnesses"
 
-REGRESS = setup api_errors lifecycle files durability cancel admin
-REGRESS_OPTS = --inputdir=. --outputdir=results --load-extension=mesh_exec --dbname=mesh_regress --use-existing
+REGRESS = setup api_errors lifecycle files durability cancel privileges
+REGRESS_OPTS = --inputdir=. --outputdir=results --dbname=mesh_test --use-existing
 
 PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers

@@ -1,0 +1,11 @@
+-- setup: the extension is installed and the embedded backend is registered.
+SELECT extname, extversion FROM pg_extension WHERE extname = 'mesh_exec';
+SELECT name, driver, enabled, catalog_order, config, max_size, has_credential
+  FROM mesh.backend_catalog ORDER BY name;
+SELECT mesh.drivers();
+-- the five API functions resolve with the default search_path
+SELECT proname FROM pg_proc
+ WHERE proname IN ('mesh_acquire', 'mesh_exec', 'mesh_read_file', 'mesh_write_file', 'mesh_release')
+   AND pronamespace = 'public'::regnamespace ORDER BY proname;
+-- the worker pool is running
+SELECT count(*) >= 1 AS workers_running FROM pg_stat_activity WHERE backend_type = 'mesh worker';

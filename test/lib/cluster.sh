@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# test/lib/cluster.sh: a throwaway PostgreSQL 15 cluster with mesh_exec preloaded.
+# Source it, then: mesh_cluster_start DIR [extra postgresql.conf lines...]; mesh_cluster_stop DIR.
+# The cluster runs as the postgres OS user (initdb refuses root) and listens only
+# on a unix socket in DIR; PGHOST/PGPORT/PGUSER/PGDATABASE are exported for psql.
+
+PG_BIN=${PG_BIN:-$(pg_config --bindir)}
+MESH_PORT=${MESH_PORT:-5499}
+
+as_postgres() {
+  if [ "$(id -un)" = postgres ]; then "$@"; else runuser -u postgres -- "$@"; fi
+}
+
+mesh_cluster_start() {
+  local dir=$1; shift
+  rm -rf "$dir"; mkdir -p "$dir"; chown postgres "$dir"; chmod 700 "$dir"
+  as_postgres "$PG_BIN/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 >/dev/null
+  {
+    echo "shared_preload_libraries = 'mesh_exec'"
+    echo "port = $MESH_PORT"
+    echo "unix_socket_directories = '$dir'"
+    echo "listen_addresses = ''"
+    echo "mesh.database = 'mesh_test'"
+    echo "fsync = on"
+    echo "log_line_prefix = '%m [%p] %b '"
+    for line in "$@"; do echo "$line"; done
+  } >> "$dir/data/postgresql.conf"
+  as_postgres "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null
+  export PGHOST=$dir PGPORT=$MESH_PORT PGUSER=postgres PGDATABASE=mesh_test
+  as_postgres "$PG_BIN/createdb" -h "$dir" -p "$MESH_PORT" -U postgres mesh_test
+}
+
+mesh_cluster_restart() {
+  local dir=$1
+  as_postgres "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 restart >/dev/null
+}
+
+mesh_cluster_stop() {
+  local dir=$1
+  [ -d "$dir/data" ] && as_postgres "$PG_BIN/pg_ctl" -D "$dir/data" -w -t 60 -m fast stop >/dev/null 2>&1 || true
+}
+
+# Wait until the embedded daemon answers on its socket (the launcher starts it).
+mesh_wait_embedded() {
+  local dir=$1 sock="$1/data/mesh_sandboxd/sandboxd.sock"
+  for _ in $(seq 1 100); do
+    curl -sf --unix-socket "$sock" http://localhost/v1/capabilities >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "embedded mesh-sandboxd did not come up on $sock" >&2
+  return 1
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# test/lib/deps.sh: install the Debian 12 packages mesh_exec builds, runs and tests with.
+# Idempotent: installs only what is missing. Needs root (or sudo).
+set -euo pipefail
+
+MESH_PACKAGES=(
+  build-essential pkg-config git ca-certificates curl
+  postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
+  libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev libcap-dev
+  bubblewrap iproute2 procps psmisc python3
+)
+
+missing=()
+for pkg in "${MESH_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # the packaged cluster is not used; tests start their own
+  $SUDO pg_ctlcluster 15 main stop 2>/dev/null || true
+fi

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# test/run.sh: the whole test suite, on a fresh Debian 12 machine, as root.
+#
+#   sudo test/run.sh
+#
+# Installs what it needs, builds and installs mesh_exec and mesh-sandboxd,
+# starts a throwaway PostgreSQL 15 cluster with mesh_exec preloaded (and its
+# embedded mesh-sandboxd), then runs, against those real processes:
+#   1. pg_regress  (sql/ + expected/)          SQL behaviour
+#   2. pg_prove    (test/pgtap/*.sql)          richer checks in SQL
+#   3. prove       (test/e2e/*.t)              concurrency and faults: real signals
+#   4. prove       (test/sandboxd/*.t)         the daemon over real HTTP
+# and prints "N passed, N failed".  Exit status is non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+bash test/lib/deps.sh || exit 1
+make -s >/dev/null && make -s install >/dev/null || { echo "build failed"; exit 1; }
+
+export MESH_TEST_WORK=${MESH_TEST_WORK:-$(mktemp -d /tmp/mesh-test.XXXXXX)}
+chmod 755 "$MESH_TEST_WORK"
+# shellcheck source=test/lib/cluster.sh
+. test/lib/cluster.sh
+PGDIR=$MESH_TEST_WORK/pg
+cleanup() { mesh_cluster_stop "$PGDIR"; }
+trap cleanup EXIT
+
+passed=0; failed=0
+count_tap() {   # count "ok"/"not ok" lines of verbose TAP output in file $1
+  local ok nok
+  ok=$(grep -cE '^\s*ok [0-9]+' "$1" || true)
+  nok=$(grep -cE '^\s*not ok [0-9]+' "$1" || true)
+  passed=$((passed + ok)); failed=$((failed + nok))
+  echo "  -> $ok passed, $nok failed"
+}
+
+mesh_cluster_start "$PGDIR" "mesh.embedded_sandboxd = on" || { echo "cluster did not start"; exit 1; }
+mesh_wait_embedded "$PGDIR" || { tail -20 "$PGDIR/server.log"; exit 1; }
+psql -X -q -c "CREATE EXTENSION mesh_exec" || exit 1
+
+echo "== pg_regress (sql/)"
+make -s installcheck > "$MESH_TEST_WORK/regress.out" 2>&1
+grep -E '^(test| ) |^ok |^not ok ' "$MESH_TEST_WORK/regress.out" | sed 's/^/  /'
+r_ok=$(grep -cE '^(test| ) \S+ +\.\.\. ok|^ok ' "$MESH_TEST_WORK/regress.out" || true)
+r_bad=$(grep -cE '\.\.\. FAILED|^not ok ' "$MESH_TEST_WORK/regress.out" || true)
+passed=$((passed + r_ok)); failed=$((failed + r_bad))
+[ "$r_bad" -gt 0 ] && [ -f regression.diffs ] && head -100 regression.diffs
+echo "  -> $r_ok passed, $r_bad failed"
+
+if ls test/pgtap/*.sql >/dev/null 2>&1; then
+  echo "== pg_prove (test/pgtap/)"
+  psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
+  pg_prove -v test/pgtap/*.sql > "$MESH_TEST_WORK/pgtap.out" 2>&1
+  grep -E '^not ok|^# ' "$MESH_TEST_WORK/pgtap.out" | head -40
+  tail -3 "$MESH_TEST_WORK/pgtap.out"
+  count_tap "$MESH_TEST_WORK/pgtap.out"
+fi
+
+if ls test/e2e/*.t >/dev/null 2>&1; then
+  echo "== prove (test/e2e/)"
+  PGDIR=$PGDIR prove -v test/e2e/*.t > "$MESH_TEST_WORK/e2e.out" 2>&1
+  grep -E '^not ok|^# ' "$MESH_TEST_WORK/e2e.out" | head -40
+  tail -3 "$MESH_TEST_WORK/e2e.out"
+  count_tap "$MESH_TEST_WORK/e2e.out"
+fi
+
+if ls test/sandboxd/*.t >/dev/null 2>&1; then
+  echo "== prove (test/sandboxd/)"
+  prove -v test/sandboxd/*.t > "$MESH_TEST_WORK/sandboxd.out" 2>&1
+  grep -E '^not ok' "$MESH_TEST_WORK/sandboxd.out" | head -40
+  tail -3 "$MESH_TEST_WORK/sandboxd.out"
+  count_tap "$MESH_TEST_WORK/sandboxd.out"
+fi
+
+echo "logs and outputs: $MESH_TEST_WORK"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
