@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# test/e2e/lib.sh: TAP helpers for end-to-end tests against the cluster test/run.sh started.
+# Needs PGHOST, PGPORT, PGUSER, PGDATABASE and PGDIR (the cluster's directory) in the environment.
+
+TAP_N=0
+TAP_FAILED=0
+plan() { echo "1..$1"; }
+ok() {  # ok CONDITION-EXIT-STATUS DESCRIPTION
+  TAP_N=$((TAP_N + 1))
+  if [ "$1" -eq 0 ]; then echo "ok $TAP_N - $2"; else echo "not ok $TAP_N - $2"; TAP_FAILED=$((TAP_FAILED + 1)); fi
+}
+is() {  # is GOT EXPECTED DESCRIPTION
+  if [ "$1" = "$2" ]; then ok 0 "$3"; else ok 1 "$3"; echo "#   got: '$1'"; echo "#   expected: '$2'"; fi
+}
+done_testing() { exit $((TAP_FAILED > 0)); }
+
+q() { psql -X -qAt -v ON_ERROR_STOP=1 -c "$1"; }
+
+# wait_for SQL-BOOLEAN [TRIES]: poll until the query returns t (0.1 s apart)
+wait_for() {
+  local tries=${2:-100}
+  for _ in $(seq 1 "$tries"); do
+    [ "$(psql -X -qAt -c "$1" 2>/dev/null)" = t ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+wait_server_ready() {
+  for _ in $(seq 1 300); do
+    pg_isready -q -h "$PGHOST" -p "$PGPORT" && psql -X -qAt -c "SELECT 1" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# the embedded daemon answers again (it is restarted with the server)
+wait_daemon_ready() {
+  local sock="$PGDIR/data/mesh_sandboxd/sandboxd.sock"
+  for _ in $(seq 1 600); do
+    curl -sf --max-time 2 --unix-socket "$sock" http://localhost/v1/capabilities >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  return 1
+}
