@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# bench/run.sh: mesh_exec against its baselines, measured in one run, printed as ratios.
+#
+#   sudo bench/run.sh [ITERATIONS] [CLIENTS]
+#
+# 1. latency: SELECT mesh_exec(... true) in a warm workspace vs a bare fork+exec
+#    of /bin/true (target: at most 2x).
+# 2. throughput: CLIENTS concurrent runs exec-ing `true` (pgbench) vs CLIENTS
+#    processes doing bare fork+exec (target: at least half the raw rate).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ITER=${1:-300}
+CLIENTS=${2:-4}
+bash test/lib/deps.sh
+make -s >/dev/null && make -s install >/dev/null
+mkdir -p bench/out
+cc -O2 -o bench/out/forkexec bench/forkexec.c
+. test/lib/cluster.sh
+WORK=$(mktemp -d /tmp/mesh-bench.XXXXXX); chmod 755 "$WORK"
+trap 'mesh_cluster_stop "$WORK/pg"' EXIT
+mesh_cluster_start "$WORK/pg" "mesh.embedded_sandboxd = on" "mesh.workers = 2"
+mesh_wait_embedded "$WORK/pg"
+psql -X -q -c "CREATE EXTENSION mesh_exec"
+
+base=$(bench/out/forkexec "$ITER" 1)
+mesh=$(psql -X -q -v iterations="$ITER" -f bench/exec.sql | awk '/^median_ms/ {print $2}')
+base_ms=$(echo "$base" | awk '{print $2}')
+echo "latency   fork+exec /bin/true:        ${base_ms} ms (median of $ITER)"
+echo "latency   mesh_exec true, warm:       ${mesh} ms (median of $ITER)"
+awk -v m="$mesh" -v b="$base_ms" 'BEGIN { printf "ratio     mesh_exec / fork+exec:      %.2fx (target <= 2x)\n", m / b }'
+
+for c in $(seq 0 $((CLIENTS - 1))); do
+  psql -X -qAt -c "SELECT 1 FROM mesh_acquire('bench-run-$c', 'bench', 'bench'); SELECT exit_code FROM mesh_exec('bench-run-$c', ARRAY['true'])" >/dev/null
+done
+raw=$(bench/out/forkexec "$ITER" "$CLIENTS" | awk '{print $4}')
+tps=$(pgbench -n -f bench/throughput.pgbench -c "$CLIENTS" -j "$CLIENTS" -t "$ITER" mesh_test 2>/dev/null \
+      | awk '/^tps/ {print $3; exit}')
+echo "throughput fork+exec, $CLIENTS processes:    ${raw}/s"
+echo "throughput mesh_exec, $CLIENTS runs:          ${tps}/s"
+awk -v t="$tps" -v r="$raw" 'BEGIN { printf "ratio     mesh_exec / fork+exec rate: %.2f (target >= 0.5)\n", t / r }'
