@@ -5,10 +5,11 @@
 SELECT 1 FROM mesh_acquire('bench-warm', 'bench', 'bench');
 SELECT exit_code FROM mesh_exec('bench-warm', ARRAY['true']) \gset
 CREATE TEMP TABLE lat (ms float8);
+SELECT set_config('bench.iterations', :'iterations', false) \gset
 DO $$
 DECLARE t0 timestamptz; rc int;
 BEGIN
-  FOR i IN 1..:iterations LOOP
+  FOR i IN 1..current_setting('bench.iterations')::int LOOP
     t0 := clock_timestamp();
     SELECT exit_code INTO rc FROM mesh_exec('bench-warm', ARRAY['true']);
     INSERT INTO lat VALUES (extract(epoch FROM clock_timestamp() - t0) * 1000);

@@ -98,7 +98,7 @@ uint64_t cgroup_workspace_oom_kills(const char *id);
 void cgroup_init(void);
 
 /* ---- workspaces (workspace.c) ---- */
-enum ws_state { WS_RUNNING, WS_HIBERNATED };
+enum ws_state { WS_RUNNING, WS_HIBERNATED, WS_STOPPING };
 
 struct exec_run;
 
@@ -117,7 +117,9 @@ struct workspace {
     int cgroup_fds[CG_COUNT];         /* cgroup.procs of each controller, -1 if none */
     int refcount;                     /* registry + in-flight requests */
     bool removed;                     /* released: unreachable by id */
-    pthread_mutex_t lock;             /* lifecycle transitions and the exec list */
+    pthread_mutex_t lock;             /* state and the exec list */
+    pthread_mutex_t lifecycle;        /* serialises acquire and release of this id */
+    struct workspace *next;           /* registry list */
     struct exec_run *execs;           /* running execs, for kill-by-key and release */
 };
 
