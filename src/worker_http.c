@@ -40,6 +40,7 @@ struct MeshTransfer
 	CURLcode	result;
 	long		status;
 	char		errbuf[CURL_ERROR_SIZE];
+	char	   *unix_socket;	/* malloc'd copy, for error messages */
 };
 
 static CURLM *multi = NULL;
@@ -100,7 +101,10 @@ mesh_http_start(const MeshHttpRequest *req, size_t max_response, void *owner)
 
 	curl_easy_setopt(easy, CURLOPT_URL, req->url);
 	if (req->unix_socket)
+	{
 		curl_easy_setopt(easy, CURLOPT_UNIX_SOCKET_PATH, req->unix_socket);
+		t->unix_socket = strdup(req->unix_socket);
+	}
 	curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, req->method);
 	if (strcmp(req->method, "GET") == 0)
 		curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
@@ -184,6 +188,11 @@ mesh_http_response(MeshTransfer *t, MeshHttpResponse *resp)
 		resp->transport_error = "response larger than the configured limit";
 		return;
 	}
+	if (t->result == CURLE_COULDNT_CONNECT && t->unix_socket)
+	{
+		resp->transport_error = psprintf("could not connect to unix socket %s", t->unix_socket);
+		return;
+	}
 	if (t->result != CURLE_OK)
 	{
 		resp->transport_error = pstrdup(t->errbuf[0] ? t->errbuf : curl_easy_strerror(t->result));
@@ -201,6 +210,7 @@ mesh_http_free(MeshTransfer *t)
 	curl_easy_cleanup(t->easy);
 	curl_slist_free_all(t->headers);
 	free(t->body);
+	free(t->unix_socket);
 	free(t);
 }
 
