@@ -27,6 +27,9 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# Headers are few: rebuild every object when one changes.
+$(OBJS): $(wildcard src/*.h src/backends/*.h)
+
 # The daemon is a plain C program with its own Makefile; it never links PostgreSQL.
 all: sandboxd
 .PHONY: sandboxd

@@ -8,6 +8,11 @@
  * first, with PostgreSQL's name hidden, lets both be used in one file.
  * Include this right after postgres.h in every file that uses jansson.
  *
+ * The same clash exists at run time: a call from this library to
+ * json_object() binds to the postgres executable's function, which wins
+ * symbol lookup.  So jansson's empty-object constructor is reached through
+ * json_pack() instead, which resolves inside libjansson.
+ *
  *-------------------------------------------------------------------------
  */
 #ifndef MESH_JSON_H
@@ -18,5 +23,8 @@
 #undef json_object
 
 #include <jansson.h>
+
+/* jansson's json_object(), without the symbol the postgres binary shadows */
+#define json_object() json_pack("{}")
 
 #endif							/* MESH_JSON_H */
