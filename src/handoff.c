@@ -28,9 +28,12 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/elog.h"
+#include "utils/timestamp.h"
 
 #include "handoff.h"
 #include "mesh_exec.h"
+
+#define MESH_SUBMIT_WAIT_MS 10000
 
 MeshShared *mesh_shared = NULL;
 
@@ -132,6 +135,30 @@ worker_still_serving(int w, uint64 generation)
 	alive = slot->pid != 0 && slot->generation == generation;
 	SpinLockRelease(&slot->mutex);
 	return alive;
+}
+
+/*
+ * Queue the call for worker w.  A worker that is (re)starting, or a full
+ * queue, is waited for, cancellably, for up to MESH_SUBMIT_WAIT_MS.
+ */
+static void
+submit_call(int w, dsm_segment *seg, uint64 *generation)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), MESH_SUBMIT_WAIT_MS);
+
+	while (!push_call(w, dsm_segment_handle(seg), generation))
+	{
+		if (GetCurrentTimestamp() >= deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+					 errmsg("mesh worker %d is not running or its queue is full", w),
+					 errhint("Check that mesh_exec is in shared_preload_libraries, that mesh.database names this database, and the server log for worker errors.")));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 50L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	SetLatch(worker_latch(w));
 }
 
 /* Raise the error a worker reported, with its SQLSTATE, detail and hint. */
@@ -244,12 +271,7 @@ mesh_call(MeshOp op, const char *run_id, json_t *request,
 	waiting_done = false;
 	on_dsm_detach(seg, call_detached, PointerGetDatum(dsm_segment_address(seg)));
 
-	if (!push_call(w, dsm_segment_handle(seg), &generation))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-				 errmsg("mesh worker %d is not running or its queue is full", w),
-				 errhint("Check that mesh_exec is in shared_preload_libraries and the server log for worker errors.")));
-	SetLatch(worker_latch(w));
+	submit_call(w, seg, &generation);
 
 	for (;;)
 	{

@@ -184,6 +184,36 @@ reply_backend_error(WorkerCall *call, const MeshError *err)
 				failure_hint(err->failure));
 }
 
+/*
+ * A file call failed: say it in terms of the path the caller gave, keeping
+ * the backend's own words as detail.
+ */
+static void
+reply_file_error(WorkerCall *call, const char *path, const MeshError *err)
+{
+	const char *message;
+
+	switch (err->failure)
+	{
+		case MESH_FAIL_NOT_FOUND:
+			message = psprintf("file \"%s\" does not exist in the workspace of run \"%s\"",
+							   path, call->run_id);
+			break;
+		case MESH_FAIL_PATH_REFUSED:
+			message = psprintf("path \"%s\" is refused: it is not a file inside the workspace of run \"%s\"",
+							   path, call->run_id);
+			break;
+		case MESH_FAIL_TOO_LARGE:
+			message = psprintf("file \"%s\" is too large", path);
+			break;
+		default:
+			reply_backend_error(call, err);
+			return;
+	}
+	reply_error(call, failure_sqlstate(err->failure), message, err->message,
+				failure_hint(err->failure));
+}
+
 /* Send what can be sent now; the rest waits for the caller to read. */
 static void
 flush_outbox(WorkerCall *call)
@@ -602,7 +632,7 @@ finish_read(WorkerCall *call, const MeshHttpResponse *resp)
 		return;
 	}
 	if (!ok)
-		reply_backend_error(call, &merr);
+		reply_file_error(call, path, &merr);
 	else
 		reply_ok(call, json_pack("{s:b}", "ok", 1), resp->body, resp->body_len);
 }
@@ -635,7 +665,7 @@ finish_write(WorkerCall *call, const MeshHttpResponse *resp)
 		return;
 	}
 	if (!ok)
-		reply_backend_error(call, &merr);
+		reply_file_error(call, path, &merr);
 	else
 		reply_ok(call, json_pack("{s:b}", "ok", 1), NULL, 0);
 }
