@@ -17,7 +17,7 @@ DATA = sql/mesh_exec--0.1.sql
 PGFILEDESC = "mesh_exec - sandboxed execution for AI-agent harnesses"
 
 REGRESS = setup api_errors lifecycle files durability cancel privileges
-REGRESS_OPTS = --inputdir=. --outputdir=results --dbname=mesh_test --use-existing
+REGRESS_OPTS = --inputdir=. --use-existing
 
 PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
@@ -26,6 +26,9 @@ SHLIB_LINK = $(shell pkg-config --libs jansson libcurl)
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# pg_regress runs in the database the workers serve (mesh.database), created by test/run.sh.
+CONTRIB_TESTDB = mesh_test
 
 # Headers are few: rebuild every object when one changes.
 $(OBJS): $(wildcard src/*.h src/backends/*.h)

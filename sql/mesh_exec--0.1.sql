@@ -299,7 +299,7 @@ BEGIN
     END IF;
     INSERT INTO mesh.agents AS a (agent_id, backend, default_size)
     VALUES (agent_set.agent_id, agent_set.backend, agent_set.default_size)
-    ON CONFLICT (agent_id) DO UPDATE SET backend = excluded.backend,
+    ON CONFLICT ON CONSTRAINT agents_pkey DO UPDATE SET backend = excluded.backend,
                                          default_size = excluded.default_size;
 END
 $$;

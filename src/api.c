@@ -47,12 +47,14 @@ required_text(FunctionCallInfo fcinfo, int argno, const char *name)
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be NULL", name)));
+				 errmsg("%s must not be NULL", name),
+				 errhint("Pass a non-empty text value for %s.", name)));
 	value = text_to_cstring(PG_GETARG_TEXT_PP(argno));
 	if (value[0] == '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be empty", name)));
+				 errmsg("%s must not be empty", name),
+				 errhint("Pass a non-empty text value for %s.", name)));
 	return value;
 }
 
@@ -103,7 +105,8 @@ mesh_acquire(PG_FUNCTION_ARGS)
 	if (parent && strcmp(parent, run_id) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("a run cannot be its own parent")));
+				 errmsg("a run cannot be its own parent"),
+				 errhint("Leave parent_run_id NULL for a top-level run.")));
 
 	mesh_call(MESH_OP_ACQUIRE, run_id, req, NULL, 0, &reply);
 	json_decref(req);
@@ -144,7 +147,8 @@ argv_to_json(FunctionCallInfo fcinfo)
 	if (ARR_NDIM(arr) > 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("argv must be a one-dimensional array")));
+				 errmsg("argv must be a one-dimensional array"),
+				 errhint("Pass the command as an array, e.g. ARRAY['ls', '-l'].")));
 	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 	if (n == 0)
 		ereport(ERROR,
@@ -165,7 +169,8 @@ argv_to_json(FunctionCallInfo fcinfo)
 		if (i == 0 && arg[0] == '\0')
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("argv[1], the program, must not be empty")));
+					 errmsg("argv[1], the program, must not be empty"),
+					 errhint("argv[1] names the program to run, e.g. ARRAY['ls', '-l'].")));
 		json_array_append_new(argv, json_string(arg));
 	}
 	return argv;
@@ -186,11 +191,13 @@ timeout_ms_arg(FunctionCallInfo fcinfo, int argno)
 	if (ms <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("timeout must be positive")));
+				 errmsg("timeout must be positive"),
+				 errhint("Pass an interval such as '30 seconds', or NULL for mesh.exec_timeout.")));
 	if (ms > MESH_MAX_TIMEOUT_MS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("timeout must be at most 7 days")));
+				 errmsg("timeout must be at most 7 days"),
+				 errhint("Pass an interval such as '30 seconds', or NULL for mesh.exec_timeout.")));
 	return Max((long) ms, 1);
 }
 
@@ -219,11 +226,13 @@ env_to_json(FunctionCallInfo fcinfo, int argno)
 		if (key[0] == '\0' || strchr(key, '=') != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("env name \"%s\" is not a valid variable name", key)));
+					 errmsg("env name \"%s\" is not a valid variable name", key),
+					 errhint("Variable names are non-empty and contain no \"=\".")));
 		if (!json_is_string(value))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("env value of \"%s\" must be a string", key)));
+					 errmsg("env value of \"%s\" must be a string", key),
+					 errhint("Pass every value as a JSON string, e.g. '{\"N\": \"1\"}'.")));
 	}
 	return env;
 }
