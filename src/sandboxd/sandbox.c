@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/nsfs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -210,6 +212,13 @@ static void build_holder_cmd(struct bwrap_cmd *cmd, const char *files)
 static void holder_child_exec(struct workspace *ws, int info_write_fd, char **argv)
 {
     sigset_t none;
+    char *dir = workspace_dir(ws->id);
+    char *log_path = xasprintf("%s/holder.log", dir);
+    int null_fd = open("/dev/null", O_RDWR);
+    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (null_fd < 0 || log_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0 ||
+        dup2(log_fd, 2) < 0)
+        _exit(125);
     for (int c = 0; c < CG_COUNT; c++)
         if (ws->cgroup_fds[c] >= 0 && write(ws->cgroup_fds[c], "0", 1) != 1)
             _exit(125);
@@ -255,6 +264,66 @@ static pid_t read_holder_pid(int info_read_fd)
     return -1;
 }
 
+/* Waits (bounded) until the holder has exec'd its command: bwrap reports the pid before it
+ * has built the sandbox's root, and execs join through /proc/PID/root. */
+static bool wait_holder_ready(pid_t pid)
+{
+    char path[64], comm[32];
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    for (int i = 0; i < 10000; i++) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return false;
+        ssize_t n = read(fd, comm, sizeof comm - 1);
+        close(fd);
+        if (n > 0 && strncmp(comm, "sleep\n", 6) == 0)
+            return true;
+        usleep(200);
+    }
+    return false;
+}
+
+/* Inode of a namespace descriptor, to compare namespaces. */
+static ino_t ns_inode(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 ? st.st_ino : 0;
+}
+
+/* bwrap may nest a second user namespace (it does with --dev: it is uid 0 in the first one
+ * to mount devpts, then drops into a second one). The other namespaces belong to the outer
+ * one, so execs must join the outer user namespace first, then the others, then the
+ * holder's. Replaces ns_fds[0] by the outermost sandbox user namespace (child of ours) and
+ * keeps the holder's own in ns_fds[6]. */
+static bool find_outer_user_ns(struct workspace *ws)
+{
+    int self = open("/proc/self/ns/user", O_RDONLY | O_CLOEXEC);
+    ino_t own = self >= 0 ? ns_inode(self) : 0;
+    int current = dup(ws->ns_fds[0]);
+    if (self >= 0)
+        close(self);
+    for (int depth = 0; current >= 0 && depth < 8; depth++) {
+        int parent = ioctl(current, NS_GET_PARENT);
+        if (parent < 0 || ns_inode(parent) == own) {
+            if (parent >= 0)
+                close(parent);
+            break;
+        }
+        close(current);
+        current = parent;
+    }
+    if (current < 0)
+        return false;
+    if (ns_inode(current) == ns_inode(ws->ns_fds[0])) {
+        close(current);
+        return true;
+    }
+    fcntl(current, F_SETFD, FD_CLOEXEC);
+    ws->ns_fds[6] = ws->ns_fds[0];
+    ws->ns_fds[0] = current;
+    return true;
+}
+
 /* Opens the namespace and root descriptors of the holder so execs can join it. */
 static bool open_holder_fds(struct workspace *ws)
 {
@@ -268,13 +337,13 @@ static bool open_holder_fds(struct workspace *ws)
     }
     snprintf(path, sizeof path, "/proc/%d/root", (int)ws->holder_pid);
     ws->root_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    return ws->root_fd >= 0;
+    return ws->root_fd >= 0 && find_outer_user_ns(ws);
 }
 
 /* Closes the namespace and root descriptors (workspace stopped or freed). */
 void sandbox_close_fds(struct workspace *ws)
 {
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         if (ws->ns_fds[i] >= 0)
             close(ws->ns_fds[i]);
         ws->ns_fds[i] = -1;
@@ -290,11 +359,30 @@ static void protect_holder_from_oom(pid_t pid)
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/oom_score_adj", (int)pid);
     int fd = open(path, O_WRONLY | O_CLOEXEC);
+    static bool warned;
     if (fd >= 0) {
-        if (write(fd, "-1000", 5) != 5)
-            log_event("holder %d: cannot set oom_score_adj", (int)pid);
+        if (write(fd, "-1000", 5) != 5 && !warned) {
+            warned = true;   /* needs CAP_SYS_RESOURCE, which some hosts withhold */
+            log_event("holders keep their default oom_score_adj: %s", strerror(errno));
+        }
         close(fd);
     }
+}
+
+/* Logs the first line bwrap wrote to <ws>/holder.log when a holder failed to start. */
+static void log_holder_failure(struct workspace *ws)
+{
+    char *dir = workspace_dir(ws->id);
+    char *path = xasprintf("%s/holder.log", dir);
+    char line[512] = "";
+    FILE *f = fopen(path, "re");
+    if (f && fgets(line, sizeof line, f))
+        line[strcspn(line, "\n")] = '\0';
+    if (f)
+        fclose(f);
+    log_event("workspace %s: holder failed to start: %s", ws->id, line);
+    free(path);
+    free(dir);
 }
 
 /* Starts the workspace's holder and opens its namespaces; spawn_failed on error with no
@@ -312,12 +400,14 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
     if (ok) {
         close(info[1]);
         ws->holder_pid = child > 0 ? read_holder_pid(info[0]) : -1;
+        ws->bwrap_pid = child;
         close(info[0]);
     }
     ok = ok && child > 0 && ws->holder_pid > 0 &&
-         process_start_time(ws->holder_pid, &ws->holder_start, NULL) && open_holder_fds(ws);
+         process_start_time(ws->holder_pid, &ws->holder_start, NULL) &&
+         wait_holder_ready(ws->holder_pid) && open_holder_fds(ws);
     if (!ok) {
-        log_event("workspace %s: holder failed to start", ws->id);
+        log_holder_failure(ws);
         if (ws->holder_pid > 0)
             kill(ws->holder_pid, SIGKILL);
         if (child > 0) {
@@ -371,5 +461,12 @@ void sandbox_stop(struct workspace *ws)
             waitpid(ws->holder_pid, NULL, WNOHANG);
         usleep(1000);
     }
+    for (int i = 0; ws->bwrap_pid > 0 && i < 2000; i++) {   /* exits with its sandbox */
+        pid_t r = waitpid(ws->bwrap_pid, NULL, WNOHANG);
+        if (r != 0)
+            break;   /* reaped, or ECHILD: the main thread reaped it */
+        usleep(1000);
+    }
+    ws->bwrap_pid = 0;
     ws->holder_pid = 0;
 }

@@ -1,0 +1,668 @@
+/*
+ * exec.c - run one command in a warm workspace by joining the holder's namespaces.
+ *
+ * Process chain of one exec (creating processes is expensive on this machine, about 1 ms per
+ * fork, so the helpers share the daemon's memory with CLONE_VM instead of copying it):
+ *
+ *   daemon thread --clone(VM|FILES)--> outer: joins the workspace cgroups, becomes the sandbox
+ *     user, setns(user, ipc, uts, net, mnt, pid), chroots into the holder's root
+ *   outer --clone(VM|FILES)--> pidns: in the workspace pid namespace; unshare(CLONE_NEWPID)
+ *   pidns --clone(VM|VFORK|PIDFD)--> init: pid 1 of a fresh per-exec pid namespace; wires
+ *     stdio, drops every capability (bounding, ambient, effective, permitted), sets
+ *     no_new_privs and execs the command.
+ *
+ * The command being pid 1 of its own pid namespace gives the protocol's tree semantics for
+ * free: when it exits, or when the daemon SIGKILLs it (timeout, kill call, release), the
+ * kernel kills everything left in the namespace, double-forked daemons included. The helpers
+ * only make system calls on their own stacks and write results into the shared exec_run.
+ */
+#include "sandboxd.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define HELPER_STACK_BYTES (128 * 1024)
+#define DEFAULT_TIMEOUT_MS 300000
+
+enum kill_reason { KILL_NONE, KILL_TIMEOUT, KILL_REQUEST, KILL_RELEASE };
+
+/* Head and tail of one output stream, clamped to a byte budget. */
+struct capture {
+    unsigned char *head, *tail;
+    size_t head_cap, head_len;
+    size_t tail_cap, tail_start, tail_len;  /* ring buffer */
+    uint64_t total;
+};
+
+struct exec_run {
+    struct exec_run *next;
+    struct workspace *ws;
+    char *key;
+    int kill_reason;                 /* enum kill_reason, first one wins (atomic) */
+    /* read by the helper processes */
+    char **argv, **envp;
+    const char *dir, *path_env;
+    int child_stdin, child_stdout, child_stderr;
+    int outer_pidfd, init_pidfd;     /* init_pidfd written by the pidns helper (atomic) */
+    char *stacks;
+    /* written by the helper processes */
+    const char *failed_step;
+    int failed_errno;
+    bool init_reaped;
+    int init_status;
+    struct rusage init_usage;
+};
+
+/* Records which setup step failed so the daemon can answer spawn_failed with a reason. */
+static int helper_fail(struct exec_run *run, const char *step)
+{
+    run->failed_errno = errno;
+    run->failed_step = step;
+    _exit(1);
+}
+
+static bool kill_requested(struct exec_run *run)
+{
+    return __atomic_load_n(&run->kill_reason, __ATOMIC_SEQ_CST) != KILL_NONE;
+}
+
+/* Writes "mesh: WHAT: REASON" to the command's stderr (inside the init helper). */
+static void init_report(const char *what, const char *reason)
+{
+    char line[1024];
+    snprintf(line, sizeof line, "mesh: %s: %s\n", what, reason);
+    if (write(2, line, strlen(line)) < 0)
+        return;
+}
+
+/* Drops every capability for good: bounding and ambient sets, then effective, permitted and
+ * inheritable, and sets no_new_privs. Joining with setns granted full capabilities in the
+ * workspace's user namespace; none of them may reach the command. */
+static bool drop_all_capabilities(void)
+{
+    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof data);
+    for (int cap = 0; cap <= 63; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+            return false;
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
+        return false;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return false;
+    return syscall(SYS_capset, &header, data) == 0;
+}
+
+/* execve with a PATH search (argv[0] without '/'); returns only on failure, with errno of the
+ * most telling attempt (EACCES beats ENOENT). */
+static void exec_with_path(struct exec_run *run)
+{
+    const char *file = run->argv[0];
+    char candidate[4096];
+    int best_errno = ENOENT;
+    if (strchr(file, '/')) {
+        execve(file, run->argv, run->envp);
+        return;
+    }
+    for (const char *dir = run->path_env; dir && *dir;) {
+        const char *end = strchrnul(dir, ':');
+        size_t dir_len = (size_t)(end - dir);
+        if (dir_len + strlen(file) + 2 <= sizeof candidate) {
+            memcpy(candidate, dir, dir_len);
+            candidate[dir_len] = '/';
+            strcpy(candidate + dir_len + 1, file);
+            execve(candidate, run->argv, run->envp);
+            if (errno == EACCES)
+                best_errno = EACCES;
+        }
+        dir = *end ? end + 1 : end;
+    }
+    errno = best_errno;
+}
+
+/* Stage 3, pid 1 of the per-exec pid namespace: stdio, directory, privileges, then the
+ * command. A command that cannot start exits 127 with the reason on stderr. */
+static int exec_init_stage(void *arg)
+{
+    struct exec_run *run = arg;
+    sigset_t none;
+    if (dup2(run->child_stdin, 0) < 0 || dup2(run->child_stdout, 1) < 0 ||
+        dup2(run->child_stderr, 2) < 0)
+        _exit(127);
+    close_range(3, ~0U, 0);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    setsid();
+    if (chdir("/workspace") != 0 || chdir(run->dir) != 0) {
+        init_report(run->dir, strerror(errno));
+        _exit(127);
+    }
+    if (!drop_all_capabilities()) {
+        init_report("cannot drop privileges", strerror(errno));
+        _exit(127);
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (kill_requested(run))
+        _exit(137);
+    exec_with_path(run);
+    init_report(run->argv[0], errno == ENOENT ? "command not found" : strerror(errno));
+    _exit(127);
+}
+
+/* Stage 2, inside the workspace pid namespace: creates the per-exec pid namespace, starts
+ * its init and waits for it, storing status and resource usage for the daemon. */
+static int exec_pidns_stage(void *arg)
+{
+    struct exec_run *run = arg;
+    int pidfd = -1, status;
+    struct rusage usage;
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (kill_requested(run))
+        _exit(0);
+    if (unshare(CLONE_NEWPID) != 0)
+        helper_fail(run, "unshare(pid)");
+    pid_t init = clone(exec_init_stage, run->stacks + 3 * HELPER_STACK_BYTES,
+                       CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, run, &pidfd);
+    if (init < 0)
+        helper_fail(run, "clone(init)");
+    __atomic_store_n(&run->init_pidfd, pidfd, __ATOMIC_SEQ_CST);
+    if (kill_requested(run))
+        kill(init, SIGKILL);
+    while (wait4(init, &status, __WALL, &usage) < 0)
+        if (errno != EINTR)
+            helper_fail(run, "wait4(init)");
+    run->init_status = status;
+    run->init_usage = usage;
+    __atomic_store_n(&run->init_reaped, true, __ATOMIC_SEQ_CST);
+    _exit(0);
+}
+
+/* Stage 1, outside: cgroups, identity and namespaces of the workspace, then stage 2. */
+static int exec_outer_stage(void *arg)
+{
+    static const int ns_types[6] = {CLONE_NEWUSER, CLONE_NEWIPC, CLONE_NEWUTS,
+                                    CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID};
+    struct exec_run *run = arg;
+    struct workspace *ws = run->ws;
+    for (int c = 0; c < CG_COUNT; c++)
+        if (ws->cgroup_fds[c] >= 0 && write(ws->cgroup_fds[c], "0", 1) != 1)
+            helper_fail(run, "cgroup attach");
+    /* raw system calls: glibc's wrappers would broadcast to the daemon's threads */
+    if (g_config.is_root &&
+        (syscall(SYS_setgroups, 0, NULL) != 0 ||
+         syscall(SYS_setresgid, g_config.sandbox_gid, g_config.sandbox_gid,
+                 g_config.sandbox_gid) != 0 ||
+         syscall(SYS_setresuid, g_config.sandbox_uid, g_config.sandbox_uid,
+                 g_config.sandbox_uid) != 0))
+        helper_fail(run, "set sandbox user");
+    for (int i = 0; i < 6; i++)
+        if (setns(ws->ns_fds[i], ns_types[i]) != 0)
+            helper_fail(run, "setns");
+    if (ws->ns_fds[6] >= 0 && setns(ws->ns_fds[6], CLONE_NEWUSER) != 0)
+        helper_fail(run, "setns(inner user)");
+    if (fchdir(ws->root_fd) != 0 || chroot(".") != 0)
+        helper_fail(run, "chroot");
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (kill_requested(run))
+        _exit(0);
+    pid_t pidns = clone(exec_pidns_stage, run->stacks + 2 * HELPER_STACK_BYTES,
+                        CLONE_VM | CLONE_FILES | SIGCHLD, run);
+    if (pidns < 0)
+        helper_fail(run, "clone(pidns)");
+    while (waitpid(pidns, NULL, __WALL) < 0 && errno == EINTR)
+        ;
+    _exit(0);
+}
+
+/* SIGKILLs the exec's tree: its init (pid 1 of the exec's namespace) when known, else the
+ * outer helper, whose death cascades through parent-death signals. */
+static void exec_kill_tree(struct exec_run *run, enum kill_reason reason)
+{
+    int expected = KILL_NONE;
+    __atomic_compare_exchange_n(&run->kill_reason, &expected, reason, false, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+    int init_pidfd = __atomic_load_n(&run->init_pidfd, __ATOMIC_SEQ_CST);
+    if (init_pidfd >= 0)
+        syscall(SYS_pidfd_send_signal, init_pidfd, SIGKILL, NULL, 0);
+    else if (run->outer_pidfd >= 0)
+        syscall(SYS_pidfd_send_signal, run->outer_pidfd, SIGKILL, NULL, 0);
+}
+
+/* ---- output capture ---- */
+
+/* Sizes a capture for a per-stream budget of LIMIT bytes (half head, half tail). */
+static void capture_init(struct capture *cap, size_t limit)
+{
+    memset(cap, 0, sizeof *cap);
+    cap->head_cap = (limit + 1) / 2;
+    cap->tail_cap = limit - cap->head_cap;
+    cap->head = malloc(cap->head_cap + 1);
+    cap->tail = malloc(cap->tail_cap + 1);
+}
+
+/* Adds bytes: the head fills first, then the tail ring keeps the most recent bytes. */
+static void capture_append(struct capture *cap, const unsigned char *data, size_t len)
+{
+    cap->total += len;
+    size_t to_head = cap->head_cap - cap->head_len < len ? cap->head_cap - cap->head_len : len;
+    memcpy(cap->head + cap->head_len, data, to_head);
+    cap->head_len += to_head;
+    for (size_t i = to_head; i < len && cap->tail_cap > 0; i++) {
+        size_t pos = (cap->tail_start + cap->tail_len) % cap->tail_cap;
+        cap->tail[pos] = data[i];
+        if (cap->tail_len < cap->tail_cap)
+            cap->tail_len++;
+        else
+            cap->tail_start = (cap->tail_start + 1) % cap->tail_cap;
+    }
+}
+
+/* Base64 of head + marker + tail (marker only when bytes were omitted). */
+static char *capture_finish(struct capture *cap, bool *truncated)
+{
+    uint64_t omitted = cap->total - cap->head_len - cap->tail_len;
+    char marker[96] = "";
+    if (omitted > 0) {
+        snprintf(marker, sizeof marker, "\n\xe2\x80\xa6[mesh: %llu bytes omitted]\xe2\x80\xa6\n",
+                 (unsigned long long)omitted);
+        *truncated = true;
+    }
+    size_t len = cap->head_len + strlen(marker) + cap->tail_len;
+    unsigned char *flat = malloc(len + 1);
+    size_t o = cap->head_len;
+    memcpy(flat, cap->head, cap->head_len);
+    memcpy(flat + o, marker, strlen(marker));
+    o += strlen(marker);
+    for (size_t i = 0; i < cap->tail_len; i++)
+        flat[o++] = cap->tail[(cap->tail_start + i) % cap->tail_cap];
+    char *b64 = base64_encode(flat, len);
+    free(flat);
+    free(cap->head);
+    free(cap->tail);
+    return b64;
+}
+
+/* Reads what is available from FD into CAP; false at end of file. */
+static bool capture_read(int fd, struct capture *cap)
+{
+    unsigned char buf[65536];
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n > 0) {
+            capture_append(cap, buf, (size_t)n);
+            continue;
+        }
+        return n < 0 && (errno == EAGAIN || errno == EINTR);
+    }
+}
+
+/* ---- request parsing ---- */
+
+/* Parsed exec request. */
+struct exec_request {
+    char **argv;
+    char **envp;
+    const char *dir;
+    const char *path_env;
+    unsigned char *stdin_data;
+    size_t stdin_len;
+    bool has_stdin;
+    uint64_t timeout_ms;
+    const char *key;
+    size_t max_output;
+};
+
+/* Frees what exec_parse allocated. */
+static void exec_request_free(struct exec_request *req)
+{
+    if (req->argv)
+        free(req->argv);
+    if (req->envp) {
+        for (char **e = req->envp; *e; e++)
+            free(*e);
+        free(req->envp);
+    }
+    free(req->stdin_data);
+}
+
+/* Builds envp: the protocol's base environment overlaid with the request's env. */
+static bool build_env(struct exec_request *req, json_t *env, struct api_error *err)
+{
+    static const char *base[][2] = {{"PATH", "/usr/local/bin:/usr/bin:/bin"},
+                                    {"HOME", "/workspace"},
+                                    {"LANG", "C.UTF-8"},
+                                    {"TMPDIR", "/tmp"}};
+    json_t *merged = json_object();
+    for (size_t i = 0; i < 4; i++)
+        json_object_set_new(merged, base[i][0], json_string(base[i][1]));
+    if (env) {
+        const char *name;
+        json_t *value;
+        json_object_foreach(env, name, value) {
+            if (!*name || strchr(name, '=')) {
+                api_error_set(err, 400, "bad_request", "env name \"%s\" is invalid", name);
+                json_decref(merged);
+                return false;
+            }
+        }
+        json_object_update(merged, env);
+    }
+    size_t n = json_object_size(merged), i = 0;
+    const char *name;
+    json_t *value;
+    req->envp = calloc(n + 1, sizeof(char *));
+    json_object_foreach(merged, name, value) {
+        req->envp[i] = xasprintf("%s=%s", name, json_string_value(value));
+        if (strcmp(name, "PATH") == 0)
+            req->path_env = req->envp[i] + 5;
+        i++;
+    }
+    json_decref(merged);
+    return true;
+}
+
+/* Validates the exec body against protocol.md; fills REQ or ERR. */
+static bool exec_parse(json_t *body, struct exec_request *req, struct api_error *err)
+{
+    json_t *argv = json_object_get(body, "argv"), *env = NULL;
+    const char *stdin_b64 = NULL;
+    uint64_t max_output = g_config.max_output_bytes;
+    memset(req, 0, sizeof *req);
+    req->dir = ".";
+    req->timeout_ms = DEFAULT_TIMEOUT_MS;
+    if (!json_is_array(argv) || json_array_size(argv) == 0) {
+        api_error_set(err, 400, "bad_request", "field \"argv\" must be a non-empty array");
+        return false;
+    }
+    req->argv = calloc(json_array_size(argv) + 1, sizeof(char *));
+    for (size_t i = 0; i < json_array_size(argv); i++) {
+        json_t *a = json_array_get(argv, i);
+        if (!json_is_string(a) || strlen(json_string_value(a)) != json_string_length(a)) {
+            api_error_set(err, 400, "bad_request", "field \"argv\" must hold NUL-free strings");
+            return false;
+        }
+        req->argv[i] = (char *)json_string_value(a);
+    }
+    if (!json_get_string(body, "dir", &req->dir, err) ||
+        !json_get_object(body, "env", &env, err) ||
+        (env && !json_string_map_valid(env, "env", err)) ||
+        !json_get_string(body, "stdin_b64", &stdin_b64, err) ||
+        !json_get_uint(body, "timeout_ms", &req->timeout_ms, err) ||
+        !json_get_string(body, "exec_key", &req->key, err) ||
+        !json_get_uint(body, "max_output_bytes", &max_output, err) || !build_env(req, env, err))
+        return false;
+    if (!*req->dir)
+        req->dir = ".";
+    req->max_output = max_output < g_config.max_output_bytes ? max_output
+                                                              : g_config.max_output_bytes;
+    if (stdin_b64) {
+        bool ok;
+        req->stdin_data = base64_decode(stdin_b64, &req->stdin_len, &ok);
+        req->has_stdin = true;
+        if (!ok) {
+            api_error_set(err, 400, "bad_request", "field \"stdin_b64\" is not valid base64");
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- the run ---- */
+
+/* Adds RUN to the workspace's running execs; exec_key_in_use if its key is taken. */
+static bool exec_register(struct workspace *ws, struct exec_run *run, struct api_error *err)
+{
+    bool ok = true;
+    pthread_mutex_lock(&ws->lock);
+    for (struct exec_run *r = ws->execs; r && run->key; r = r->next)
+        if (r->key && strcmp(r->key, run->key) == 0)
+            ok = false;
+    if (ws->state != WS_RUNNING || ws->removed) {
+        api_error_set(err, 409, "workspace_not_running", "workspace \"%s\" is not running",
+                      ws->id);
+        ok = false;
+    } else if (!ok) {
+        api_error_set(err, 409, "exec_key_in_use", "an exec with key \"%s\" is running",
+                      run->key);
+    } else {
+        run->next = ws->execs;
+        ws->execs = run;
+    }
+    pthread_mutex_unlock(&ws->lock);
+    return ok;
+}
+
+/* Removes RUN from the workspace's running execs. */
+static void exec_unregister(struct workspace *ws, struct exec_run *run)
+{
+    pthread_mutex_lock(&ws->lock);
+    for (struct exec_run **p = &ws->execs; *p; p = &(*p)->next)
+        if (*p == run) {
+            *p = run->next;
+            break;
+        }
+    pthread_mutex_unlock(&ws->lock);
+}
+
+/* Pipes for the command's stdio; the daemon keeps its ends, the init helper dups the others. */
+static bool open_stdio(struct exec_run *run, bool has_stdin, int *stdin_w, int *out_r, int *err_r)
+{
+    int p[2];
+    *stdin_w = -1;
+    if (has_stdin) {
+        if (pipe2(p, O_CLOEXEC) != 0)
+            return false;
+        run->child_stdin = p[0];
+        *stdin_w = p[1];
+        fcntl(*stdin_w, F_SETFL, O_NONBLOCK);
+    } else {
+        run->child_stdin = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
+        return false;
+    *out_r = p[0];
+    run->child_stdout = p[1];
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
+        return false;
+    *err_r = p[0];
+    run->child_stderr = p[1];
+    return run->child_stdin >= 0;
+}
+
+/* Closes a descriptor if open and marks it closed. */
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* Pumps stdin, collects stdout/stderr and enforces the timeout until the outer helper exits
+ * (then everything in the exec's namespace is gone and the pipes hold the final bytes). */
+static void exec_supervise(struct exec_run *run, struct exec_request *req, int stdin_w, int out_r,
+                           int err_r, struct capture *out, struct capture *errc)
+{
+    double deadline = monotonic_ms() + (double)req->timeout_ms;
+    size_t stdin_done = 0;
+    bool timed_out = false;
+    for (;;) {
+        struct pollfd p[4] = {{.fd = run->outer_pidfd, .events = POLLIN},
+                              {.fd = out_r, .events = POLLIN},
+                              {.fd = err_r, .events = POLLIN},
+                              {.fd = stdin_w, .events = POLLOUT}};
+        double left = deadline - monotonic_ms();
+        int wait_ms = timed_out ? 1000 : left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left + 1;
+        int n = poll(p, stdin_w >= 0 ? 4 : 3, wait_ms);
+        if (n == 0 && !timed_out && monotonic_ms() >= deadline) {
+            timed_out = true;
+            exec_kill_tree(run, KILL_TIMEOUT);
+        }
+        if (p[1].revents)
+            capture_read(out_r, out);
+        if (p[2].revents)
+            capture_read(err_r, errc);
+        if (stdin_w >= 0 && p[3].revents) {
+            ssize_t w = write(stdin_w, req->stdin_data + stdin_done, req->stdin_len - stdin_done);
+            if (w > 0)
+                stdin_done += (size_t)w;
+            if (stdin_done == req->stdin_len || (w < 0 && errno != EAGAIN))
+                close_fd(&stdin_w);
+        }
+        if (p[0].revents) {
+            capture_read(out_r, out);
+            capture_read(err_r, errc);
+            break;
+        }
+    }
+    close_fd(&stdin_w);
+}
+
+/* Turns the finished run into the protocol's exec response. */
+static json_t *exec_response(struct exec_run *run, struct capture *out, struct capture *errc,
+                             double wall_ms, bool oom_killed)
+{
+    bool truncated = false;
+    int reason = __atomic_load_n(&run->kill_reason, __ATOMIC_SEQ_CST);
+    int exit_code = 137, signal_number = SIGKILL;
+    if (run->init_reaped && WIFEXITED(run->init_status)) {
+        exit_code = WEXITSTATUS(run->init_status);
+        signal_number = 0;
+    } else if (run->init_reaped && WIFSIGNALED(run->init_status)) {
+        signal_number = WTERMSIG(run->init_status);
+        exit_code = 128 + signal_number;
+    }
+    double cpu_ms = run->init_usage.ru_utime.tv_sec * 1e3 + run->init_usage.ru_utime.tv_usec / 1e3 +
+                    run->init_usage.ru_stime.tv_sec * 1e3 + run->init_usage.ru_stime.tv_usec / 1e3;
+    uint64_t out_bytes = out->total, err_bytes = errc->total;
+    char *out_b64 = capture_finish(out, &truncated);
+    char *err_b64 = capture_finish(errc, &truncated);
+    json_t *resp = json_pack(
+        "{s:i,s:o,s:s,s:s,s:I,s:I,s:b,s:f,s:o,s:b,s:b,s:b}", "exit_code", exit_code, "signal",
+        signal_number ? json_integer(signal_number) : json_null(), "stdout_b64", out_b64,
+        "stderr_b64", err_b64, "stdout_bytes", (json_int_t)out_bytes, "stderr_bytes",
+        (json_int_t)err_bytes, "truncated", truncated, "wall_ms",
+        (double)(long long)(wall_ms * 1000) / 1000, "cpu_ms",
+        json_number_or_null(g_caps.compute_metering && run->init_reaped,
+                            (double)(long long)(cpu_ms * 1000) / 1000),
+        "timed_out", reason == KILL_TIMEOUT, "oom_killed", oom_killed, "killed",
+        reason == KILL_REQUEST || reason == KILL_RELEASE);
+    free(out_b64);
+    free(err_b64);
+    return resp;
+}
+
+/* Starts the helper chain and supervises it; returns the response or sets ERR. */
+static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
+                                   struct exec_request *req, struct api_error *err)
+{
+    int stdin_w = -1, out_r = -1, err_r = -1;
+    struct capture out, errc;
+    json_t *resp = NULL;
+    uint64_t oom_before = cgroup_workspace_oom_kills(ws->id);
+    double start = monotonic_ms();
+    run->stacks = mmap(NULL, 3 * HELPER_STACK_BYTES, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    pid_t outer = -1;
+    if (run->stacks != MAP_FAILED && open_stdio(run, req->has_stdin, &stdin_w, &out_r, &err_r))
+        outer = clone(exec_outer_stage, run->stacks + HELPER_STACK_BYTES,
+                      CLONE_VM | CLONE_FILES | CLONE_PIDFD | SIGCHLD, run, &run->outer_pidfd);
+    if (outer < 0) {
+        api_error_set(err, 500, "spawn_failed", "cannot start the exec: %s", strerror(errno));
+    } else {
+        capture_init(&out, req->max_output);
+        capture_init(&errc, req->max_output);
+        exec_supervise(run, req, stdin_w, out_r, err_r, &out, &errc);
+        stdin_w = -1;
+        while (waitpid(outer, NULL, __WALL) < 0 && errno == EINTR)
+            ;
+        double wall = monotonic_ms() - start;
+        if (!run->init_reaped && run->failed_step && !kill_requested(run)) {
+            api_error_set(err, 500, "spawn_failed", "cannot enter the workspace (%s: %s)",
+                          run->failed_step, strerror(run->failed_errno));
+            log_event("workspace %s: exec failed at %s: %s", ws->id, run->failed_step,
+                      strerror(run->failed_errno));
+            free(capture_finish(&out, &(bool){false}));
+            free(capture_finish(&errc, &(bool){false}));
+        } else {
+            resp = exec_response(run, &out, &errc, wall,
+                                 cgroup_workspace_oom_kills(ws->id) > oom_before);
+        }
+    }
+    close_fd(&stdin_w);
+    close_fd(&out_r);
+    close_fd(&err_r);
+    close_fd(&run->child_stdin);
+    close_fd(&run->child_stdout);
+    close_fd(&run->child_stderr);
+    if (run->stacks != MAP_FAILED)
+        munmap(run->stacks, 3 * HELPER_STACK_BYTES);
+    return resp;
+}
+
+/* POST /v1/workspaces/{id}/exec */
+json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *err)
+{
+    struct exec_request req;
+    struct exec_run *run;
+    json_t *resp = NULL;
+    if (!exec_parse(body, &req, err)) {
+        exec_request_free(&req);
+        return NULL;
+    }
+    run = calloc(1, sizeof *run);
+    run->ws = ws;
+    run->key = req.key ? strdup(req.key) : NULL;
+    run->argv = req.argv;
+    run->envp = req.envp;
+    run->dir = req.dir;
+    run->path_env = req.path_env;
+    run->outer_pidfd = run->init_pidfd = -1;
+    run->child_stdin = run->child_stdout = run->child_stderr = -1;
+    if (exec_register(ws, run, err)) {
+        resp = exec_spawn_and_wait(ws, run, &req, err);
+        exec_unregister(ws, run);
+    }
+    close_fd(&run->outer_pidfd);
+    close_fd(&run->init_pidfd);
+    free(run->key);
+    free(run);
+    exec_request_free(&req);
+    return resp;
+}
+
+/* Kill call: SIGKILLs the tree of the running exec with KEY; false when none runs. */
+bool exec_kill_by_key(struct workspace *ws, const char *key)
+{
+    bool found = false;
+    pthread_mutex_lock(&ws->lock);
+    for (struct exec_run *r = ws->execs; r; r = r->next)
+        if (r->key && strcmp(r->key, key) == 0) {
+            exec_kill_tree(r, KILL_REQUEST);
+            found = true;
+        }
+    pthread_mutex_unlock(&ws->lock);
+    return found;
+}
+
+/* Release: SIGKILLs the trees of every running exec of the workspace. */
+void exec_kill_all(struct workspace *ws)
+{
+    pthread_mutex_lock(&ws->lock);
+    for (struct exec_run *r = ws->execs; r; r = r->next)
+        exec_kill_tree(r, KILL_RELEASE);
+    pthread_mutex_unlock(&ws->lock);
+}

@@ -1,0 +1,456 @@
+/*
+ * http.c - the HTTP front: listeners (TCP with bearer token, unix socket mode 0600), body
+ * collection with a size limit, authentication, routing and JSON error responses.
+ *
+ * libmicrohttpd runs one thread per connection, so a long exec only occupies its own
+ * connection, and HTTP keep-alive lets the extension's workers reuse connections.
+ */
+#include "sandboxd.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+volatile int g_shutting_down;
+static struct MHD_Daemon *daemons[2];
+static int in_flight;
+static pthread_mutex_t in_flight_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Per-request state kept by libmicrohttpd between callbacks. */
+struct request {
+    unsigned char *body;
+    size_t len, cap;
+    bool too_large;
+    bool counted;
+};
+
+/* One routed request: method, path segments and body. */
+struct route {
+    struct MHD_Connection *conn;
+    const char *method;
+    char *segments[8];
+    int count;
+    struct request *req;
+};
+
+/* Queues RESPONSE with STATUS and releases it. */
+static enum MHD_Result send_response(struct MHD_Connection *conn, unsigned status,
+                                     struct MHD_Response *response)
+{
+    enum MHD_Result r = MHD_queue_response(conn, status, response);
+    MHD_destroy_response(response);
+    return r;
+}
+
+/* Serialises JSON (consumed) as an application/json response. */
+static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned status, json_t *json)
+{
+    char *text = json_dumps(json, JSON_COMPACT);
+    json_decref(json);
+    struct MHD_Response *response =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(response, "Content-Type", "application/json");
+    return send_response(conn, status, response);
+}
+
+/* The protocol's error body {"error":{"code","message"}}. */
+static enum MHD_Result send_error(struct MHD_Connection *conn, struct api_error *err)
+{
+    return send_json(conn, (unsigned)err->http_status,
+                     json_pack("{s:{s:s,s:s}}", "error", "code", err->code, "message",
+                               err->message));
+}
+
+/* Shorthand for an error built in place. */
+static enum MHD_Result fail(struct MHD_Connection *conn, int status, const char *code,
+                            const char *message)
+{
+    struct api_error err;
+    api_error_set(&err, status, code, "%s", message);
+    return send_error(conn, &err);
+}
+
+/* A handler's result: the JSON document or the error it set. */
+static enum MHD_Result send_result(struct MHD_Connection *conn, json_t *json,
+                                   struct api_error *err)
+{
+    return json ? send_json(conn, 200, json) : send_error(conn, err);
+}
+
+/* Constant-time token comparison (time depends only on the presented length). */
+static bool token_matches(const char *presented)
+{
+    const char *expected = g_config.token;
+    size_t plen = strlen(presented), elen = strlen(expected);
+    unsigned diff = plen != elen;
+    for (size_t i = 0; i < plen; i++)
+        diff |= (unsigned char)presented[i] ^ (unsigned char)expected[i % (elen ? elen : 1)];
+    return diff == 0 && elen > 0;
+}
+
+/* TCP requests need "Authorization: Bearer <token>"; the unix socket's mode is the auth. */
+static bool authorized(struct MHD_Connection *conn, bool tcp)
+{
+    if (!tcp)
+        return true;
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    return auth && strncmp(auth, "Bearer ", 7) == 0 && token_matches(auth + 7);
+}
+
+/* Parses the body as a JSON object; an empty body is NULL without error. */
+static bool parse_body(struct request *req, json_t **out, struct api_error *err)
+{
+    json_error_t jerr;
+    *out = NULL;
+    if (req->len == 0)
+        return true;
+    *out = json_loadb((const char *)req->body, req->len, 0, &jerr);
+    if (!*out) {
+        api_error_set(err, 400, "bad_json", "body is not valid JSON: %s", jerr.text);
+        return false;
+    }
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        api_error_set(err, 400, "bad_request", "body must be a JSON object");
+        return false;
+    }
+    return true;
+}
+
+/* GET/PUT/DELETE /v1/workspaces/{id} */
+static enum MHD_Result route_workspace(struct route *r)
+{
+    struct api_error err = {0};
+    json_t *body = NULL, *resp = NULL;
+    const char *id = r->segments[2];
+    if (strcmp(r->method, "GET") == 0) {
+        struct workspace *ws = workspace_get(id, &err);
+        if (ws) {
+            resp = workspace_describe(ws);
+            workspace_put(ws);
+        }
+        return send_result(r->conn, resp, &err);
+    }
+    if (strcmp(r->method, "PUT") != 0 && strcmp(r->method, "DELETE") != 0)
+        return fail(r->conn, 405, "method_not_allowed", "use GET, PUT or DELETE");
+    if (!parse_body(r->req, &body, &err))
+        return send_error(r->conn, &err);
+    resp = strcmp(r->method, "PUT") == 0 ? workspace_acquire(id, body, &err)
+                                         : workspace_release(id, body, &err);
+    json_decref(body);
+    return send_result(r->conn, resp, &err);
+}
+
+/* Fetches a workspace that must be running for exec and file calls. */
+static struct workspace *running_workspace(const char *id, struct api_error *err)
+{
+    struct workspace *ws = workspace_get(id, err);
+    if (ws && ws->state != WS_RUNNING) {
+        api_error_set(err, 409, "workspace_not_running", "workspace \"%s\" is not running", id);
+        workspace_put(ws);
+        return NULL;
+    }
+    return ws;
+}
+
+/* POST /v1/workspaces/{id}/exec */
+static enum MHD_Result route_exec(struct route *r)
+{
+    struct api_error err = {0};
+    json_t *body = NULL, *resp = NULL;
+    if (strcmp(r->method, "POST") != 0)
+        return fail(r->conn, 405, "method_not_allowed", "use POST");
+    if (!parse_body(r->req, &body, &err))
+        return send_error(r->conn, &err);
+    if (!body) {
+        api_error_set(&err, 400, "bad_request", "field \"argv\" is required");
+        return send_error(r->conn, &err);
+    }
+    struct workspace *ws = running_workspace(r->segments[2], &err);
+    if (ws) {
+        resp = exec_run_request(ws, body, &err);
+        workspace_put(ws);
+    }
+    json_decref(body);
+    return send_result(r->conn, resp, &err);
+}
+
+/* POST /v1/workspaces/{id}/execs/{key}/kill */
+static enum MHD_Result route_kill(struct route *r)
+{
+    struct api_error err = {0};
+    if (strcmp(r->method, "POST") != 0)
+        return fail(r->conn, 405, "method_not_allowed", "use POST");
+    struct workspace *ws = workspace_get(r->segments[2], &err);
+    if (!ws)
+        return send_error(r->conn, &err);
+    bool killed = exec_kill_by_key(ws, r->segments[4]);
+    workspace_put(ws);
+    if (!killed)
+        return fail(r->conn, 404, "exec_not_found", "no running exec with this key");
+    return send_json(r->conn, 200, json_pack("{s:b}", "killed", 1));
+}
+
+/* GET/PUT /v1/workspaces/{id}/files?path=P[&mode=M] */
+static enum MHD_Result route_files(struct route *r)
+{
+    struct api_error err = {0};
+    const char *path = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "path");
+    bool get = strcmp(r->method, "GET") == 0;
+    if (!get && strcmp(r->method, "PUT") != 0)
+        return fail(r->conn, 405, "method_not_allowed", "use GET or PUT");
+    struct workspace *ws = running_workspace(r->segments[2], &err);
+    if (!ws)
+        return send_error(r->conn, &err);
+    enum MHD_Result result;
+    if (get) {
+        struct file_data file;
+        if (files_read(ws, path, &file, &err)) {
+            char mode[16];
+            struct MHD_Response *response =
+                MHD_create_response_from_buffer(file.len, file.bytes, MHD_RESPMEM_MUST_FREE);
+            snprintf(mode, sizeof mode, "%04o", file.mode);
+            MHD_add_response_header(response, "Content-Type", "application/octet-stream");
+            MHD_add_response_header(response, "X-Mesh-File-Mode", mode);
+            result = send_response(r->conn, 200, response);
+        } else {
+            result = send_error(r->conn, &err);
+        }
+    } else {
+        const char *mode = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "mode");
+        json_t *resp = files_write(ws, path, mode, r->req->body ? r->req->body : (void *)"",
+                                   r->req->len, &err);
+        result = send_result(r->conn, resp, &err);
+    }
+    workspace_put(ws);
+    return result;
+}
+
+/* Splits URL into at most 8 segments (in place, in a copy owned by R). */
+static void split_path(struct route *r, char *url)
+{
+    r->count = 0;
+    for (char *tok = strtok(url, "/"); tok && r->count < 8; tok = strtok(NULL, "/"))
+        r->segments[r->count++] = tok;
+}
+
+/* Dispatches a complete request to its handler. */
+static enum MHD_Result dispatch(struct MHD_Connection *conn, const char *url, const char *method,
+                                struct request *req)
+{
+    struct route r = {.conn = conn, .method = method, .req = req};
+    char *copy = strdup(url);
+    enum MHD_Result result;
+    split_path(&r, copy);
+    bool v1 = r.count >= 2 && strcmp(r.segments[0], "v1") == 0;
+    bool ws_route = v1 && strcmp(r.segments[1], "workspaces") == 0;
+    if (v1 && r.count == 2 && strcmp(r.segments[1], "capabilities") == 0)
+        result = strcmp(method, "GET") == 0
+                     ? send_json(conn, 200, caps_to_json())
+                     : fail(conn, 405, "method_not_allowed", "use GET");
+    else if (ws_route && r.count == 2) {
+        struct api_error err = {0};
+        const char *label = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "label");
+        result = strcmp(method, "GET") == 0
+                     ? send_result(conn, workspace_list(label, &err), &err)
+                     : fail(conn, 405, "method_not_allowed", "use GET");
+    } else if (ws_route && r.count == 3)
+        result = route_workspace(&r);
+    else if (ws_route && r.count == 4 && strcmp(r.segments[3], "exec") == 0)
+        result = route_exec(&r);
+    else if (ws_route && r.count == 4 && strcmp(r.segments[3], "files") == 0)
+        result = route_files(&r);
+    else if (ws_route && r.count == 6 && strcmp(r.segments[3], "execs") == 0 &&
+             strcmp(r.segments[5], "kill") == 0)
+        result = route_kill(&r);
+    else
+        result = fail(conn, 404, "not_found", "no such route");
+    free(copy);
+    return result;
+}
+
+/* Appends an upload chunk, or marks the request too large (the rest is discarded). */
+static void collect_body(struct request *req, const char *data, size_t size)
+{
+    if (req->too_large || req->len + size > g_config.max_body_bytes) {
+        req->too_large = true;
+        return;
+    }
+    if (req->len + size > req->cap) {
+        req->cap = (req->len + size) * 2;
+        req->body = realloc(req->body, req->cap);
+    }
+    memcpy(req->body + req->len, data, size);
+    req->len += size;
+}
+
+/* Counts requests in flight so that SIGTERM can drain them. */
+static void count_request(struct request *req, int delta)
+{
+    pthread_mutex_lock(&in_flight_lock);
+    in_flight += delta;
+    pthread_mutex_unlock(&in_flight_lock);
+    req->counted = delta > 0;
+}
+
+/* libmicrohttpd access handler: first call checks auth and declared size, upload calls
+ * collect the body, the last call dispatches. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    bool tcp = cls != NULL;
+    struct request *req = *con_cls;
+    (void)version;
+    if (!req) {
+        req = calloc(1, sizeof *req);
+        *con_cls = req;
+        count_request(req, 1);
+        if (g_shutting_down)
+            return fail(conn, 503, "shutting_down", "the daemon is shutting down");
+        if (!authorized(conn, tcp))
+            return fail(conn, 401, "unauthorized", "missing or wrong bearer token");
+        const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                         "Content-Length");
+        if (length && strtoull(length, NULL, 10) > g_config.max_body_bytes)
+            return fail(conn, 413, "body_too_large", "request body over the limit");
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        collect_body(req, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (req->too_large)
+        return fail(conn, 413, "body_too_large", "request body over the limit");
+    return dispatch(conn, url, method, req);
+}
+
+/* Frees per-request state when libmicrohttpd is done with the request. */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode code)
+{
+    struct request *req = *con_cls;
+    (void)cls;
+    (void)conn;
+    (void)code;
+    if (!req)
+        return;
+    if (req->counted)
+        count_request(req, -1);
+    free(req->body);
+    free(req);
+    *con_cls = NULL;
+}
+
+/* Starts one libmicrohttpd daemon on LISTEN_FD; TCP ones require the token. */
+static struct MHD_Daemon *start_mhd(int listen_fd, bool tcp)
+{
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, tcp ? (void *)1 : NULL,
+                            MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_NOTIFY_COMPLETED,
+                            on_completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)600, MHD_OPTION_END);
+}
+
+/* Binds the TCP listener (--listen ADDR:PORT). */
+static int listen_tcp(void)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(g_config.listen_port)};
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (inet_pton(AF_INET, g_config.listen_addr, &addr.sin_addr) != 1) {
+        log_event("--listen: %s is not an IPv4 address", g_config.listen_addr);
+        close(fd);
+        return -1;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, 128) != 0) {
+        log_event("cannot listen on %s:%d: %s", g_config.listen_addr, g_config.listen_port,
+                  strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Binds the unix socket (--socket PATH), created mode 0600. */
+static int listen_unix(void)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    struct stat st;
+    if (strlen(g_config.socket_path) >= sizeof addr.sun_path) {
+        log_event("--socket path too long");
+        return -1;
+    }
+    strcpy(addr.sun_path, g_config.socket_path);
+    if (lstat(g_config.socket_path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(g_config.socket_path);   /* stale: we hold the state-dir lock */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    mode_t old = umask(0177);
+    int rc = bind(fd, (struct sockaddr *)&addr, sizeof addr);
+    umask(old);
+    if (rc != 0 || chmod(g_config.socket_path, 0600) != 0 || listen(fd, 128) != 0) {
+        log_event("cannot listen on %s: %s", g_config.socket_path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Starts the configured listeners. */
+bool http_start(void)
+{
+    if (g_config.listen_addr) {
+        int fd = listen_tcp();
+        daemons[0] = fd >= 0 ? start_mhd(fd, true) : NULL;
+        if (!daemons[0])
+            return false;
+        log_event("listening on %s:%d", g_config.listen_addr, g_config.listen_port);
+    }
+    if (g_config.socket_path) {
+        int fd = listen_unix();
+        daemons[1] = fd >= 0 ? start_mhd(fd, false) : NULL;
+        if (!daemons[1])
+            return false;
+        log_event("listening on unix socket %s", g_config.socket_path);
+    }
+    return true;
+}
+
+/* Drain: stop accepting, answer 503 to new requests on open connections, wait for requests
+ * in flight, then close everything. */
+void http_stop(void)
+{
+    g_shutting_down = 1;
+    for (int i = 0; i < 2; i++)
+        if (daemons[i]) {
+            int fd = MHD_quiesce_daemon(daemons[i]);
+            if (fd >= 0)
+                close(fd);
+        }
+    for (int waited = 0;; waited++) {
+        pthread_mutex_lock(&in_flight_lock);
+        int busy = in_flight;
+        pthread_mutex_unlock(&in_flight_lock);
+        if (busy == 0)
+            break;
+        if (waited % 1000 == 0)
+            log_event("draining: %d request(s) in flight", busy);
+        usleep(10000);
+    }
+    for (int i = 0; i < 2; i++)
+        if (daemons[i])
+            MHD_stop_daemon(daemons[i]);
+    if (g_config.socket_path)
+        unlink(g_config.socket_path);
+}

@@ -1,0 +1,221 @@
+/*
+ * main.c - mesh-sandboxd entry point: flags, single-instance lock on the state dir, child
+ * subreaper, signal handling (SIGTERM drains and exits; workspaces stay alive for the next
+ * start) and the reaper loop.
+ */
+#include "sandboxd.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+struct config g_config;
+struct host_caps g_caps;
+
+/* Prints usage and exits with STATUS. */
+static void usage(int status)
+{
+    fprintf(status ? stderr : stdout,
+            "usage: mesh-sandboxd --state-dir DIR (--listen ADDR:PORT --token-file FILE | "
+            "--socket PATH) [options]\n"
+            "  --listen ADDR:PORT      TCP listener; requests need the bearer token\n"
+            "  --token-file FILE       bearer token (first line)\n"
+            "  --socket PATH           unix socket listener, mode 0600\n"
+            "  --state-dir DIR         workspaces, state and lock (required)\n"
+            "  --rootfs DIR            read-only base instead of host /usr + curated /etc\n"
+            "  --sandbox-user USER     uid running sandboxes (root default: nobody)\n"
+            "  --release MODE          destroy (default) or hibernate\n"
+            "  --max-body-bytes N      request body limit (default 67108864)\n"
+            "  --max-file-bytes N      file read/write limit (default 67108864)\n"
+            "  --max-output-bytes N    per-stream exec output clamp (default 1048576)\n"
+            "  --bwrap PATH            bubblewrap binary (default /usr/bin/bwrap)\n"
+            "  --cgroup-name NAME      cgroup subtree name (default mesh-sandboxd)\n");
+    exit(status);
+}
+
+/* Logs a fatal start-up problem and exits 1. */
+static void die(const char *message)
+{
+    log_event("fatal: %s", message);
+    exit(1);
+}
+
+/* Reads the first line of the token file (never logged). */
+static char *read_token(const char *path)
+{
+    char line[4096];
+    FILE *f = fopen(path, "re");
+    if (!f || !fgets(line, sizeof line, f))
+        die("cannot read --token-file");
+    fclose(f);
+    line[strcspn(line, "\r\n")] = '\0';
+    if (!*line)
+        die("--token-file is empty");
+    return strdup(line);
+}
+
+/* Parses a size flag. */
+static size_t parse_size(const char *text, const char *flag)
+{
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (!*text || *end || v == 0) {
+        log_event("fatal: %s needs a positive integer", flag);
+        exit(2);
+    }
+    return (size_t)v;
+}
+
+/* Resolves --sandbox-user: as root any user (default nobody); otherwise only ourselves. */
+static void resolve_sandbox_user(const char *name)
+{
+    if (!g_config.is_root) {
+        g_config.sandbox_uid = getuid();
+        g_config.sandbox_gid = getgid();
+        struct passwd *self = getpwuid(getuid());
+        if (name && (!self || strcmp(name, self->pw_name) != 0))
+            die("--sandbox-user can only be the daemon's own user when not root");
+        return;
+    }
+    struct passwd *pw = getpwnam(name ? name : "nobody");
+    if (!pw || pw->pw_uid == 0)
+        die("--sandbox-user must name an existing unprivileged user");
+    g_config.sandbox_uid = pw->pw_uid;
+    g_config.sandbox_gid = pw->pw_gid;
+}
+
+/* Parses argv into g_config. */
+static void parse_flags(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"listen", 1, 0, 'l'},         {"token-file", 1, 0, 't'},   {"socket", 1, 0, 's'},
+        {"state-dir", 1, 0, 'd'},      {"rootfs", 1, 0, 'r'},       {"sandbox-user", 1, 0, 'u'},
+        {"release", 1, 0, 'R'},        {"max-body-bytes", 1, 0, 'B'},
+        {"max-file-bytes", 1, 0, 'F'}, {"max-output-bytes", 1, 0, 'O'},
+        {"bwrap", 1, 0, 'w'},          {"cgroup-name", 1, 0, 'c'},  {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *token_file = NULL, *sandbox_user = NULL;
+    int opt;
+    g_config.is_root = geteuid() == 0;
+    g_config.max_body_bytes = g_config.max_file_bytes = 64u << 20;
+    g_config.max_output_bytes = 1u << 20;
+    g_config.bwrap_path = "/usr/bin/bwrap";
+    g_config.cgroup_name = "mesh-sandboxd";
+    while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+        switch (opt) {
+        case 'l': {
+            char *colon = strrchr(optarg, ':');
+            if (!colon)
+                usage(2);
+            g_config.listen_addr = strndup(optarg, (size_t)(colon - optarg));
+            g_config.listen_port = atoi(colon + 1);
+            break;
+        }
+        case 't': token_file = optarg; break;
+        case 's': g_config.socket_path = optarg; break;
+        case 'd': g_config.state_dir = optarg; break;
+        case 'r': g_config.rootfs = optarg; break;
+        case 'u': sandbox_user = optarg; break;
+        case 'R':
+            if (strcmp(optarg, "destroy") != 0 && strcmp(optarg, "hibernate") != 0)
+                usage(2);
+            g_config.release_default =
+                strcmp(optarg, "hibernate") == 0 ? RELEASE_HIBERNATE : RELEASE_DESTROY;
+            break;
+        case 'B': g_config.max_body_bytes = parse_size(optarg, "--max-body-bytes"); break;
+        case 'F': g_config.max_file_bytes = parse_size(optarg, "--max-file-bytes"); break;
+        case 'O': g_config.max_output_bytes = parse_size(optarg, "--max-output-bytes"); break;
+        case 'w': g_config.bwrap_path = optarg; break;
+        case 'c': g_config.cgroup_name = optarg; break;
+        case 'h': usage(0); break;
+        default: usage(2);
+        }
+    }
+    if (!g_config.state_dir || (!g_config.listen_addr && !g_config.socket_path))
+        usage(2);
+    if (g_config.listen_addr && !token_file)
+        die("--listen requires --token-file");
+    if (token_file)
+        g_config.token = read_token(token_file);
+    char *abs = realpath(g_config.state_dir, NULL);
+    if (!abs && (!mkdir_p(g_config.state_dir, 0711) ||
+                 !(abs = realpath(g_config.state_dir, NULL))))
+        die("cannot create --state-dir");
+    g_config.state_dir = abs;
+    resolve_sandbox_user(sandbox_user);
+}
+
+/* Takes the single-instance lock on the state dir (held until exit). */
+static void lock_state_dir(void)
+{
+    char *path = xasprintf("%s/lock", g_config.state_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0)
+        die("another mesh-sandboxd holds the state dir lock");
+    free(path);
+}
+
+/* Makes sure fds 0-2 exist, so pipes never land there. */
+static void ensure_std_fds(void)
+{
+    while (fcntl(2, F_GETFD) < 0 || fcntl(1, F_GETFD) < 0 || fcntl(0, F_GETFD) < 0) {
+        int fd = open("/dev/null", O_RDWR);
+        if (fd < 0 || fd > 2)
+            break;
+    }
+}
+
+/* Reaps children of the main thread: orphans re-parented to us as subreaper and holders
+ * whose starting thread has exited. Exec helpers belong to their request threads. */
+static void reap_children(void)
+{
+    while (waitpid(-1, NULL, WNOHANG | __WALL | __WNOTHREAD) > 0)
+        ;
+}
+
+int main(int argc, char **argv)
+{
+    sigset_t handled;
+    umask(022);
+    ensure_std_fds();
+    parse_flags(argc, argv);
+    chmod(g_config.state_dir, 0711);
+    lock_state_dir();
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);   /* exec helpers share our memory: no ptrace */
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&handled);
+    sigaddset(&handled, SIGTERM);
+    sigaddset(&handled, SIGINT);
+    sigaddset(&handled, SIGCHLD);
+    sigaddset(&handled, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &handled, NULL);   /* every thread inherits the block */
+    cgroup_init();
+    caps_detect();
+    sandbox_init();
+    workspaces_init();
+    if (!http_start())
+        die("cannot start listeners");
+    log_event("ready (state dir %s, sandbox uid %d)", g_config.state_dir,
+              (int)g_config.sandbox_uid);
+    for (;;) {
+        struct timespec tick = {1, 0};
+        int sig = sigtimedwait(&handled, NULL, &tick);
+        reap_children();
+        if (sig == SIGTERM || sig == SIGINT) {
+            log_event("%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            http_stop();
+            log_event("stopped; workspaces stay alive for the next start");
+            return 0;
+        }
+    }
+}

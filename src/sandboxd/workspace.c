@@ -1,0 +1,476 @@
+/*
+ * workspace.c - workspace registry, lifecycle (acquire = create or wake, release = destroy or
+ * hibernate) and persistence.
+ *
+ * On disk: <state>/workspaces/<id>/meta.json (one small JSON per workspace, replaced
+ * atomically) and <state>/workspaces/<id>/files (the workspace's /workspace, owned by the
+ * sandbox user). A restarted daemon reloads every meta.json and re-adopts live holders, or
+ * starts a new holder over the same files when the old one is gone.
+ */
+#include "sandboxd.h"
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct workspace *registry;
+
+/* [A-Za-z0-9][A-Za-z0-9._-]{0,127} */
+bool workspace_id_valid(const char *id)
+{
+    size_t len = strlen(id);
+    if (len == 0 || len > WORKSPACE_ID_MAX || !((id[0] >= 'a' && id[0] <= 'z') ||
+                                                (id[0] >= 'A' && id[0] <= 'Z') ||
+                                                (id[0] >= '0' && id[0] <= '9')))
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", id[i]))
+            return false;
+    return true;
+}
+
+/* <state>/workspaces/<id> */
+char *workspace_dir(const char *id)
+{
+    return xasprintf("%s/workspaces/%s", g_config.state_dir, id);
+}
+
+/* <state>/workspaces/<id>/files, mounted as /workspace */
+char *workspace_files_dir(const char *id)
+{
+    return xasprintf("%s/workspaces/%s/files", g_config.state_dir, id);
+}
+
+/* A fresh, unregistered workspace object with every descriptor closed. */
+static struct workspace *workspace_new(const char *id)
+{
+    struct workspace *ws = calloc(1, sizeof *ws);
+    snprintf(ws->id, sizeof ws->id, "%s", id);
+    ws->tier = tier_by_name("standard");
+    snprintf(ws->network, sizeof ws->network, "none");
+    ws->labels = json_object();
+    ws->created_at = time(NULL);
+    ws->state = WS_STOPPING;   /* not usable until started or loaded */
+    for (int i = 0; i < 7; i++)
+        ws->ns_fds[i] = -1;
+    ws->root_fd = -1;
+    for (int c = 0; c < CG_COUNT; c++)
+        ws->cgroup_fds[c] = -1;
+    pthread_mutex_init(&ws->lock, NULL);
+    pthread_mutex_init(&ws->lifecycle, NULL);
+    return ws;
+}
+
+/* Frees a workspace object once nothing references it. */
+static void workspace_free(struct workspace *ws)
+{
+    sandbox_close_fds(ws);
+    cgroup_close_fds(ws->cgroup_fds);
+    json_decref(ws->labels);
+    pthread_mutex_destroy(&ws->lock);
+    pthread_mutex_destroy(&ws->lifecycle);
+    free(ws);
+}
+
+/* Registry lookup (caller holds registry_lock). */
+static struct workspace *registry_find(const char *id)
+{
+    for (struct workspace *ws = registry; ws; ws = ws->next)
+        if (strcmp(ws->id, id) == 0)
+            return ws;
+    return NULL;
+}
+
+/* Unlinks WS from the registry and drops the registry's reference. */
+static void registry_remove(struct workspace *ws)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (struct workspace **p = &registry; *p; p = &(*p)->next)
+        if (*p == ws) {
+            *p = ws->next;
+            break;
+        }
+    ws->removed = true;
+    pthread_mutex_unlock(&registry_lock);
+    workspace_put(ws);
+}
+
+/* Returns a referenced workspace by id, or NULL with bad_workspace_id/workspace_not_found. */
+struct workspace *workspace_get(const char *id, struct api_error *err)
+{
+    if (!workspace_id_valid(id)) {
+        api_error_set(err, 400, "bad_workspace_id", "workspace id is not valid");
+        return NULL;
+    }
+    pthread_mutex_lock(&registry_lock);
+    struct workspace *ws = registry_find(id);
+    if (ws)
+        ws->refcount++;
+    pthread_mutex_unlock(&registry_lock);
+    if (!ws)
+        api_error_set(err, 404, "workspace_not_found", "no workspace with id \"%s\"", id);
+    return ws;
+}
+
+/* Drops one reference; the last one frees the object. */
+void workspace_put(struct workspace *ws)
+{
+    pthread_mutex_lock(&registry_lock);
+    bool last = --ws->refcount == 0;
+    pthread_mutex_unlock(&registry_lock);
+    if (last)
+        workspace_free(ws);
+}
+
+/* ISO 8601 UTC time for the API. */
+static void format_time(time_t t, char *out, size_t size)
+{
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* The list-entry object of a workspace. */
+json_t *workspace_describe(struct workspace *ws)
+{
+    char created[32];
+    format_time(ws->created_at, created, sizeof created);
+    return json_pack("{s:s,s:s,s:s,s:s,s:s,s:O}", "id", ws->id, "state",
+                     ws->state == WS_RUNNING ? "running" : "hibernated", "size", ws->tier->name,
+                     "network", ws->network, "created_at", created, "labels", ws->labels);
+}
+
+/* Writes meta.json for WS (atomic replace). */
+static bool workspace_persist(struct workspace *ws)
+{
+    char *dir = workspace_dir(ws->id);
+    char *path = xasprintf("%s/meta.json", dir);
+    free(dir);
+    json_t *meta = json_pack("{s:s,s:s,s:s,s:O,s:I,s:s,s:I,s:I}", "id", ws->id, "size",
+                             ws->tier->name, "network", ws->network, "labels", ws->labels,
+                             "created_at", (json_int_t)ws->created_at, "state",
+                             ws->state == WS_RUNNING ? "running" : "hibernated", "holder_pid",
+                             (json_int_t)ws->holder_pid, "holder_start",
+                             (json_int_t)ws->holder_start);
+    char *text = json_dumps(meta, JSON_COMPACT);
+    bool ok = write_file_atomic(path, text, strlen(text), 0600);
+    if (!ok)
+        log_event("workspace %s: cannot persist state", ws->id);
+    free(text);
+    json_decref(meta);
+    free(path);
+    return ok;
+}
+
+/* Creates <id>/ and <id>/files (owned by the sandbox user). */
+static bool workspace_make_dirs(struct workspace *ws)
+{
+    char *dir = workspace_dir(ws->id);
+    char *files = workspace_files_dir(ws->id);
+    bool ok = (mkdir(dir, 0711) == 0 || errno == EEXIST) &&
+              (mkdir(files, 0700) == 0 || errno == EEXIST) &&
+              (!g_config.is_root || chown(files, g_config.sandbox_uid, g_config.sandbox_gid) == 0);
+    free(dir);
+    free(files);
+    return ok;
+}
+
+/* Starts cgroups and holder for WS (new or hibernated); on failure nothing is left running. */
+static bool workspace_start(struct workspace *ws, struct api_error *err)
+{
+    if (!cgroup_workspace_create(ws->id, ws->tier, ws->cgroup_fds)) {
+        api_error_set(err, 500, "spawn_failed", "cannot create the workspace's cgroups");
+        return false;
+    }
+    if (!sandbox_start(ws, err)) {
+        cgroup_close_fds(ws->cgroup_fds);
+        cgroup_workspace_remove(ws->id);
+        return false;
+    }
+    pthread_mutex_lock(&ws->lock);
+    ws->state = WS_RUNNING;
+    pthread_mutex_unlock(&ws->lock);
+    return true;
+}
+
+/* Stops every process of WS: no new execs, running ones killed, holder killed, cgroups gone.
+ * Files stay. */
+static void workspace_stop(struct workspace *ws)
+{
+    pthread_mutex_lock(&ws->lock);
+    ws->state = WS_STOPPING;
+    pthread_mutex_unlock(&ws->lock);
+    exec_kill_all(ws);
+    for (int i = 0; i < 10000; i++) {   /* execs unregister once their helpers are reaped */
+        pthread_mutex_lock(&ws->lock);
+        bool idle = ws->execs == NULL;
+        pthread_mutex_unlock(&ws->lock);
+        if (idle)
+            break;
+        usleep(1000);
+    }
+    sandbox_stop(ws);
+    cgroup_close_fds(ws->cgroup_fds);
+    cgroup_workspace_remove(ws->id);
+    pthread_mutex_lock(&ws->lock);
+    ws->state = WS_HIBERNATED;
+    pthread_mutex_unlock(&ws->lock);
+}
+
+/* True when the running workspace's holder is still the process we started. */
+static bool holder_alive(struct workspace *ws)
+{
+    unsigned long long start;
+    char state;
+    return ws->holder_pid > 0 && process_start_time(ws->holder_pid, &start, &state) &&
+           start == ws->holder_start && state != 'Z';
+}
+
+/* Parses the acquire body into WS's settings (used only when the workspace is created). */
+static bool parse_acquire_body(json_t *body, const struct size_tier **tier, json_t **labels,
+                               struct api_error *err)
+{
+    const char *size = "standard", *network = "none";
+    *labels = NULL;
+    if (body && (!json_get_string(body, "size", &size, err) ||
+                 !json_get_string(body, "network", &network, err) ||
+                 !json_get_object(body, "labels", labels, err) ||
+                 (*labels && !json_string_map_valid(*labels, "labels", err))))
+        return false;
+    *tier = tier_by_name(size);
+    if (!*tier) {
+        api_error_set(err, 400, "unknown_tier", "size \"%s\" is not a tier", size);
+        return false;
+    }
+    if (strcmp(network, "none") != 0) {
+        api_error_set(err, 400, "bad_request",
+                      "network \"%s\" is not supported here (egress_control is false)", network);
+        return false;
+    }
+    return true;
+}
+
+/* Finds or registers the workspace ID and returns it referenced; *CREATED if new. */
+static struct workspace *find_or_register(const char *id, bool *created)
+{
+    pthread_mutex_lock(&registry_lock);
+    struct workspace *ws = registry_find(id);
+    *created = ws == NULL;
+    if (!ws) {
+        ws = workspace_new(id);
+        ws->refcount = 1;   /* the registry's */
+        ws->next = registry;
+        registry = ws;
+    }
+    ws->refcount++;
+    pthread_mutex_unlock(&registry_lock);
+    return ws;
+}
+
+/* PUT /v1/workspaces/{id}: create or wake, idempotent. */
+json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
+{
+    const struct size_tier *tier;
+    json_t *labels, *resp = NULL;
+    bool created, woke = false;
+    if (!workspace_id_valid(id)) {
+        api_error_set(err, 400, "bad_workspace_id", "workspace id is not valid");
+        return NULL;
+    }
+    if (!parse_acquire_body(body, &tier, &labels, err))
+        return NULL;
+    struct workspace *ws = find_or_register(id, &created);
+    pthread_mutex_lock(&ws->lifecycle);
+    if (ws->removed) {   /* released while we waited: start over */
+        pthread_mutex_unlock(&ws->lifecycle);
+        workspace_put(ws);
+        return workspace_acquire(id, body, err);
+    }
+    bool fresh = created;
+    if (fresh) {
+        ws->tier = tier;
+        if (labels)
+            json_object_update(ws->labels, labels);
+    }
+    bool ok = true;
+    if (fresh && !workspace_make_dirs(ws)) {
+        api_error_set(err, 500, "internal", "cannot create the workspace directory");
+        ok = false;
+    } else if (ws->state != WS_RUNNING || !holder_alive(ws)) {
+        if (ws->state == WS_RUNNING)
+            workspace_stop(ws);   /* holder died under us: restart it over the same files */
+        woke = !created;
+        ok = workspace_start(ws, err) && workspace_persist(ws);
+    }
+    if (ok) {
+        resp = workspace_describe(ws);
+        json_object_set_new(resp, "created", json_boolean(created));
+        json_object_set_new(resp, "woke", json_boolean(woke));
+        log_event("workspace %s: acquired (%s)", ws->id,
+                  created ? "created" : woke ? "woke" : "running");
+    } else if (created) {
+        workspace_stop(ws);
+        char *dir = workspace_dir(ws->id);
+        remove_tree(dir);
+        free(dir);
+    }
+    pthread_mutex_unlock(&ws->lifecycle);
+    if (!ok && created)
+        registry_remove(ws);
+    workspace_put(ws);
+    return resp;
+}
+
+/* DELETE /v1/workspaces/{id}: destroy or hibernate after killing every process. */
+json_t *workspace_release(const char *id, json_t *body, struct api_error *err)
+{
+    const char *prefer = g_config.release_default == RELEASE_HIBERNATE ? "hibernate" : "destroy";
+    if (body && !json_get_string(body, "prefer", &prefer, err))
+        return NULL;
+    if (strcmp(prefer, "destroy") != 0 && strcmp(prefer, "hibernate") != 0) {
+        api_error_set(err, 400, "bad_request", "field \"prefer\" must be destroy or hibernate");
+        return NULL;
+    }
+    bool hibernate = strcmp(prefer, "hibernate") == 0 && g_caps.hibernate;
+    struct workspace *ws = workspace_get(id, err);
+    if (!ws)
+        return NULL;
+    pthread_mutex_lock(&ws->lifecycle);
+    if (ws->removed) {
+        pthread_mutex_unlock(&ws->lifecycle);
+        workspace_put(ws);
+        api_error_set(err, 404, "workspace_not_found", "no workspace with id \"%s\"", id);
+        return NULL;
+    }
+    workspace_stop(ws);
+    if (hibernate) {
+        workspace_persist(ws);
+    } else {
+        char *dir = workspace_dir(ws->id);
+        if (!remove_tree(dir))
+            log_event("workspace %s: could not remove %s completely", ws->id, dir);
+        free(dir);
+    }
+    pthread_mutex_unlock(&ws->lifecycle);
+    if (!hibernate)
+        registry_remove(ws);
+    log_event("workspace %s: released (%s)", id, hibernate ? "hibernated" : "destroyed");
+    workspace_put(ws);
+    return json_pack("{s:s,s:s}", "id", id, "outcome", hibernate ? "hibernated" : "destroyed");
+}
+
+/* GET /v1/workspaces[?label=k=v] */
+json_t *workspace_list(const char *label_filter, struct api_error *err)
+{
+    char key[256] = "";
+    const char *value = NULL;
+    if (label_filter) {
+        const char *eq = strchr(label_filter, '=');
+        if (!eq || eq == label_filter || (size_t)(eq - label_filter) >= sizeof key) {
+            api_error_set(err, 400, "bad_request", "query parameter \"label\" must be key=value");
+            return NULL;
+        }
+        memcpy(key, label_filter, (size_t)(eq - label_filter));
+        key[eq - label_filter] = '\0';
+        value = eq + 1;
+    }
+    json_t *list = json_array();
+    pthread_mutex_lock(&registry_lock);
+    for (struct workspace *ws = registry; ws; ws = ws->next) {
+        json_t *v = value ? json_object_get(ws->labels, key) : NULL;
+        if (value && (!json_is_string(v) || strcmp(json_string_value(v), value) != 0))
+            continue;
+        if (ws->state == WS_STOPPING)
+            continue;   /* being created or released */
+        json_array_append_new(list, workspace_describe(ws));
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return json_pack("{s:o}", "workspaces", list);
+}
+
+/* Loads one meta.json into a new workspace object; NULL if unreadable. */
+static struct workspace *workspace_load(const char *id)
+{
+    char *dir = workspace_dir(id);
+    char *path = xasprintf("%s/meta.json", dir);
+    json_t *meta = json_load_file(path, 0, NULL);
+    free(path);
+    free(dir);
+    const char *size = json_string_value(json_object_get(meta, "size"));
+    if (!meta || !size || !tier_by_name(size)) {
+        json_decref(meta);
+        return NULL;
+    }
+    struct workspace *ws = workspace_new(id);
+    ws->tier = tier_by_name(size);
+    if (json_is_object(json_object_get(meta, "labels")))
+        json_object_update(ws->labels, json_object_get(meta, "labels"));
+    ws->created_at = (time_t)json_integer_value(json_object_get(meta, "created_at"));
+    const char *state = json_string_value(json_object_get(meta, "state"));
+    ws->state = state && strcmp(state, "running") == 0 ? WS_RUNNING : WS_HIBERNATED;
+    ws->holder_pid = (pid_t)json_integer_value(json_object_get(meta, "holder_pid"));
+    ws->holder_start = (unsigned long long)json_integer_value(json_object_get(meta, "holder_start"));
+    json_decref(meta);
+    return ws;
+}
+
+/* Brings a loaded running workspace back: re-adopt its holder or start a new one. */
+static void workspace_revive(struct workspace *ws)
+{
+    struct api_error err = {0};
+    if (!cgroup_workspace_create(ws->id, ws->tier, ws->cgroup_fds)) {
+        ws->state = WS_HIBERNATED;
+    } else if (sandbox_adopt(ws)) {
+        return;
+    } else {
+        if (ws->holder_pid > 0 && holder_alive(ws))
+            sandbox_stop(ws);
+        ws->holder_pid = 0;
+        if (!sandbox_start(ws, &err)) {
+            cgroup_close_fds(ws->cgroup_fds);
+            cgroup_workspace_remove(ws->id);
+            ws->state = WS_HIBERNATED;
+        }
+    }
+    if (ws->state != WS_RUNNING)
+        ws->holder_pid = 0;
+    workspace_persist(ws);
+}
+
+/* Start-up: reload every workspace from the state dir; removes directories without a valid
+ * meta.json (left by a crash during creation). */
+void workspaces_init(void)
+{
+    char *root = xasprintf("%s/workspaces", g_config.state_dir);
+    mkdir(root, 0711);
+    chmod(root, 0711);
+    DIR *d = opendir(root);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.' || !workspace_id_valid(e->d_name))
+            continue;
+        struct workspace *ws = workspace_load(e->d_name);
+        if (!ws) {
+            char *dir = workspace_dir(e->d_name);
+            log_event("workspace %s: no valid state, removing %s", e->d_name, dir);
+            remove_tree(dir);
+            free(dir);
+            continue;
+        }
+        if (ws->state == WS_RUNNING)
+            workspace_revive(ws);
+        ws->refcount = 1;
+        ws->next = registry;
+        registry = ws;
+        log_event("workspace %s: loaded (%s)", ws->id,
+                  ws->state == WS_RUNNING ? "running" : "hibernated");
+    }
+    if (d)
+        closedir(d);
+    free(root);
+}

@@ -1,0 +1,137 @@
+# lib.sh - helpers for the mesh-sandboxd TAP tests (sourced by every *.t).
+#
+# sd_start starts a daemon on a private temp state dir, port, token and cgroup name; an EXIT
+# trap stops it and removes every holder, cgroup and directory it created, even when a test
+# fails half way. api/api_json wrap curl (always with a timeout) and TAP helpers print
+# ok/not ok lines.
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+SANDBOXD="$REPO/src/sandboxd/mesh-sandboxd"
+TEST_N=0
+TEST_FAILED=0
+SD_DIRS=()
+SD_PIDS=()
+SD_CGROUPS=()
+
+if [ ! -x "$SANDBOXD" ]; then
+    make -s -C "$REPO/src/sandboxd" >/dev/null || { echo "Bail out! build failed"; exit 1; }
+fi
+
+# --- TAP ---
+plan() { echo "1..$1"; }
+ok() {  # ok CONDITION_EXIT_STATUS DESCRIPTION
+    TEST_N=$((TEST_N + 1))
+    if [ "$1" -eq 0 ]; then echo "ok $TEST_N - $2"; else echo "not ok $TEST_N - $2"; TEST_FAILED=1; fi
+}
+is() {  # is GOT EXPECTED DESCRIPTION
+    if [ "$1" = "$2" ]; then ok 0 "$3"; else ok 1 "$3"; echo "#   got: '$1'"; echo "#   expected: '$2'"; fi
+}
+like() {  # like GOT REGEX DESCRIPTION
+    if echo "$1" | grep -qE -- "$2"; then ok 0 "$3"; else ok 1 "$3"; echo "#   got: '$1'"; echo "#   expected to match: '$2'"; fi
+}
+skip() { TEST_N=$((TEST_N + 1)); echo "ok $TEST_N # skip $1"; }
+diag() { echo "# $*"; }
+
+# --- daemon lifecycle ---
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+
+# sd_start [daemon flags...]: root TCP daemon; sets SD_DIR SD_URL SD_TOKEN SD_PID SD_STATE.
+sd_start() {
+    SD_DIR=$(mktemp -d /tmp/mesh-sd-test.XXXXXX)
+    chmod 711 "$SD_DIR"   # the sandbox user must traverse it to reach the state dir
+    SD_DIRS+=("$SD_DIR")
+    SD_STATE="$SD_DIR/state"
+    SD_TOKEN="tok-$RANDOM$RANDOM$RANDOM"
+    echo "$SD_TOKEN" > "$SD_DIR/token"
+    chmod 600 "$SD_DIR/token"
+    SD_PORT=$(free_port)
+    SD_URL="http://127.0.0.1:$SD_PORT"
+    SD_CGROUP="mesh-test-$$-$RANDOM"
+    SD_CGROUPS+=("$SD_CGROUP")
+    SD_ARGS=(--state-dir "$SD_STATE" --listen "127.0.0.1:$SD_PORT" --token-file "$SD_DIR/token"
+             --cgroup-name "$SD_CGROUP" "$@")
+    sd_launch
+}
+
+# sd_launch: (re)starts the daemon with SD_ARGS and waits until it answers.
+sd_launch() {
+    "$SANDBOXD" "${SD_ARGS[@]}" 2>>"$SD_DIR/log" &
+    SD_PID=$!
+    SD_PIDS+=("$SD_PID")
+    sd_wait_ready
+}
+
+# sd_wait_ready: polls capabilities (bounded) until the daemon answers.
+sd_wait_ready() {
+    for _ in $(seq 1 100); do
+        if [ -n "$SD_SOCKET" ]; then
+            curl -s -m 2 --unix-socket "$SD_SOCKET" http://sd/v1/capabilities >/dev/null 2>&1 && return 0
+        else
+            curl -s -m 2 -H "Authorization: Bearer $SD_TOKEN" "$SD_URL/v1/capabilities" >/dev/null 2>&1 && return 0
+        fi
+        sleep 0.1
+    done
+    echo "Bail out! daemon did not start"; cat "$SD_DIR/log" >&2; exit 1
+}
+
+# sd_stop [SIGNAL]: stops the current daemon (default TERM) and waits for it.
+sd_stop() {
+    kill -"${1:-TERM}" "$SD_PID" 2>/dev/null
+    for _ in $(seq 1 100); do kill -0 "$SD_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$SD_PID" 2>/dev/null
+    wait "$SD_PID" 2>/dev/null
+    return 0
+}
+
+# Kills holders recorded under a state dir (after the daemon is gone).
+sd_kill_holders() {
+    local meta pid
+    for meta in "$1"/workspaces/*/meta.json; do
+        [ -f "$meta" ] || continue
+        pid=$(jq -r '.holder_pid // 0' "$meta" 2>/dev/null)
+        [ "${pid:-0}" -gt 0 ] && kill -KILL "$pid" 2>/dev/null
+    done
+}
+
+# EXIT trap: daemons, holders, cgroups, directories.
+sd_cleanup() {
+    local pid dir cg ctl
+    for pid in "${SD_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
+    for dir in "${SD_DIRS[@]}"; do sd_kill_holders "$dir/state"; done
+    sleep 0.2
+    for cg in "${SD_CGROUPS[@]}"; do
+        for ctl in memory pids cpu cpuacct; do
+            [ -d "/sys/fs/cgroup/$ctl/$cg" ] || continue
+            for _ in $(seq 1 50); do
+                rmdir /sys/fs/cgroup/$ctl/$cg/* /sys/fs/cgroup/$ctl/$cg 2>/dev/null && break
+                sleep 0.1
+            done
+        done
+    done
+    for dir in "${SD_DIRS[@]}"; do rm -rf "$dir"; done
+}
+trap sd_cleanup EXIT
+
+# --- HTTP ---
+# api METHOD PATH [BODY|@FILE] -> body on stdout; status in $SD_DIR/status
+api() {
+    local method=$1 path=$2 body=${3-}
+    local args=(-s -m 60 -X "$method" -o "$SD_DIR/resp" -w '%{http_code}')
+    if [ -n "$SD_SOCKET" ]; then args+=(--unix-socket "$SD_SOCKET"); base="http://sd"
+    else args+=(-H "Authorization: Bearer $SD_TOKEN"); base=$SD_URL; fi
+    [ -n "$body" ] && args+=(--data-binary "$body" -H 'Content-Type: application/json')
+    curl "${args[@]}" "$base$path" > "$SD_DIR/status" 2>/dev/null
+    cat "$SD_DIR/resp"
+}
+status() { cat "$SD_DIR/status"; }
+
+# exec_json WS JSON -> exec response
+exec_json() { api POST "/v1/workspaces/$1/exec" "$2"; }
+# run_sh WS SCRIPT -> exec response of sh -c SCRIPT
+run_sh() { exec_json "$1" "$(jq -nc --arg s "$2" '{argv:["sh","-c",$s]}')"; }
+# stdout_of RESPONSE -> decoded stdout
+stdout_of() { echo "$1" | jq -r '.stdout_b64' | base64 -d; }
+stderr_of() { echo "$1" | jq -r '.stderr_b64' | base64 -d; }
+field() { echo "$1" | jq -r "$2"; }
+
+finish() { exit $TEST_FAILED; }
