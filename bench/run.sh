@@ -21,6 +21,7 @@ trap 'mesh_cluster_stop "$WORK/pg"' EXIT
 mesh_cluster_start "$WORK/pg" "mesh.embedded_sandboxd = on" "mesh.workers = 2"
 mesh_wait_embedded "$WORK/pg"
 psql -X -q -c "CREATE EXTENSION mesh_exec"
+mesh_wait_workers
 
 base=$(bench/out/forkexec "$ITER" 1)
 mesh=$(psql -X -q -v iterations="$ITER" -f bench/exec.sql | awk '/^median_ms/ {print $2}')

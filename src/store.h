@@ -10,6 +10,8 @@
 
 #include "postgres.h"
 
+#include "access/xlogdefs.h"
+
 #include "backends/backend.h"
 
 /* A workspace row joined with its backend's catalog entry. */
@@ -53,7 +55,8 @@ extern bool store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, 
 extern bool store_materialize_failed(MeshWorkspace *ws, bool retryable, const char *reason,
 									 ErrorData **err);
 extern bool store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
-							   ErrorData **err);
+							   XLogRecPtr *commit_lsn, ErrorData **err);
+extern void mesh_flush_to(XLogRecPtr lsn);
 extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
 								ErrorData **err);
 extern bool store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,

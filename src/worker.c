@@ -72,6 +72,7 @@ typedef struct WorkerCall
 	MeshTransfer *transfer;
 	int64		exec_id;
 	MeshExecSpec spec;
+	XLogRecPtr	exec_row_lsn;	/* exec row's commit, flushed once sent */
 	TimestampTz op_started;
 	List	   *outbox;			/* StringInfo messages not yet sent */
 	bool		caller_gone;
@@ -502,7 +503,7 @@ start_exec(WorkerCall *call)
 	call->spec.timeout_ms = (long) json_integer_value(json_object_get(call->req, "timeout_ms"));
 	call->spec.max_output_bytes = (long) json_integer_value(json_object_get(call->req, "max_output"));
 
-	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &err))
+	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &call->exec_row_lsn, &err))
 	{
 		reply_txn_error(call, err);
 		return;
@@ -512,6 +513,9 @@ start_exec(WorkerCall *call)
 	call->op_started = GetCurrentTimestamp();
 	start_transfer(call, &req, (size_t) call->spec.max_output_bytes * 3 + 64 * 1024);
 	call->step = STEP_OPERATING;
+	/* put the request on the wire, then make the exec row durable meanwhile */
+	mesh_http_drive();
+	mesh_flush_to(call->exec_row_lsn);
 }
 
 static const char *
@@ -922,6 +926,22 @@ advance_all(void)
 	return runnable;
 }
 
+/* Can some call move on without waiting for a socket or the latch? */
+static bool
+any_call_ready(void)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &calls)
+	{
+		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
+
+		if (call->step == STEP_START || (call->transfer && mesh_http_is_done(call->transfer)))
+			return true;
+	}
+	return false;
+}
+
 static void
 worker_exit(int code, Datum arg)
 {
@@ -990,7 +1010,7 @@ mesh_worker_main(Datum arg)
 		mesh_http_drive();
 		runnable = advance_all();
 		/* push new requests onto the wire; finished ones mean another pass */
-		if (mesh_http_drive() > 0 || runnable)
+		if (mesh_http_drive() > 0 || runnable || any_call_ready())
 			continue;
 
 		set = mesh_http_wait_set(&timeout);

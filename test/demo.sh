@@ -16,6 +16,7 @@ DEMO=/tmp/mesh-demo
 mesh_cluster_stop "$DEMO"
 mesh_cluster_start "$DEMO" "mesh.embedded_sandboxd = on"
 mesh_wait_embedded "$DEMO"
+mesh_wait_workers
 
 psql -X -e -v ON_ERROR_STOP=1 <<'SQL'
 CREATE EXTENSION mesh_exec;

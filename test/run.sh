@@ -27,10 +27,12 @@ cleanup() { mesh_cluster_stop "$PGDIR"; }
 trap cleanup EXIT
 
 passed=0; failed=0
-count_tap() {   # count "ok"/"not ok" lines of verbose TAP output in file $1
+count_tap() {   # count "ok"/"not ok" lines of verbose TAP output in file $1; $2: the runner's exit status
   local ok nok
   ok=$(grep -cE '^\s*ok [0-9]+' "$1" || true)
   nok=$(grep -cE '^\s*not ok [0-9]+' "$1" || true)
+  # a runner that failed without a failing test line (bad plan, crash) still counts as a failure
+  [ "${2:-0}" -ne 0 ] && [ "$nok" -eq 0 ] && nok=1
   passed=$((passed + ok)); failed=$((failed + nok))
   echo "  -> $ok passed, $nok failed"
 }
@@ -38,6 +40,7 @@ count_tap() {   # count "ok"/"not ok" lines of verbose TAP output in file $1
 mesh_cluster_start "$PGDIR" "mesh.embedded_sandboxd = on" || { echo "cluster did not start"; exit 1; }
 mesh_wait_embedded "$PGDIR" || { tail -20 "$PGDIR/server.log"; exit 1; }
 psql -X -q -c "CREATE EXTENSION mesh_exec" || exit 1
+mesh_wait_workers || exit 1
 
 echo "== pg_regress (sql/)"
 make -s installcheck > "$MESH_TEST_WORK/regress.out" 2>&1
@@ -51,26 +54,26 @@ echo "  -> $r_ok passed, $r_bad failed"
 if ls test/pgtap/*.sql >/dev/null 2>&1; then
   echo "== pg_prove (test/pgtap/)"
   psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
-  pg_prove -v test/pgtap/*.sql > "$MESH_TEST_WORK/pgtap.out" 2>&1
+  pg_prove -v test/pgtap/*.sql > "$MESH_TEST_WORK/pgtap.out" 2>&1; rc=$?
   grep -E '^not ok|^# ' "$MESH_TEST_WORK/pgtap.out" | head -40
   tail -3 "$MESH_TEST_WORK/pgtap.out"
-  count_tap "$MESH_TEST_WORK/pgtap.out"
+  count_tap "$MESH_TEST_WORK/pgtap.out" $rc
 fi
 
 if ls test/e2e/*.t >/dev/null 2>&1; then
   echo "== prove (test/e2e/)"
-  PGDIR=$PGDIR prove -v test/e2e/*.t > "$MESH_TEST_WORK/e2e.out" 2>&1
+  PGDIR=$PGDIR prove -v test/e2e/*.t > "$MESH_TEST_WORK/e2e.out" 2>&1; rc=$?
   grep -E '^not ok|^# ' "$MESH_TEST_WORK/e2e.out" | head -40
   tail -3 "$MESH_TEST_WORK/e2e.out"
-  count_tap "$MESH_TEST_WORK/e2e.out"
+  count_tap "$MESH_TEST_WORK/e2e.out" $rc
 fi
 
 if ls test/sandboxd/*.t >/dev/null 2>&1; then
   echo "== prove (test/sandboxd/)"
-  prove -v test/sandboxd/*.t > "$MESH_TEST_WORK/sandboxd.out" 2>&1
+  prove -v test/sandboxd/*.t > "$MESH_TEST_WORK/sandboxd.out" 2>&1; rc=$?
   grep -E '^not ok' "$MESH_TEST_WORK/sandboxd.out" | head -40
   tail -3 "$MESH_TEST_WORK/sandboxd.out"
-  count_tap "$MESH_TEST_WORK/sandboxd.out"
+  count_tap "$MESH_TEST_WORK/sandboxd.out" $rc
 fi
 
 echo "logs and outputs: $MESH_TEST_WORK"

@@ -50,3 +50,13 @@ mesh_wait_embedded() {
   echo "embedded mesh-sandboxd did not come up on $sock" >&2
   return 1
 }
+
+# Wait until the worker pool is connected (workers retry until mesh.database exists).
+mesh_wait_workers() {
+  for _ in $(seq 1 100); do
+    [ "$(psql -X -qAt -c "SELECT count(*) = current_setting('mesh.workers')::int FROM pg_stat_activity WHERE backend_type = 'mesh worker'" 2>/dev/null)" = t ] && return 0
+    sleep 0.1
+  done
+  echo "the mesh worker pool did not start" >&2
+  return 1
+}

@@ -1,6 +1,6 @@
 -- test/pgtap/schema.sql: the data model and privileges the design requires (DESIGN §3).
 BEGIN;
-SELECT plan(27);
+SELECT plan(26);
 
 SELECT has_schema('mesh');
 SELECT has_table('mesh', t, 'table mesh.' || t) FROM unnest(ARRAY['backends', 'backend_credentials', 'agents', 'workspaces', 'execs', 'events']) t;
