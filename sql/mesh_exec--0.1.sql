@@ -43,12 +43,33 @@ CREATE TABLE mesh.backend_credentials (
     set_at     timestamptz NOT NULL DEFAULT now()
 );
 
+-- Per-agent settings and budgets (NULL: the instance policy applies).
 CREATE TABLE mesh.agents (
     agent_id     text PRIMARY KEY,
     backend      text REFERENCES mesh.backends (name) ON DELETE SET NULL,
     default_size mesh.size_tier,
+    max_compute_seconds       double precision CHECK (max_compute_seconds > 0),  -- per run
+    max_concurrent_workspaces integer CHECK (max_concurrent_workspaces > 0),
+    idle_timeout              interval CHECK (idle_timeout > '0'),
     created_at   timestamptz NOT NULL DEFAULT now()
 );
+
+-- Per-run overrides of the agent's budget.
+CREATE TABLE mesh.run_budgets (
+    run_id              text PRIMARY KEY,
+    max_compute_seconds double precision CHECK (max_compute_seconds > 0),
+    idle_timeout        interval CHECK (idle_timeout > '0'),
+    set_at              timestamptz NOT NULL DEFAULT now()
+);
+
+-- Instance policy: one row.
+CREATE TABLE mesh.settings (
+    singleton           boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    max_run_lifetime    interval NOT NULL DEFAULT '24 hours' CHECK (max_run_lifetime > '0'),
+    idle_timeout        interval NOT NULL DEFAULT '1 hour' CHECK (idle_timeout > '0'),
+    max_compute_seconds double precision CHECK (max_compute_seconds > 0)
+);
+INSERT INTO mesh.settings DEFAULT VALUES;
 
 -- One workspace per run, at most.  Written only by mesh workers.
 CREATE TABLE mesh.workspaces (
@@ -123,6 +144,8 @@ CREATE INDEX events_kind_idx ON mesh.events (kind, at);
 SELECT pg_catalog.pg_extension_config_dump('mesh.backends', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.backend_credentials', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.agents', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.run_budgets', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.settings', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.workspaces', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.execs', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.events', '');
@@ -304,6 +327,61 @@ BEGIN
 END
 $$;
 
+-- Budgets: per agent, per run override, instance default.  NULL clears a limit.
+CREATE FUNCTION mesh.agent_set_budget(agent_id text, max_compute_seconds double precision DEFAULT NULL,
+                                      max_concurrent_workspaces integer DEFAULT NULL,
+                                      idle_timeout interval DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+BEGIN
+    INSERT INTO mesh.agents AS a (agent_id, max_compute_seconds, max_concurrent_workspaces, idle_timeout)
+    VALUES (agent_set_budget.agent_id, agent_set_budget.max_compute_seconds,
+            agent_set_budget.max_concurrent_workspaces, agent_set_budget.idle_timeout)
+    ON CONFLICT ON CONSTRAINT agents_pkey DO UPDATE
+       SET max_compute_seconds = excluded.max_compute_seconds,
+           max_concurrent_workspaces = excluded.max_concurrent_workspaces,
+           idle_timeout = excluded.idle_timeout;
+END
+$$;
+
+CREATE FUNCTION mesh.run_set_budget(run_id text, max_compute_seconds double precision DEFAULT NULL,
+                                    idle_timeout interval DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+BEGIN
+    INSERT INTO mesh.run_budgets AS b (run_id, max_compute_seconds, idle_timeout)
+    VALUES (run_set_budget.run_id, run_set_budget.max_compute_seconds, run_set_budget.idle_timeout)
+    ON CONFLICT ON CONSTRAINT run_budgets_pkey DO UPDATE
+       SET max_compute_seconds = excluded.max_compute_seconds,
+           idle_timeout = excluded.idle_timeout, set_at = now();
+END
+$$;
+
+CREATE FUNCTION mesh.set_policy(max_run_lifetime interval DEFAULT NULL, idle_timeout interval DEFAULT NULL,
+                                max_compute_seconds double precision DEFAULT NULL)
+RETURNS mesh.settings LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+DECLARE
+    result mesh.settings;
+BEGIN
+    UPDATE mesh.settings s
+       SET max_run_lifetime = coalesce(set_policy.max_run_lifetime, s.max_run_lifetime),
+           idle_timeout = coalesce(set_policy.idle_timeout, s.idle_timeout),
+           max_compute_seconds = set_policy.max_compute_seconds
+    RETURNING * INTO result;
+    RETURN result;
+END
+$$;
+
+-- The budget in force for a run: its override, else its agent's, else the instance's.
+CREATE VIEW mesh.run_limits AS
+SELECT w.id AS workspace_id, w.run_id, w.agent_id,
+       coalesce(rb.max_compute_seconds, a.max_compute_seconds, s.max_compute_seconds) AS max_compute_seconds,
+       coalesce(rb.idle_timeout, a.idle_timeout, s.idle_timeout) AS idle_timeout,
+       a.max_concurrent_workspaces,
+       s.max_run_lifetime
+  FROM mesh.workspaces w
+  CROSS JOIN mesh.settings s
+  LEFT JOIN mesh.agents a ON a.agent_id = w.agent_id
+  LEFT JOIN mesh.run_budgets rb ON rb.run_id = w.run_id;
+
 ------------------------------------------------------------------------------
 -- Views for operators and harnesses (no credential, no env values).
 ------------------------------------------------------------------------------
@@ -333,6 +411,25 @@ SELECT e.id AS exec_id, e.run_id, w.agent_id, w.created_by_actor_id, e.argv, e.d
        e.status, e.exit_code, e.truncated, e.wall_seconds, e.cpu_seconds, e.charged_seconds,
        e.charge_basis, e.error, e.started_at, e.finished_at, e.stdout, e.stderr
   FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id;
+
+-- Spend: what each run and each agent used, and on what basis it was charged.
+CREATE VIEW mesh.spend_by_run AS
+SELECT w.run_id, w.agent_id, w.created_by_actor_id, w.status, w.backend_kind,
+       w.compute_seconds, l.max_compute_seconds,
+       (SELECT count(*) FROM mesh.execs e WHERE e.workspace_id = w.id) AS execs,
+       (SELECT coalesce(sum(e.charged_seconds) FILTER (WHERE e.charge_basis = 'cpu'), 0)
+          FROM mesh.execs e WHERE e.workspace_id = w.id) AS cpu_charged_seconds,
+       (SELECT coalesce(sum(e.charged_seconds) FILTER (WHERE e.charge_basis = 'wall'), 0)
+          FROM mesh.execs e WHERE e.workspace_id = w.id) AS wall_charged_seconds,
+       w.status_reason
+  FROM mesh.workspaces w JOIN mesh.run_limits l ON l.workspace_id = w.id;
+
+CREATE VIEW mesh.spend_by_agent AS
+SELECT w.agent_id, count(*) AS runs,
+       count(*) FILTER (WHERE w.status IN ('acquiring', 'ready', 'releasing')) AS live_workspaces,
+       sum(w.compute_seconds) AS compute_seconds,
+       count(*) FILTER (WHERE w.status_reason LIKE 'budget exhausted%') AS runs_stopped_by_budget
+  FROM mesh.workspaces w GROUP BY w.agent_id;
 
 CREATE VIEW mesh.event_log AS
 SELECT id, at, kind, run_id, backend, detail FROM mesh.events;
@@ -384,7 +481,8 @@ GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec(text, text[], text, bytea, inter
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_read_file(text, text) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_release(text, text) TO mesh_harness, mesh_admin;
-GRANT SELECT ON mesh.live_workspaces, mesh.run_workspaces, mesh.exec_log TO mesh_harness, mesh_admin;
+GRANT SELECT ON mesh.live_workspaces, mesh.run_workspaces, mesh.exec_log, mesh.spend_by_run TO mesh_harness, mesh_admin;
+GRANT SELECT ON mesh.spend_by_agent, mesh.run_limits, mesh.settings, mesh.run_budgets TO mesh_admin;
 GRANT SELECT ON mesh.backend_catalog, mesh.event_log TO mesh_admin;
 GRANT SELECT ON mesh.backends, mesh.agents, mesh.workspaces, mesh.execs, mesh.events TO mesh_admin;
 GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, mesh.size_tier),
@@ -395,6 +493,9 @@ GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, 
                           mesh.backend_set_order(text, integer),
                           mesh.backend_set_max_size(text, mesh.size_tier),
                           mesh.agent_set(text, text, mesh.size_tier),
+                          mesh.agent_set_budget(text, double precision, integer, interval),
+                          mesh.run_set_budget(text, double precision, interval),
+                          mesh.set_policy(interval, interval, double precision),
                           mesh.drivers()
       TO mesh_admin;
 

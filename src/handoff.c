@@ -20,6 +20,7 @@
 
 #include "mesh_json.h"
 
+#include "libpq/libpq.h"
 #include "miscadmin.h"
 #include "common/hashfn.h"
 #include "pgstat.h"
@@ -161,6 +162,20 @@ submit_call(int w, dsm_segment *seg, uint64 *generation)
 	SetLatch(worker_latch(w));
 }
 
+/*
+ * A harness that dropped its connection must not leave a command running
+ * for nobody: the backend would only notice when it next writes.  Exiting
+ * detaches the call segment, which cancels the command in the sandbox.
+ */
+static void
+check_client_still_there(void)
+{
+	if (MyProcPort != NULL && !pq_check_connection())
+		ereport(FATAL,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("connection to client lost while waiting for a mesh call")));
+}
+
 /* Raise the error a worker reported, with its SQLSTATE, detail and hint. */
 static void
 raise_reported_error(json_t *error)
@@ -300,6 +315,7 @@ mesh_call(MeshOp op, const char *run_id, json_t *request,
 						 1000L, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
+		check_client_still_there();
 	}
 
 	waiting_done = true;

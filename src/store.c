@@ -222,8 +222,10 @@ typedef struct LoadArgs
 static const char load_sql[] =
 "SELECT w.id, w.run_id, w.agent_id, w.created_by_actor_id, w.status, w.status_reason, "
 "       w.backend_kind, w.external_ref, w.size, w.capabilities::text, "
-"       b.name IS NOT NULL, b.enabled, b.driver, b.config::text, c.credential "
+"       b.name IS NOT NULL, b.enabled, b.driver, b.config::text, c.credential, "
+"       w.compute_seconds, coalesce(l.max_compute_seconds, -1), w.release_outcome "
 "  FROM mesh.workspaces w "
+"  JOIN mesh.run_limits l ON l.workspace_id = w.id "
 "  LEFT JOIN mesh.backends b ON b.name = w.backend_kind "
 "  LEFT JOIN mesh.backend_credentials c ON c.backend = b.name "
 " WHERE w.run_id = $1";
@@ -252,6 +254,9 @@ fill_workspace(MeshWorkspace *ws)
 	ws->driver = sql_value(0, 13);
 	ws->config = sql_value(0, 14);
 	ws->credential = sql_value(0, 15);
+	ws->compute_seconds = strtod(sql_value(0, 16), NULL);
+	ws->budget_seconds = strtod(sql_value(0, 17), NULL);
+	ws->release_outcome = sql_value(0, 18);
 }
 
 static void
@@ -341,6 +346,45 @@ mesh_backend_from_workspace(const MeshWorkspace *ws, MeshBackend *be)
 	return be->config != NULL;
 }
 
+static const char agent_ensure_sql[] =
+"INSERT INTO mesh.agents (agent_id) VALUES ($1) ON CONFLICT DO NOTHING";
+
+static const char agent_lock_sql[] =
+"SELECT max_concurrent_workspaces FROM mesh.agents WHERE agent_id = $1 FOR UPDATE";
+
+static const char agent_live_sql[] =
+"SELECT count(*) FROM mesh.workspaces "
+" WHERE agent_id = $1 AND status IN ('acquiring', 'ready', 'releasing') AND id <> $2::bigint";
+
+/*
+ * The agent's concurrency limit, checked under a lock on the agent's row so
+ * two runs of one agent materializing at once on different workers cannot
+ * both pass: the second counts after the first committed.
+ */
+static void
+check_concurrency_limit(MeshWorkspace *ws)
+{
+	const char *agent[1] = {ws->agent_id};
+	const char *args[2] = {ws->agent_id, int64_text(ws->id)};
+	char	   *limit;
+	int64		live;
+
+	sql_run(agent_ensure_sql, 1, agent);
+	sql_run(agent_lock_sql, 1, agent);
+	limit = SPI_processed > 0 ? sql_value(0, 1) : NULL;
+	if (limit == NULL)
+		return;
+	/* a fresh statement, so a snapshot taken after the lock was granted */
+	sql_run(agent_live_sql, 2, args);
+	live = pg_strtoint64(sql_value(0, 1));
+	if (live >= pg_strtoint64(limit))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("agent \"%s\" already has %lld live workspace(s), its limit is %s",
+						ws->agent_id, (long long) live, limit),
+				 errhint("Release one of the agent's runs, or raise the limit with mesh.agent_set_budget().")));
+}
+
 static void
 materialize_body(void *arg)
 {
@@ -355,6 +399,7 @@ materialize_body(void *arg)
 
 	sql_run(lock_sql, 1, run);
 	backend_arg[0] = ws->agent_id;
+	check_concurrency_limit(ws);
 	sql_run(select_sql, 1, backend_arg);
 	ws->backend_kind = sql_value(0, 1);
 	implicit = strcmp(sql_value(0, 2), "t") == 0;
@@ -703,14 +748,57 @@ typedef struct ReleaseArgs
 	const char *reason;
 } ReleaseArgs;
 
+/* A failed workspace stays failed (terminal, with its reason) while released. */
 static const char mark_releasing_sql[] =
-"UPDATE mesh.workspaces SET status = 'releasing', release_reason = coalesce($2, release_reason) "
+"UPDATE mesh.workspaces SET status = CASE WHEN status = 'failed' THEN status ELSE 'releasing' END, "
+"       release_reason = coalesce($2, release_reason) "
 " WHERE id = $1::bigint";
 
 static const char mark_released_sql[] =
-"UPDATE mesh.workspaces SET status = 'released', release_outcome = $2, "
-"       release_reason = coalesce($3, release_reason), released_at = now() "
+"UPDATE mesh.workspaces SET status = CASE WHEN status = 'failed' THEN status ELSE 'released' END, "
+"       release_outcome = $2, release_reason = coalesce($3, release_reason), released_at = now() "
 " WHERE id = $1::bigint";
+
+static const char mark_exhausted_sql[] =
+"UPDATE mesh.workspaces SET status = 'failed', status_reason = $2 WHERE id = $1::bigint";
+
+typedef struct ExhaustArgs
+{
+	MeshWorkspace *ws;
+	const char *reason;
+	double		used;
+} ExhaustArgs;
+
+static void
+exhaust_body(void *arg)
+{
+	ExhaustArgs *a = (ExhaustArgs *) arg;
+	const char *args[2] = {int64_text(a->ws->id), a->reason};
+	char	   *detail = psprintf("{\"used_seconds\": %.3f, \"max_compute_seconds\": %.3f}",
+								  a->used, a->ws->budget_seconds);
+	const char *ev[5] = {"budget_exhausted", a->ws->run_id, args[0], a->ws->backend_kind, detail};
+
+	sql_run(mark_exhausted_sql, 2, args);
+	sql_run(event_sql, 5, ev);
+}
+
+/*
+ * The run spent its compute budget: its workspace becomes failed, a terminal
+ * status whose reason says what was allowed and what was used.
+ */
+bool
+store_budget_exhausted(MeshWorkspace *ws, double used, ErrorData **err)
+{
+	char	   *reason = psprintf("budget exhausted: stopped after %.1f compute-seconds (the run's budget is %.1f)",
+								  used, ws->budget_seconds);
+	ExhaustArgs a = {ws, reason, used};
+
+	if (!run_txn("mesh worker: budget exhausted", exhaust_body, &a, true, err))
+		return false;
+	ws->status = "failed";
+	ws->status_reason = reason;
+	return true;
+}
 
 static const char mark_stuck_sql[] =
 "UPDATE mesh.workspaces SET status_reason = $2, release_outcome = $3 WHERE id = $1::bigint";
@@ -734,7 +822,8 @@ store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err)
 
 	if (!run_txn("mesh worker: releasing", releasing_body, &a, true, err))
 		return false;
-	ws->status = "releasing";
+	if (strcmp(ws->status, "failed") != 0)
+		ws->status = "releasing";
 	return true;
 }
 
@@ -757,7 +846,9 @@ store_released(MeshWorkspace *ws, const char *outcome, const char *reason, Error
 
 	if (!run_txn("mesh worker: released", released_body, &a, true, err))
 		return false;
-	ws->status = "released";
+	if (strcmp(ws->status, "failed") != 0)
+		ws->status = "released";
+	ws->release_outcome = (char *) outcome;
 	return true;
 }
 

@@ -27,6 +27,9 @@ typedef struct MeshWorkspace
 	char	   *external_ref;
 	char	   *size;
 	char	   *capabilities;	/* JSON text or NULL */
+	char	   *release_outcome;
+	double		compute_seconds;	/* charged so far */
+	double		budget_seconds;	/* max compute-seconds in force; < 0: none */
 	/* the catalog entry named by backend_kind, if any */
 	bool		backend_found;
 	bool		backend_enabled;
@@ -61,6 +64,7 @@ extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExec
 								ErrorData **err);
 extern bool store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
 							 const char *failure, ErrorData **err);
+extern bool store_budget_exhausted(MeshWorkspace *ws, double used, ErrorData **err);
 extern bool store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err);
 extern bool store_released(MeshWorkspace *ws, const char *outcome, const char *reason,
 						   ErrorData **err);

@@ -25,6 +25,8 @@
 
 #include "mesh_json.h"
 
+#include <math.h>
+
 #include "access/xlog.h"
 #include "lib/ilist.h"
 #include "miscadmin.h"
@@ -76,12 +78,15 @@ typedef struct WorkerCall
 	TimestampTz op_started;
 	List	   *outbox;			/* StringInfo messages not yet sent */
 	bool		caller_gone;
+	bool		budget_bound;	/* the budget, not the caller, set the timeout */
 } WorkerCall;
 
 static dlist_head calls = DLIST_STATIC_INIT(calls);
 static MemoryContext worker_cxt;
 static int	worker_index;
 static char *install_id;
+
+static void spawn_internal_release(const char *run_id, const char *reason);
 
 /*--------------------------------------------------------------------------
  * Replies
@@ -317,9 +322,29 @@ free_call(WorkerCall *call)
 	if (call->req)
 		json_decref(call->req);
 	dlist_delete(&call->node);
-	dsm_detach(call->seg);
+	if (call->seg)
+		dsm_detach(call->seg);
 	MemoryContextDelete(call->cxt);
 	pfree(call);
+}
+
+/*
+ * A call the worker makes to itself, with nobody waiting: releasing the
+ * sandbox of a run that exhausted its budget, so no compute outlives the
+ * decision.  It goes through the same state machine as a caller's release.
+ */
+static void
+spawn_internal_release(const char *run_id, const char *reason)
+{
+	WorkerCall *call = MemoryContextAllocZero(worker_cxt, sizeof(WorkerCall));
+
+	call->cxt = AllocSetContextCreate(worker_cxt, "mesh internal call", ALLOCSET_DEFAULT_SIZES);
+	call->op = MESH_OP_RELEASE;
+	call->req = json_pack("{s:s,s:s?}", "run_id", run_id, "reason", reason);
+	call->run_id = json_string_value(json_object_get(call->req, "run_id"));
+	call->caller_gone = true;
+	call->step = STEP_START;
+	dlist_push_tail(&calls, &call->node);
 }
 
 /*--------------------------------------------------------------------------
@@ -471,6 +496,36 @@ workspace_has_capability(WorkerCall *call, const char *name)
 	return has;
 }
 
+/*
+ * The remaining compute budget bounds this exec's timeout.  A run with
+ * nothing left is stopped here: its workspace fails, with the reason.
+ */
+static bool
+bound_by_budget(WorkerCall *call)
+{
+	double		remaining;
+	ErrorData  *err;
+
+	if (call->ws.budget_seconds < 0)
+		return true;
+	remaining = call->ws.budget_seconds - call->ws.compute_seconds;
+	if (remaining <= 0)
+	{
+		if (!store_budget_exhausted(&call->ws, call->ws.compute_seconds, &err))
+			FreeErrorData(err);
+		reply_error(call, "53400", call->ws.status_reason, NULL,
+					"Raise the budget with mesh.run_set_budget() or mesh.agent_set_budget(), or start a new run.");
+		spawn_internal_release(call->run_id, call->ws.status_reason);
+		return false;
+	}
+	if (call->spec.timeout_ms > remaining * 1000.0)
+	{
+		call->spec.timeout_ms = Max((long) ceil(remaining * 1000.0), 1);
+		call->budget_bound = true;
+	}
+	return true;
+}
+
 static void
 start_exec(WorkerCall *call)
 {
@@ -502,6 +557,8 @@ start_exec(WorkerCall *call)
 	}
 	call->spec.timeout_ms = (long) json_integer_value(json_object_get(call->req, "timeout_ms"));
 	call->spec.max_output_bytes = (long) json_integer_value(json_object_get(call->req, "max_output"));
+	if (!bound_by_budget(call))
+		return;
 
 	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &call->exec_row_lsn, &err))
 	{
@@ -536,6 +593,24 @@ seconds_since(TimestampTz start)
 	return (double) (GetCurrentTimestamp() - start) / 1000000.0;
 }
 
+/* After a charge: a run at or over its budget stops, and its sandbox goes. */
+static void
+charge_budget(WorkerCall *call, double charged)
+{
+	ErrorData  *err;
+	double		used = call->ws.compute_seconds + charged;
+
+	call->ws.compute_seconds = used;
+	if (call->ws.budget_seconds < 0 || used < call->ws.budget_seconds)
+		return;
+	if (!store_budget_exhausted(&call->ws, used, &err))
+	{
+		FreeErrorData(err);
+		return;
+	}
+	spawn_internal_release(call->run_id, call->ws.status_reason);
+}
+
 static void
 finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 {
@@ -558,6 +633,8 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	result.stdout_data = mesh_sanitize_text(result.stdout_data, result.stdout_len);
 	result.stderr_data = mesh_sanitize_text(result.stderr_data, result.stderr_len);
 	rec.status = exec_status(&result);
+	if (result.timed_out && call->budget_bound)
+		rec.status = "budget_exhausted";
 	rec.result = &result;
 	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
 	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
@@ -566,6 +643,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 		reply_txn_error(call, err);
 		return;
 	}
+	charge_budget(call, rec.charged_seconds);
 	reply_ok(call, json_pack("{s:i,s:s,s:s,s:s,s:b,s:I}",
 							 "exit_code", result.exit_code,
 							 "stdout", result.stdout_data,
@@ -603,6 +681,8 @@ finish_cancel(WorkerCall *call, const MeshHttpResponse *resp)
 	rec.charge_basis = "wall";
 	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
 		FreeErrorData(err);
+	else
+		charge_budget(call, rec.charged_seconds);
 	call->step = STEP_FINISHED;
 }
 
@@ -693,7 +773,7 @@ start_release(WorkerCall *call)
 	ErrorData  *err;
 	const char *status = call->ws.status;
 
-	if (strcmp(status, "released") == 0)
+	if (strcmp(status, "released") == 0 || call->ws.release_outcome != NULL)
 	{
 		reply_outcome(call, "already released");
 		return;
@@ -794,15 +874,20 @@ refuse_unreachable(WorkerCall *call)
 	{
 		reply_error(call, "55000",
 					psprintf("run \"%s\" has released its workspace", call->run_id),
-					call->ws.status_reason,
-					"A released run cannot reach its workspace again; declare a new run.");
+					NULL, "A released run cannot reach its workspace again; declare a new run.");
 		return true;
 	}
 	if (strcmp(status, "failed") == 0)
 	{
-		reply_error(call, "55000",
-					psprintf("the workspace of run \"%s\" has failed", call->run_id),
-					call->ws.status_reason, "Release the run and declare a new one.");
+		bool		budget = call->ws.status_reason &&
+			strncmp(call->ws.status_reason, "budget exhausted", 16) == 0;
+
+		reply_error(call, budget ? "53400" : "55000",
+					psprintf("the workspace of run \"%s\" has stopped: %s", call->run_id,
+							 call->ws.status_reason ? call->ws.status_reason : "failed"),
+					NULL,
+					budget ? "Raise the budget with mesh.run_set_budget() or mesh.agent_set_budget(), or start a new run."
+					: "Release the run and declare a new one.");
 		return true;
 	}
 	return false;
@@ -903,7 +988,7 @@ advance_all(void)
 		MemoryContext old = MemoryContextSwitchTo(call->cxt);
 
 		CHECK_FOR_INTERRUPTS();
-		if (pg_atomic_read_u32(&call->hdr->cancelled) && !call->caller_gone)
+		if (call->hdr && pg_atomic_read_u32(&call->hdr->cancelled) && !call->caller_gone)
 		{
 			call->caller_gone = true;
 			if (call->step == STEP_OPERATING && call->op == MESH_OP_EXEC && call->transfer)
