@@ -9,6 +9,7 @@ OBJS = \
 	src/worker_http.o \
 	src/store.o \
 	src/launcher.o \
+	src/reaper.o \
 	src/backends/registry.o \
 	src/backends/sandboxd.o
 

@@ -157,6 +157,9 @@ CREATE FUNCTION mesh.validate_backend_config(driver text, config jsonb) RETURNS 
     AS 'MODULE_PATHNAME', 'mesh_validate_backend_config' LANGUAGE C STRICT;
 CREATE FUNCTION mesh.drivers() RETURNS text[]
     AS 'MODULE_PATHNAME', 'mesh_drivers' LANGUAGE C STRICT;
+-- Run a reaper sweep now; returns what it did.
+CREATE FUNCTION mesh.sweep() RETURNS TABLE (action text, run_id text, backend text, detail text)
+    AS 'MODULE_PATHNAME', 'mesh_sweep' LANGUAGE C;
 
 ------------------------------------------------------------------------------
 -- Backend selection, used by the workers at materialization.
@@ -496,7 +499,8 @@ GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, 
                           mesh.agent_set_budget(text, double precision, integer, interval),
                           mesh.run_set_budget(text, double precision, interval),
                           mesh.set_policy(interval, interval, double precision),
-                          mesh.drivers()
+                          mesh.drivers(),
+                          mesh.sweep()
       TO mesh_admin;
 
 ------------------------------------------------------------------------------

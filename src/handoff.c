@@ -37,6 +37,7 @@
 #define MESH_SUBMIT_WAIT_MS 10000
 
 MeshShared *mesh_shared = NULL;
+TimestampTz mesh_call_deadline = 0;
 
 /* The call this backend is waiting on; mesh_call is not re-entrant. */
 static int	waiting_worker = -1;
@@ -68,7 +69,7 @@ mesh_shmem_startup(void)
 		memset(mesh_shared, 0, sizeof(MeshShared));
 		mesh_shared->nworkers = mesh_worker_count;
 		pg_atomic_init_u64(&mesh_shared->next_exec_key, 1);
-		for (int i = 0; i < MESH_MAX_WORKERS; i++)
+		for (int i = 0; i <= MESH_MAX_WORKERS; i++)
 			SpinLockInit(&mesh_shared->workers[i].mutex);
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -258,17 +259,26 @@ create_call_segment(MeshOp op, const char *json, const char *blob, Size blob_len
 	return seg;
 }
 
-/*
- * Hand a request to the worker that owns run_id and wait for its reply.
- * Notices the worker sends on the way are re-raised here, to the caller's
- * client.  An error reply is raised as an ERROR with the worker's SQLSTATE.
- */
+/* Hand a request to the worker that owns run_id and wait for its reply. */
 void
 mesh_call(MeshOp op, const char *run_id, json_t *request,
 		  const char *blob, Size blob_len, MeshReply *reply)
 {
+	mesh_call_slot(mesh_worker_for_run(run_id), op, request, blob, blob_len, reply);
+}
+
+/*
+ * Hand a request to the process serving slot w and wait for its reply.
+ * Notices sent on the way are re-raised here, to the caller's client.  An
+ * error reply is raised as an ERROR with the sender's SQLSTATE.  With
+ * mesh_call_deadline set, waiting past it is an error (the reaper bounds
+ * its sweeps so).
+ */
+void
+mesh_call_slot(int w, MeshOp op, json_t *request,
+			   const char *blob, Size blob_len, MeshReply *reply)
+{
 	char	   *json = json_dumps(request, JSON_COMPACT);
-	int			w = mesh_worker_for_run(run_id);
 	dsm_segment *seg;
 	shm_mq	   *mq;
 	shm_mq_handle *mqh;
@@ -312,10 +322,14 @@ mesh_call(MeshOp op, const char *run_id, json_t *request,
 					 errmsg("mesh worker %d exited while handling this request", w),
 					 errhint("What ran is recorded in mesh.execs; the server log says why the worker exited.")));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 1000L, PG_WAIT_EXTENSION);
+						 mesh_call_deadline ? 100L : 1000L, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		check_client_still_there();
+		if (mesh_call_deadline != 0 && GetCurrentTimestamp() >= mesh_call_deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("gave up waiting for mesh worker %d: the sweep's time is up", w)));
 	}
 
 	waiting_done = true;
@@ -347,6 +361,34 @@ mesh_worker_detach_slot(int index)
 	slot->pid = 0;
 	slot->generation++;
 	SpinLockRelease(&slot->mutex);
+}
+
+/*
+ * Attach a queued call segment as its sender; NULL when the caller already
+ * gave up (the segment is gone) or it is not a call.
+ */
+dsm_segment *
+mesh_attach_call(dsm_handle handle, MeshCall **hdr, shm_mq_handle **mqh)
+{
+	dsm_segment *seg = dsm_attach(handle);
+	char	   *base;
+	shm_mq	   *mq;
+
+	if (seg == NULL)
+		return NULL;
+	dsm_pin_mapping(seg);
+	base = dsm_segment_address(seg);
+	*hdr = (MeshCall *) base;
+	if ((*hdr)->magic != MESH_CALL_MAGIC)
+	{
+		dsm_detach(seg);
+		return NULL;
+	}
+	pg_atomic_write_u32(&(*hdr)->taken, 1);
+	mq = (shm_mq *) (base + (*hdr)->mq_off);
+	shm_mq_set_sender(mq, MyProc);
+	*mqh = shm_mq_attach(mq, seg, NULL);
+	return seg;
 }
 
 /* Take the next queued call, if any. */

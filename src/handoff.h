@@ -25,6 +25,7 @@
 #include "storage/dsm.h"
 #include "storage/shm_mq.h"
 #include "storage/spin.h"
+#include "utils/timestamp.h"
 
 #define MESH_MAX_WORKERS 16
 #define MESH_QUEUE_LEN 256
@@ -37,8 +38,12 @@ typedef enum MeshOp
 	MESH_OP_EXEC,
 	MESH_OP_READ_FILE,
 	MESH_OP_WRITE_FILE,
-	MESH_OP_RELEASE
+	MESH_OP_RELEASE,
+	MESH_OP_SWEEP				/* to the reaper: sweep now, reply with what it did */
 } MeshOp;
+
+/* The reaper's queue sits after the workers' in the slot array. */
+#define MESH_REAPER_SLOT MESH_MAX_WORKERS
 
 /* Per-worker state in the main shared memory segment. */
 typedef struct MeshWorkerSlot
@@ -57,7 +62,7 @@ typedef struct MeshShared
 	int			nworkers;
 	pg_atomic_uint64 next_exec_key;
 	pid_t		sandboxd_pid;	/* the embedded daemon, 0 when not running */
-	MeshWorkerSlot workers[MESH_MAX_WORKERS];
+	MeshWorkerSlot workers[MESH_MAX_WORKERS + 1];	/* workers, then the reaper */
 } MeshShared;
 
 /*
@@ -96,10 +101,14 @@ extern int	mesh_worker_for_run(const char *run_id);
 /* caller side */
 extern void mesh_call(MeshOp op, const char *run_id, json_t *request,
 					  const char *blob, Size blob_len, MeshReply *reply);
+extern void mesh_call_slot(int slot, MeshOp op, json_t *request,
+						   const char *blob, Size blob_len, MeshReply *reply);
+extern TimestampTz mesh_call_deadline;	/* 0: wait as long as it takes */
 
 /* worker side */
 extern void mesh_worker_attach_slot(int index);
 extern bool mesh_worker_pop(int index, dsm_handle *handle);
+extern dsm_segment *mesh_attach_call(dsm_handle handle, MeshCall **hdr, shm_mq_handle **mqh);
 extern void mesh_worker_detach_slot(int index);
 
 /* message framing shared by both sides */

@@ -33,6 +33,8 @@ int			mesh_exec_timeout_ms = 300000;
 int			mesh_max_output_bytes = 65536;
 int			mesh_max_file_bytes = 16 * 1024 * 1024;
 int			mesh_worker_lock_timeout_ms = 2000;
+int			mesh_reaper_interval_s = 600;
+int			mesh_reaper_sweep_timeout_ms = 60000;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -69,6 +71,14 @@ define_settings(void)
 	DefineCustomIntVariable("mesh.worker_lock_timeout",
 							"How long a worker waits for a row lock before failing the request.",
 							NULL, &mesh_worker_lock_timeout_ms, 2000, 10, 600000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.reaper_interval",
+							"Time between two sweeps of the reaper.",
+							NULL, &mesh_reaper_interval_s, 600, 1, 7 * 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.reaper_sweep_timeout",
+							"Longest time one sweep of the reaper may take.",
+							NULL, &mesh_reaper_sweep_timeout_ms, 60000, 100, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("mesh");
 }
@@ -126,6 +136,8 @@ _PG_init(void)
 	for (int i = 0; i < mesh_worker_count; i++)
 		register_worker("mesh worker", "mesh_worker_main", i,
 						BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION);
+	register_worker("mesh reaper", "mesh_reaper_main", 0,
+					BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION);
 	if (mesh_embedded_sandboxd)
 		register_worker("mesh sandboxd supervisor", "mesh_launcher_main", 0, BGWORKER_SHMEM_ACCESS);
 }

@@ -329,21 +329,31 @@ static const char event_sql[] =
 static const char touch_sql[] =
 "UPDATE mesh.workspaces SET last_used_at = now() WHERE id = $1::bigint";
 
+/* Build a MeshBackend from catalog fields; false when the driver is unknown. */
+bool
+mesh_backend_make(const char *name, const char *driver, const char *config,
+				  const char *credential, MeshBackend *be)
+{
+	memset(be, 0, sizeof(*be));
+	if (driver == NULL || (be->driver = mesh_driver_lookup(driver)) == NULL)
+		return false;
+	be->name = name;
+	be->config = json_loads(config ? config : "{}", 0, NULL);
+	be->credential = credential;
+	be->data_dir = DataDir;
+	return be->config != NULL;
+}
+
 /* Build a MeshBackend from a loaded row; false when it has no usable entry. */
 bool
 mesh_backend_from_workspace(const MeshWorkspace *ws, MeshBackend *be)
 {
-	memset(be, 0, sizeof(*be));
-	if (!ws->backend_found || ws->driver == NULL)
+	if (!ws->backend_found)
+	{
+		memset(be, 0, sizeof(*be));
 		return false;
-	be->driver = mesh_driver_lookup(ws->driver);
-	if (be->driver == NULL)
-		return false;
-	be->name = ws->backend_kind;
-	be->config = json_loads(ws->config ? ws->config : "{}", 0, NULL);
-	be->credential = ws->credential;
-	be->data_dir = DataDir;
-	return be->config != NULL;
+	}
+	return mesh_backend_make(ws->backend_kind, ws->driver, ws->config, ws->credential, be);
 }
 
 static const char agent_ensure_sql[] =
@@ -782,6 +792,60 @@ exhaust_body(void *arg)
 	sql_run(event_sql, 5, ev);
 }
 
+static const char mark_idle_hibernated_sql[] =
+"UPDATE mesh.workspaces SET status = 'pending', status_reason = 'hibernated after sitting idle' "
+" WHERE id = $1::bigint";
+
+static const char mark_waking_sql[] =
+"UPDATE mesh.workspaces SET status = 'acquiring', status_reason = NULL WHERE id = $1::bigint";
+
+static void
+idle_hibernated_body(void *arg)
+{
+	MeshWorkspace *ws = (MeshWorkspace *) arg;
+	const char *args[1] = {int64_text(ws->id)};
+	const char *ev[5] = {"hibernated", ws->run_id, args[0], ws->backend_kind, "{\"idle\": true}"};
+
+	sql_run(mark_idle_hibernated_sql, 1, args);
+	sql_run(event_sql, 5, ev);
+}
+
+/*
+ * An idle workspace was hibernated: the run keeps it (backend and reference
+ * stay recorded) and goes back to pending, so its next call wakes it.
+ */
+bool
+store_idle_hibernated(MeshWorkspace *ws, ErrorData **err)
+{
+	if (!run_txn("mesh worker: hibernated", idle_hibernated_body, ws, true, err))
+		return false;
+	ws->status = "pending";
+	return true;
+}
+
+static void
+waking_body(void *arg)
+{
+	MeshWorkspace *ws = (MeshWorkspace *) arg;
+	const char *run[1] = {ws->run_id};
+	const char *args[1] = {int64_text(ws->id)};
+	const char *ev[5] = {"waking", ws->run_id, args[0], ws->backend_kind, NULL};
+
+	sql_run(lock_sql, 1, run);
+	sql_run(mark_waking_sql, 1, args);
+	sql_run(event_sql, 5, ev);
+}
+
+/* A hibernated workspace is about to be woken: acquiring, durably, first. */
+bool
+store_begin_wake(MeshWorkspace *ws, ErrorData **err)
+{
+	if (!run_txn("mesh worker: waking", waking_body, ws, true, err))
+		return false;
+	ws->status = "acquiring";
+	return true;
+}
+
 /*
  * The run spent its compute budget: its workspace becomes failed, a terminal
  * status whose reason says what was allowed and what was used.
@@ -876,7 +940,8 @@ stuck_body(void *arg)
 bool
 store_release_stuck(MeshWorkspace *ws, const char *why, ErrorData **err)
 {
-	ReleaseArgs a = {ws, ws->backend_found ? "retry" : "must be released by hand", why};
+	ReleaseArgs a = {ws, ws->backend_found ? "retry" : "must be released by hand",
+	ws->backend_found ? psprintf("%s; must be released by hand unless the backend comes back", why) : why};
 
 	return run_txn("mesh worker: release failed", stuck_body, &a, true, err);
 }

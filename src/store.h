@@ -64,6 +64,10 @@ extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExec
 								ErrorData **err);
 extern bool store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
 							 const char *failure, ErrorData **err);
+extern bool store_idle_hibernated(MeshWorkspace *ws, ErrorData **err);
+extern bool store_begin_wake(MeshWorkspace *ws, ErrorData **err);
+extern bool mesh_backend_make(const char *name, const char *driver, const char *config,
+							  const char *credential, MeshBackend *be);
 extern bool store_budget_exhausted(MeshWorkspace *ws, double used, ErrorData **err);
 extern bool store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err);
 extern bool store_released(MeshWorkspace *ws, const char *outcome, const char *reason,

@@ -246,36 +246,24 @@ flush_outbox(WorkerCall *call)
 static WorkerCall *
 attach_call(dsm_handle handle)
 {
-	dsm_segment *seg = dsm_attach(handle);
-	WorkerCall *call;
 	MeshCall   *hdr;
+	shm_mq_handle *mqh;
+	dsm_segment *seg = mesh_attach_call(handle, &hdr, &mqh);
+	WorkerCall *call;
 	char	   *base;
 
 	if (seg == NULL)
 		return NULL;
-	dsm_pin_mapping(seg);
 	base = dsm_segment_address(seg);
-	hdr = (MeshCall *) base;
-	if (hdr->magic != MESH_CALL_MAGIC)
-	{
-		dsm_detach(seg);
-		return NULL;
-	}
 	call = MemoryContextAllocZero(worker_cxt, sizeof(WorkerCall));
 	call->cxt = AllocSetContextCreate(worker_cxt, "mesh call", ALLOCSET_DEFAULT_SIZES);
 	call->seg = seg;
 	call->hdr = hdr;
+	call->mqh = mqh;
 	call->op = hdr->op;
 	call->req = json_loadb(base + hdr->json_off, hdr->json_len, 0, NULL);
 	call->blob = base + hdr->blob_off;
 	call->blob_len = hdr->blob_len;
-	pg_atomic_write_u32(&hdr->taken, 1);
-	{
-		shm_mq	   *mq = (shm_mq *) (base + hdr->mq_off);
-
-		shm_mq_set_sender(mq, MyProc);
-		call->mqh = shm_mq_attach(mq, seg, NULL);
-	}
 	call->run_id = call->req ? json_string_value(json_object_get(call->req, "run_id")) : NULL;
 	call->step = STEP_START;
 	return call;
@@ -433,7 +421,7 @@ begin_materialize(WorkerCall *call)
 {
 	ErrorData  *err;
 
-	if (strcmp(call->ws.status, "pending") == 0)
+	if (strcmp(call->ws.status, "pending") == 0 && call->ws.external_ref == NULL)
 	{
 		if (!store_begin_materialize(&call->ws, install_id, &err))
 		{
@@ -443,6 +431,20 @@ begin_materialize(WorkerCall *call)
 		queue_message(call,
 					  json_pack("{s:s}", "notice",
 								psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"; the first call takes a moment",
+										 call->run_id, call->ws.backend_kind)),
+					  NULL, 0);
+	}
+	else if (strcmp(call->ws.status, "pending") == 0)
+	{
+		/* hibernated while idle: wake it, on the backend and under the name it has */
+		if (!store_begin_wake(&call->ws, &err))
+		{
+			reply_txn_error(call, err);
+			return;
+		}
+		queue_message(call,
+					  json_pack("{s:s}", "notice",
+								psprintf("mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
 										 call->run_id, call->ws.backend_kind)),
 					  NULL, 0);
 	}
@@ -765,6 +767,13 @@ reply_outcome(WorkerCall *call, const char *outcome)
 	reply_ok(call, json_pack("{s:s}", "outcome", outcome), NULL, 0);
 }
 
+/* The reaper releases idle workspaces with "idle": hibernate if possible. */
+static bool
+release_for_idleness(WorkerCall *call)
+{
+	return json_is_true(json_object_get(call->req, "idle"));
+}
+
 static void
 start_release(WorkerCall *call)
 {
@@ -778,7 +787,7 @@ start_release(WorkerCall *call)
 		reply_outcome(call, "already released");
 		return;
 	}
-	if (strcmp(status, "pending") == 0 || call->ws.external_ref == NULL)
+	if (call->ws.external_ref == NULL)
 	{
 		if (!store_released(&call->ws, "never materialized", reason, &err))
 			reply_txn_error(call, err);
@@ -804,7 +813,9 @@ start_release(WorkerCall *call)
 		reply_txn_error(call, err);
 		return;
 	}
-	call->be.driver->release_request(&call->be, call->ws.external_ref, &req);
+	call->be.driver->release_request(&call->be, call->ws.external_ref,
+									 release_for_idleness(call) && workspace_has_capability(call, "hibernate"),
+									 &req);
 	start_transfer(call, &req, 64 * 1024);
 	call->step = STEP_OPERATING;
 }
@@ -837,6 +848,15 @@ finish_release(WorkerCall *call, const MeshHttpResponse *resp)
 		return;
 	}
 	text = outcome == MESH_RELEASE_HIBERNATED ? "hibernated" : "destroyed";
+	if (outcome == MESH_RELEASE_HIBERNATED && release_for_idleness(call))
+	{
+		/* the run lives on: its next call wakes the workspace, files intact */
+		if (!store_idle_hibernated(&call->ws, &err))
+			reply_txn_error(call, err);
+		else
+			reply_outcome(call, text);
+		return;
+	}
 	if (!store_released(&call->ws, text, NULL, &err))
 		reply_txn_error(call, err);
 	else

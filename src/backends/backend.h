@@ -192,7 +192,9 @@ typedef struct MeshDriver
 	bool		(*write_response) (const MeshBackend *be, const MeshHttpResponse *resp,
 								   MeshError *err);
 
-	void		(*release_request) (const MeshBackend *be, const char *ref, MeshHttpRequest *req);
+	/* prefer_hibernate: keep the filesystem where the backend can (idle reaping) */
+	void		(*release_request) (const MeshBackend *be, const char *ref, bool prefer_hibernate,
+									MeshHttpRequest *req);
 	bool		(*release_response) (const MeshBackend *be, const MeshHttpResponse *resp,
 									 MeshReleaseOutcome *outcome, MeshError *err);
 

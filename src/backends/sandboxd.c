@@ -331,12 +331,15 @@ sandboxd_write_response(const MeshBackend *be, const MeshHttpResponse *resp, Mes
 }
 
 static void
-sandboxd_release_request(const MeshBackend *be, const char *ref, MeshHttpRequest *req)
+sandboxd_release_request(const MeshBackend *be, const char *ref, bool prefer_hibernate,
+						 MeshHttpRequest *req)
 {
 	json_t	   *release = json_object_get(be->config, "release");
 
 	sandboxd_begin(be, req, "DELETE", psprintf("/v1/workspaces/%s", ref));
-	if (release)
+	if (prefer_hibernate)
+		sandboxd_json_body(req, json_pack("{s:s}", "prefer", "hibernate"));
+	else if (release)
 		sandboxd_json_body(req, json_pack("{s:s}", "prefer", json_string_value(release)));
 }
 

@@ -1,0 +1,630 @@
+/*-------------------------------------------------------------------------
+ *
+ * reaper.c
+ *	  The reaper: no sandbox outlives the reason it existed.
+ *
+ * A background worker that sweeps at start-up and every
+ * mesh.reaper_interval, each sweep bounded by mesh.reaper_sweep_timeout:
+ *
+ *	1. execs left running by a crash past their timeout are failed and
+ *	   charged for the wall time they could have used;
+ *	2. workspaces whose run failed, that outlived mesh.settings'
+ *	   max_run_lifetime, or that sat idle past their idle timeout are
+ *	   released (idle ones hibernated where the backend can) -- through the
+ *	   run's own worker, so a release never races the run's other calls and
+ *	   always resolves the backend from the row;
+ *	3. each backend in the catalog is reconciled against its own list: a
+ *	   sandbox no row explains is released and logged, and a row whose
+ *	   sandbox vanished is marked failed.
+ *
+ * Backends share the sweep's time fairly: each gets an equal share of what
+ * is left when its turn comes, so one hung backend cannot starve the rest.
+ * An operator runs a sweep now with mesh.sweep(), which asks this worker
+ * (through its slot in shared memory) and returns what it did as rows.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "mesh_json.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "handoff.h"
+#include "mesh_exec.h"
+#include "store.h"
+#include "worker_http.h"
+
+PG_FUNCTION_INFO_V1(mesh_sweep);
+
+static char *install_id;
+
+/* One thing a sweep did, as the row mesh.sweep() returns. */
+static void
+note(json_t *rows, const char *action, const char *run_id, const char *backend,
+	 const char *detail)
+{
+	json_array_append_new(rows, json_pack("{s:s,s:s?,s:s?,s:s?}", "action", action,
+										  "run_id", run_id, "backend", backend,
+										  "detail", detail));
+}
+
+static char *
+copy_value(HeapTuple tuple, TupleDesc desc, int col, MemoryContext cxt)
+{
+	char	   *v = SPI_getvalue(tuple, desc, col);
+
+	return v ? MemoryContextStrdup(cxt, v) : NULL;
+}
+
+/*
+ * Run one statement in a transaction of the reaper's own and return its
+ * rows as a list of char*[ncols] arrays in the caller's memory context.
+ * Errors are logged and yield NIL: one failing step never stops a sweep.
+ */
+static List *
+reaper_query(const char *sql, int nargs, const char **args, int ncols)
+{
+	MemoryContext outer = CurrentMemoryContext;
+	List	   *volatile result = NIL;
+
+	PG_TRY();
+	{
+		Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+		Datum		values[4];
+		char		nulls[4];
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		SPI_connect();
+		for (int i = 0; i < nargs; i++)
+		{
+			values[i] = args[i] ? CStringGetTextDatum(args[i]) : (Datum) 0;
+			nulls[i] = args[i] ? ' ' : 'n';
+		}
+		if (SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0) < 0)
+			elog(ERROR, "mesh reaper: statement failed");
+		for (uint64 r = 0; SPI_tuptable != NULL && r < SPI_processed; r++)
+		{
+			char	  **row = MemoryContextAlloc(outer, sizeof(char *) * ncols);
+
+			for (int c = 0; c < ncols; c++)
+				row[c] = copy_value(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1, outer);
+			result = lappend(result, row);
+		}
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *err;
+
+		MemoryContextSwitchTo(outer);
+		err = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		ereport(LOG, (errmsg("mesh reaper: %s", err->message)));
+		FreeErrorData(err);
+		result = NIL;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(outer);
+	pgstat_report_stat(false);
+	return result;
+}
+
+/*--------------------------------------------------------------------------
+ * 1. Execs a crash left running
+ *--------------------------------------------------------------------------
+ */
+static const char lost_execs_sql[] =
+"WITH lost AS ("
+"  UPDATE mesh.execs e SET status = 'error', finished_at = clock_timestamp(), "
+"         error = 'lost: no worker finished it within its timeout', charge_basis = 'wall', "
+"         charged_seconds = least(extract(epoch FROM clock_timestamp() - e.started_at), e.timeout_ms / 1000.0) "
+"   WHERE e.status = 'running' "
+"     AND e.started_at + e.timeout_ms * interval '1 millisecond' + interval '1 minute' < clock_timestamp() "
+"  RETURNING e.id, e.run_id, e.workspace_id, e.charged_seconds), "
+"charged AS ("
+"  UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + l.seconds "
+"    FROM (SELECT workspace_id, sum(charged_seconds) AS seconds FROM lost GROUP BY workspace_id) l "
+"   WHERE w.id = l.workspace_id) "
+"SELECT run_id, id::text FROM lost";
+
+static void
+fail_lost_execs(json_t *rows)
+{
+	ListCell   *lc;
+
+	foreach(lc, reaper_query(lost_execs_sql, 0, NULL, 2))
+	{
+		char	  **row = lfirst(lc);
+
+		note(rows, "exec_failed", row[0], NULL, psprintf("exec %s was still running past its timeout", row[1]));
+	}
+}
+
+/*--------------------------------------------------------------------------
+ * 2. Workspaces to release
+ *--------------------------------------------------------------------------
+ */
+static const char due_sql[] =
+"SELECT w.run_id, coalesce(w.backend_kind, ''), "
+"       CASE WHEN w.status = 'failed' THEN 'failed: ' || coalesce(w.status_reason, 'no reason recorded') "
+"            WHEN w.status = 'releasing' THEN 'finishing an interrupted release' "
+"            WHEN w.created_at < now() - l.max_run_lifetime "
+"              THEN 'outlived the longest possible run (' || l.max_run_lifetime || ')' "
+"            ELSE 'idle for more than ' || l.idle_timeout END, "
+"       (w.status = 'ready' AND w.created_at >= now() - l.max_run_lifetime)::text "
+"  FROM mesh.workspaces w JOIN mesh.run_limits l ON l.workspace_id = w.id "
+" WHERE (w.status = 'failed' AND w.external_ref IS NOT NULL AND w.release_outcome IS NULL) "
+"    OR (w.status = 'releasing' AND w.release_outcome IS NULL) "
+"    OR (w.status IN ('ready', 'acquiring', 'pending') AND w.external_ref IS NOT NULL "
+"        AND w.created_at < now() - l.max_run_lifetime) "
+"    OR (w.status = 'ready' AND coalesce(w.last_used_at, w.materialized_at, w.created_at) < now() - l.idle_timeout) "
+" ORDER BY w.backend_kind, w.id LIMIT 1000";
+
+/* How many distinct backends appear from position 'from' on (list is sorted). */
+static int
+backends_left(List *items, int from, int col)
+{
+	int			n = 0;
+	const char *prev = NULL;
+
+	for (int i = from; i < list_length(items); i++)
+	{
+		char	  **row = list_nth(items, i);
+
+		if (prev == NULL || strcmp(prev, row[col]) != 0)
+			n++;
+		prev = row[col];
+	}
+	return n;
+}
+
+/* An equal share of the time left, for the next backend's turn. */
+static TimestampTz
+fair_share(TimestampTz deadline, int backends)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (now >= deadline || backends <= 1)
+		return deadline;
+	return now + (deadline - now) / backends;
+}
+
+/* Ask the run's worker to release its workspace; true when it answered. */
+static bool
+release_through_worker(const char *run_id, const char *reason, bool idle, TimestampTz until,
+					   char **outcome, char **error)
+{
+	MemoryContext outer = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	mesh_call_deadline = until;
+	PG_TRY();
+	{
+		json_t	   *req = json_pack("{s:s,s:s,s:b}", "run_id", run_id, "reason", reason, "idle", idle);
+		MeshReply	reply;
+
+		StartTransactionCommand();
+		mesh_call(MESH_OP_RELEASE, run_id, req, NULL, 0, &reply);
+		json_decref(req);
+		*outcome = MemoryContextStrdup(outer, json_string_value(json_object_get(reply.doc, "outcome")));
+		json_decref(reply.doc);
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *err;
+
+		MemoryContextSwitchTo(outer);
+		err = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		*error = pstrdup(err->message);
+		FreeErrorData(err);
+		ok = false;
+	}
+	PG_END_TRY();
+	mesh_call_deadline = 0;
+	MemoryContextSwitchTo(outer);
+	return ok;
+}
+
+static void
+release_due(json_t *rows, TimestampTz deadline)
+{
+	List	   *due = reaper_query(due_sql, 0, NULL, 4);
+	TimestampTz until = deadline;
+	const char *backend = NULL;
+
+	for (int i = 0; i < list_length(due); i++)
+	{
+		char	  **row = list_nth(due, i);
+		char	   *outcome = NULL;
+		char	   *error = NULL;
+
+		CHECK_FOR_INTERRUPTS();
+		if (backend == NULL || strcmp(backend, row[1]) != 0)
+		{
+			backend = row[1];
+			until = fair_share(deadline, backends_left(due, i, 1));
+		}
+		if (GetCurrentTimestamp() >= until)
+		{
+			note(rows, "release_deferred", row[0], row[1], "the sweep's time for this backend ran out");
+			continue;
+		}
+		if (release_through_worker(row[0], row[2], strcmp(row[3], "true") == 0, until, &outcome, &error))
+			note(rows, "released", row[0], row[1], psprintf("%s: %s", outcome, row[2]));
+		else
+			note(rows, "release_failed", row[0], row[1], psprintf("%s (%s)", error, row[2]));
+	}
+}
+
+/*--------------------------------------------------------------------------
+ * 3. Reconciliation against each backend's own list
+ *--------------------------------------------------------------------------
+ */
+static const char backends_sql[] =
+"SELECT b.name, b.driver, b.config::text, c.credential "
+"  FROM mesh.backends b LEFT JOIN mesh.backend_credentials c ON c.backend = b.name "
+" ORDER BY b.name";
+
+/* Rows that explain a sandbox on this backend: everything not destroyed. */
+static const char explained_sql[] =
+"SELECT external_ref, status::text, run_id FROM mesh.workspaces "
+" WHERE backend_kind = $1 AND external_ref IS NOT NULL "
+"   AND release_outcome IS DISTINCT FROM 'destroyed'";
+
+static const char lost_sql[] =
+"WITH lost AS ("
+"  UPDATE mesh.workspaces SET status = 'failed', "
+"         status_reason = 'the backend no longer has this workspace (found by the reaper)' "
+"   WHERE backend_kind = $1 AND external_ref = $2 AND status = 'ready' RETURNING id, run_id) "
+"INSERT INTO mesh.events (kind, run_id, workspace_id, backend) "
+"SELECT 'workspace_lost', run_id, id, $1 FROM lost RETURNING run_id";
+
+static const char orphan_event_sql[] =
+"INSERT INTO mesh.events (kind, backend, detail) "
+"VALUES ('orphan_released', $1, jsonb_build_object('ref', $2, 'outcome', $3))";
+
+/*
+ * One HTTP request, waited for on the latch and the socket, abandoned at
+ * the deadline.  Returns the finished transfer (caller frees) or NULL.
+ */
+static MeshTransfer *
+roundtrip(const MeshHttpRequest *req, TimestampTz deadline)
+{
+	MeshTransfer *t = mesh_http_start(req, 16 * 1024 * 1024, NULL);
+
+	for (;;)
+	{
+		WaitEventSet *set;
+		WaitEvent	events[8];
+		long		timeout;
+		long		left = (long) ((deadline - GetCurrentTimestamp()) / 1000);
+
+		mesh_http_drive();
+		if (mesh_http_is_done(t))
+			return t;
+		if (left <= 0)
+		{
+			mesh_http_free(t);
+			return NULL;
+		}
+		set = mesh_http_wait_set(&timeout);
+		if (timeout < 0 || timeout > left)
+			timeout = left;
+		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
+		FreeWaitEventSet(set);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+static bool
+ref_listed(const char *ref, MeshListedWorkspace *items, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(items[i].ref, ref) == 0)
+			return true;
+	return false;
+}
+
+static bool
+ref_explained(const char *ref, List *explained)
+{
+	ListCell   *lc;
+
+	foreach(lc, explained)
+		if (strcmp(((char **) lfirst(lc))[0], ref) == 0)
+			return true;
+	return false;
+}
+
+/* A sandbox no row explains: release it on its backend and say so. */
+static void
+release_orphan(json_t *rows, const MeshBackend *be, const char *ref, TimestampTz until)
+{
+	MeshHttpRequest req;
+	MeshHttpResponse resp;
+	MeshTransfer *t;
+	MeshReleaseOutcome outcome;
+	MeshError	merr = {0};
+	const char *result;
+	const char *args[3];
+
+	be->driver->release_request(be, ref, false, &req);
+	t = roundtrip(&req, until);
+	if (t == NULL)
+		result = "no answer before the sweep's deadline";
+	else
+	{
+		mesh_http_response(t, &resp);
+		result = be->driver->release_response(be, &resp, &outcome, &merr)
+			? (outcome == MESH_RELEASE_HIBERNATED ? "hibernated" : "destroyed")
+			: merr.message;
+		mesh_http_free(t);
+	}
+	args[0] = be->name;
+	args[1] = ref;
+	args[2] = result;
+	(void) reaper_query(orphan_event_sql, 3, args, 0);
+	ereport(LOG, (errmsg("mesh reaper: released orphan sandbox %s on backend \"%s\": %s",
+						 ref, be->name, result)));
+	note(rows, "orphan_released", NULL, be->name, psprintf("%s: %s", ref, result));
+}
+
+static void
+reconcile_backend(json_t *rows, char **entry, TimestampTz until)
+{
+	MeshBackend be;
+	MeshHttpRequest req;
+	MeshHttpResponse resp;
+	MeshTransfer *t;
+	MeshListedWorkspace *items = NULL;
+	int			nitems = 0;
+	MeshError	merr = {0};
+	List	   *explained;
+	ListCell   *lc;
+	const char *name = entry[0];
+
+	if (!mesh_backend_make(name, entry[1], entry[2], entry[3], &be))
+	{
+		note(rows, "reconcile_skipped", NULL, name, "the driver or config is not usable by this build");
+		return;
+	}
+	if (be.driver->needs_credential(be.config) && be.credential == NULL)
+	{
+		note(rows, "reconcile_skipped", NULL, name, "no credential is set");
+		json_decref(be.config);
+		return;
+	}
+	be.driver->list_request(&be, install_id, &req);
+	t = roundtrip(&req, until);
+	if (t == NULL)
+		mesh_error_set(&merr, MESH_FAIL_UNAVAILABLE, "backend \"%s\" did not answer before the sweep's deadline", name);
+	else
+	{
+		mesh_http_response(t, &resp);
+		(void) be.driver->list_response(&be, &resp, &items, &nitems, &merr);
+		mesh_http_free(t);
+	}
+	if (merr.message)
+	{
+		note(rows, "backend_unreachable", NULL, name,
+			 psprintf("%s; its rows stay as evidence and must be released by hand if it does not come back",
+					  merr.message));
+		json_decref(be.config);
+		return;
+	}
+
+	explained = reaper_query(explained_sql, 1, &name, 3);
+	for (int i = 0; i < nitems; i++)
+		if (!ref_explained(items[i].ref, explained) && GetCurrentTimestamp() < until)
+			release_orphan(rows, &be, items[i].ref, until);
+	foreach(lc, explained)
+	{
+		char	  **row = lfirst(lc);
+		const char *args[2] = {name, row[0]};
+
+		if (strcmp(row[1], "ready") == 0 && !ref_listed(row[0], items, nitems) &&
+			reaper_query(lost_sql, 2, args, 1) != NIL)
+			note(rows, "workspace_lost", row[2], name, "the backend no longer has it; marked failed");
+	}
+	note(rows, "reconciled", NULL, name, psprintf("%d sandbox(es) listed", nitems));
+	json_decref(be.config);
+}
+
+static void
+reconcile_all(json_t *rows, TimestampTz deadline)
+{
+	List	   *backends = reaper_query(backends_sql, 0, NULL, 4);
+
+	for (int i = 0; i < list_length(backends); i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		reconcile_backend(rows, list_nth(backends, i),
+						  fair_share(deadline, list_length(backends) - i));
+	}
+}
+
+/*--------------------------------------------------------------------------
+ * The sweep
+ *--------------------------------------------------------------------------
+ */
+static bool
+extension_installed(void)
+{
+	return reaper_query("SELECT 1 FROM pg_extension WHERE extname = 'mesh_exec'", 0, NULL, 1) != NIL;
+}
+
+/* One bounded sweep; what it did is appended to rows. */
+static void
+sweep(json_t *rows)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   mesh_reaper_sweep_timeout_ms);
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "mesh sweep",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+
+	pgstat_report_activity(STATE_RUNNING, "mesh reaper: sweeping");
+	if (extension_installed())
+	{
+		fail_lost_execs(rows);
+		release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													  (deadline - GetCurrentTimestamp()) / 2000));
+		reconcile_all(rows, deadline);
+	}
+	pgstat_report_activity(STATE_IDLE, NULL);
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+}
+
+/* An operator's mesh.sweep(): sweep now and send back what was done. */
+static void
+serve_sweep_request(dsm_handle handle)
+{
+	MeshCall   *hdr;
+	shm_mq_handle *mqh;
+	dsm_segment *seg = mesh_attach_call(handle, &hdr, &mqh);
+	json_t	   *rows = json_array();
+	StringInfoData msg;
+
+	if (seg == NULL)
+		return;
+	sweep(rows);
+	initStringInfo(&msg);
+	mesh_reply_encode(&msg, json_pack("{s:o}", "rows", rows), NULL, 0);
+	(void) shm_mq_send(mqh, msg.len, msg.data, false, true);
+	pfree(msg.data);
+	dsm_detach(seg);
+}
+
+static void
+log_sweep(json_t *rows)
+{
+	size_t		i;
+	json_t	   *row;
+	int			acted = 0;
+
+	json_array_foreach(rows, i, row)
+	{
+		const char *action = json_string_value(json_object_get(row, "action"));
+
+		if (strcmp(action, "reconciled") != 0)
+			acted++;
+	}
+	if (acted > 0)
+		ereport(LOG, (errmsg("mesh reaper: sweep took %d action(s); see mesh.event_log", acted)));
+}
+
+static void
+reaper_exit(int code, Datum arg)
+{
+	mesh_worker_detach_slot(MESH_REAPER_SLOT);
+}
+
+void
+mesh_reaper_main(Datum arg)
+{
+	TimestampTz next_sweep = 0;
+
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(mesh_database, NULL, 0);
+	pgstat_report_appname("mesh reaper");
+	install_id = MemoryContextStrdup(TopMemoryContext,
+									 psprintf(UINT64_FORMAT, GetSystemIdentifier()));
+	mesh_http_init();
+	mesh_worker_attach_slot(MESH_REAPER_SLOT);
+	before_shmem_exit(reaper_exit, (Datum) 0);
+
+	for (;;)
+	{
+		dsm_handle	handle;
+		long		wait_ms;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		while (mesh_worker_pop(MESH_REAPER_SLOT, &handle))
+			serve_sweep_request(handle);
+		if (GetCurrentTimestamp() >= next_sweep)
+		{
+			json_t	   *rows = json_array();
+
+			sweep(rows);
+			log_sweep(rows);
+			json_decref(rows);
+			next_sweep = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													 (int64) mesh_reaper_interval_s * 1000);
+		}
+		wait_ms = (long) ((next_sweep - GetCurrentTimestamp()) / 1000);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Max(wait_ms, 1), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/*
+ * mesh.sweep(): run a reaper sweep now and return what it did.  The sweep
+ * runs in the reaper, not here: its row changes are the reaper's own
+ * committed transactions, whatever the calling transaction does.
+ */
+Datum
+mesh_sweep(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	json_t	   *req = json_pack("{s:s}", "run_id", "");
+	MeshReply	reply;
+	size_t		i;
+	json_t	   *row;
+
+	InitMaterializedSRF(fcinfo, 0);
+	mesh_call_slot(MESH_REAPER_SLOT, MESH_OP_SWEEP, req, NULL, 0, &reply);
+	json_decref(req);
+	json_array_foreach(json_object_get(reply.doc, "rows"), i, row)
+	{
+		Datum		values[4];
+		bool		nulls[4];
+		const char *fields[4] = {"action", "run_id", "backend", "detail"};
+
+		for (int f = 0; f < 4; f++)
+		{
+			const char *v = json_string_value(json_object_get(row, fields[f]));
+
+			nulls[f] = v == NULL;
+			values[f] = v ? CStringGetTextDatum(v) : (Datum) 0;
+		}
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	json_decref(reply.doc);
+	return (Datum) 0;
+}
