@@ -106,9 +106,14 @@ reaper_query(const char *sql, int nargs, const char **args, int ncols)
 		{
 			char	  **row = MemoryContextAlloc(outer, sizeof(char *) * ncols);
 
+			MemoryContext spi_cxt;
+
 			for (int c = 0; c < ncols; c++)
 				row[c] = copy_value(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1, outer);
+			/* the list must outlive the transaction, like its rows */
+			spi_cxt = MemoryContextSwitchTo(outer);
 			result = lappend(result, row);
+			MemoryContextSwitchTo(spi_cxt);
 		}
 		SPI_finish();
 		PopActiveSnapshot();

@@ -340,9 +340,13 @@ spawn_internal_release(const char *run_id, const char *reason)
  *--------------------------------------------------------------------------
  */
 
-/* Is another call of this run materializing it right now? */
+/*
+ * Is another call of this run changing its workspace's state right now
+ * (materializing or releasing it)?  Such changes are exclusive: the run's
+ * other calls wait, parked, and start over when it ends.
+ */
 static bool
-run_is_materializing(const char *run_id, WorkerCall *except)
+run_is_changing(const char *run_id, WorkerCall *except)
 {
 	dlist_iter	iter;
 
@@ -350,14 +354,16 @@ run_is_materializing(const char *run_id, WorkerCall *except)
 	{
 		WorkerCall *other = dlist_container(WorkerCall, node, iter.cur);
 
-		if (other != except && other->step == STEP_ACQUIRING &&
-			strcmp(other->run_id, run_id) == 0)
+		if (other == except || strcmp(other->run_id, run_id) != 0)
+			continue;
+		if (other->step == STEP_ACQUIRING ||
+			(other->op == MESH_OP_RELEASE && other->step == STEP_OPERATING))
 			return true;
 	}
 	return false;
 }
 
-/* Materialization ended: parked calls of the run start over, or fail alike. */
+/* A state change ended: parked calls of the run start over, or fail alike. */
 static void
 wake_parked(const char *run_id, const MeshError *failed)
 {
@@ -820,8 +826,17 @@ start_release(WorkerCall *call)
 	call->step = STEP_OPERATING;
 }
 
+static void finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp);
+
 static void
 finish_release(WorkerCall *call, const MeshHttpResponse *resp)
+{
+	finish_release_outcome(call, resp);
+	wake_parked(call->run_id, NULL);
+}
+
+static void
+finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp)
 {
 	MeshReleaseOutcome outcome;
 	MeshError	merr = {0};
@@ -945,7 +960,7 @@ advance_call(WorkerCall *call)
 		run_declare(call);
 		return;
 	}
-	if (run_is_materializing(call->run_id, call))
+	if (run_is_changing(call->run_id, call))
 	{
 		call->step = STEP_PARKED;
 		return;
