@@ -953,14 +953,26 @@ store_release_stuck(MeshWorkspace *ws, const char *why, ErrorData **err)
 typedef struct RecoverArgs
 {
 	const char *args[2];
+	List	   *interrupted;
 } RecoverArgs;
 
 static const char recover_execs_sql[] =
-"UPDATE mesh.execs e SET status = 'error', finished_at = clock_timestamp(), "
-"       error = 'interrupted: the server or a mesh worker restarted while the command ran', "
-"       charged_seconds = extract(epoch FROM clock_timestamp() - e.started_at), charge_basis = 'wall' "
-" WHERE e.status = 'running' "
-"   AND ((hashtext(e.run_id)::bigint & 4294967295) % $2::bigint) = $1::bigint";
+"WITH lost AS ("
+"  UPDATE mesh.execs e SET status = 'error', finished_at = clock_timestamp(), "
+"         error = 'interrupted: the server or a mesh worker restarted while the command ran', "
+"         charge_basis = 'wall', "
+"         charged_seconds = least(extract(epoch FROM clock_timestamp() - e.started_at), e.timeout_ms / 1000.0) "
+"   WHERE e.status = 'running' "
+"     AND ((hashtext(e.run_id)::bigint & 4294967295) % $2::bigint) = $1::bigint "
+"  RETURNING e.id, e.workspace_id, e.charged_seconds), "
+"charged AS ("
+"  UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + l.seconds "
+"    FROM (SELECT workspace_id, sum(charged_seconds) AS seconds FROM lost GROUP BY workspace_id) l "
+"   WHERE w.id = l.workspace_id) "
+"SELECT l.id, w.external_ref, w.backend_kind, b.driver, b.config::text, c.credential "
+"  FROM lost l JOIN mesh.workspaces w ON w.id = l.workspace_id "
+"  LEFT JOIN mesh.backends b ON b.name = w.backend_kind "
+"  LEFT JOIN mesh.backend_credentials c ON c.backend = b.name";
 
 static void
 recover_body(void *arg)
@@ -972,16 +984,36 @@ recover_body(void *arg)
 		ereport(LOG,
 				(errmsg("mesh: marked %llu interrupted exec(s) as failed",
 						(unsigned long long) SPI_processed)));
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		MeshInterruptedExec *ie = MemoryContextAllocZero(result_cxt, sizeof(MeshInterruptedExec));
+		MemoryContext old;
+
+		ie->exec_id = pg_strtoint64(sql_value(r, 1));
+		ie->ref = sql_value(r, 2);
+		ie->backend = sql_value(r, 3);
+		ie->driver = sql_value(r, 4);
+		ie->config = sql_value(r, 5);
+		ie->credential = sql_value(r, 6);
+		old = MemoryContextSwitchTo(result_cxt);
+		a->interrupted = lappend(a->interrupted, ie);
+		MemoryContextSwitchTo(old);
+	}
 }
 
 /*
  * Execs this worker owned that were running when it or the server died are
- * failed with a reason, charged for the wall time they may have used.
+ * failed with a reason and charged for the wall time they may have used (at
+ * most their timeout).  *interrupted lists them, so their commands can be
+ * killed in case the backend still runs them.
  */
 bool
-store_recover_after_restart(int worker_index, int nworkers, ErrorData **err)
+store_recover_after_restart(int worker_index, int nworkers, List **interrupted, ErrorData **err)
 {
-	RecoverArgs a = {{psprintf("%d", worker_index), psprintf("%d", nworkers)}};
+	RecoverArgs a = {{psprintf("%d", worker_index), psprintf("%d", nworkers)}, NIL};
 
-	return run_txn("mesh worker: recovery", recover_body, &a, true, err);
+	if (!run_txn("mesh worker: recovery", recover_body, &a, true, err))
+		return false;
+	*interrupted = a.interrupted;
+	return true;
 }

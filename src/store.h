@@ -11,6 +11,7 @@
 #include "postgres.h"
 
 #include "access/xlogdefs.h"
+#include "nodes/pg_list.h"
 
 #include "backends/backend.h"
 
@@ -73,6 +74,18 @@ extern bool store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData
 extern bool store_released(MeshWorkspace *ws, const char *outcome, const char *reason,
 						   ErrorData **err);
 extern bool store_release_stuck(MeshWorkspace *ws, const char *why, ErrorData **err);
-extern bool store_recover_after_restart(int worker_index, int nworkers, ErrorData **err);
+/* An exec that was running when its worker or the server died. */
+typedef struct MeshInterruptedExec
+{
+	int64		exec_id;
+	char	   *ref;
+	char	   *backend;
+	char	   *driver;
+	char	   *config;
+	char	   *credential;
+} MeshInterruptedExec;
+
+extern bool store_recover_after_restart(int worker_index, int nworkers, List **interrupted,
+										ErrorData **err);
 
 #endif							/* MESH_STORE_H */

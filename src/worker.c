@@ -1062,10 +1062,37 @@ any_call_ready(void)
 	return false;
 }
 
+/* Ask a backend to kill one exec's command, waiting briefly for the answer. */
+static void
+kill_exec_now(const MeshBackend *be, const char *ref, int64 exec_id)
+{
+	MeshHttpRequest req;
+	long		status = 0;
+
+	be->driver->kill_request(be, ref, psprintf(INT64_FORMAT, exec_id), &req);
+	if (!mesh_http_blocking(&req, 1000, &status))
+		ereport(LOG, (errmsg("mesh worker %d: could not ask backend \"%s\" to kill exec " INT64_FORMAT,
+							 worker_index, be->name, exec_id)));
+}
+
+/*
+ * The worker is exiting (shutdown, or an error): commands it was running
+ * for callers must not run on for nobody.  Their rows are failed by the
+ * next start's recovery.
+ */
 static void
 worker_exit(int code, Datum arg)
 {
+	dlist_iter	iter;
+
 	mesh_worker_detach_slot(DatumGetInt32(arg));
+	dlist_foreach(iter, &calls)
+	{
+		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
+
+		if (call->op == MESH_OP_EXEC && call->step == STEP_OPERATING && call->be.driver)
+			kill_exec_now(&call->be, call->ws.external_ref, call->exec_id);
+	}
 }
 
 static void
@@ -1078,16 +1105,34 @@ apply_worker_settings(void)
 	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 }
 
+/*
+ * At start: fail the execs this worker's predecessor left running, and ask
+ * their backends to kill the commands in case they still run.
+ */
 static void
 recover(void)
 {
 	ErrorData  *err;
+	List	   *interrupted = NIL;
+	ListCell   *lc;
 
-	if (!store_recover_after_restart(worker_index, mesh_shared->nworkers, &err))
+	if (!store_recover_after_restart(worker_index, mesh_shared->nworkers, &interrupted, &err))
 	{
 		ereport(LOG,
 				(errmsg("mesh worker %d: recovery skipped: %s", worker_index, err->message)));
 		FreeErrorData(err);
+		return;
+	}
+	foreach(lc, interrupted)
+	{
+		MeshInterruptedExec *ie = lfirst(lc);
+		MeshBackend be;
+
+		if (ie->ref && mesh_backend_make(ie->backend, ie->driver, ie->config, ie->credential, &be))
+		{
+			kill_exec_now(&be, ie->ref, ie->exec_id);
+			json_decref(be.config);
+		}
 	}
 }
 

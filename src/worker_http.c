@@ -269,3 +269,27 @@ mesh_http_wait_set(long *timeout_ms)
 	}
 	return set;
 }
+
+/*
+ * One request, waited for here and now, at most timeout_ms.  For the few
+ * moments when the loop cannot run: a worker's exit and its start-up.
+ * Returns true when an HTTP status arrived.
+ */
+bool
+mesh_http_blocking(const MeshHttpRequest *req, long timeout_ms, long *status)
+{
+	MeshHttpRequest bounded = *req;
+	MeshTransfer *t;
+	bool		got;
+
+	bounded.timeout_ms = Min(req->timeout_ms, timeout_ms);
+	t = mesh_http_start(&bounded, 64 * 1024, NULL);
+	curl_multi_remove_handle(multi, t->easy);
+	nrunning--;
+	t->result = curl_easy_perform(t->easy);
+	t->done = true;
+	curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, status);
+	got = t->result == CURLE_OK;
+	mesh_http_free(t);
+	return got;
+}

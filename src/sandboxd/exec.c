@@ -7,12 +7,13 @@
  *   daemon thread --clone(VM|FILES)--> outer: joins the workspace cgroups, becomes the sandbox
  *     user, setns(user, ipc, uts, net, mnt, pid), chroots into the holder's root
  *   outer --clone(VM|FILES)--> pidns: in the workspace pid namespace; unshare(CLONE_NEWPID)
- *   pidns --clone(VM|VFORK|PIDFD)--> init: pid 1 of a fresh per-exec pid namespace; wires
+ *   pidns --clone(VM|PIDFD)--> init: pid 1 of a fresh per-exec pid namespace; wires
  *     stdio, drops every capability (bounding, ambient, effective, permitted), sets
- *     no_new_privs and execs the command.
+ *     no_new_privs
+ *   init --clone(VM|VFORK)--> command: execs argv (pid 2), init reaps until it exits.
  *
- * The command being pid 1 of its own pid namespace gives the protocol's tree semantics for
- * free: when it exits, or when the daemon SIGKILLs it (timeout, kill call, release), the
+ * A per-exec pid namespace gives the protocol's tree semantics for free: when its init exits
+ * (right after the command) or is SIGKILLed by the daemon (timeout, kill call, release), the
  * kernel kills everything left in the namespace, double-forked daemons included. The helpers
  * only make system calls on their own stacks and write results into the shared exec_run.
  */
@@ -61,9 +62,10 @@ struct exec_run {
     /* written by the helper processes */
     const char *failed_step;
     int failed_errno;
-    bool init_reaped;
-    int init_status;
+    bool init_reaped;                /* the pidns helper reaped init: usage is complete */
     struct rusage init_usage;
+    bool command_done;               /* init reaped the command: its status is known */
+    int command_status;
 };
 
 /* Records which setup step failed so the daemon can answer spawn_failed with a reason. */
@@ -133,12 +135,24 @@ static void exec_with_path(struct exec_run *run)
     errno = best_errno;
 }
 
-/* Stage 3, pid 1 of the per-exec pid namespace: stdio, directory, privileges, then the
- * command. A command that cannot start exits 127 with the reason on stderr. */
+/* Stage 4, the command: everything is prepared by its parent; exec or report 127. */
+static int exec_command_stage(void *arg)
+{
+    struct exec_run *run = arg;
+    exec_with_path(run);
+    init_report(run->argv[0], errno == ENOENT ? "command not found" : strerror(errno));
+    _exit(127);
+}
+
+/* Stage 3, pid 1 of the per-exec pid namespace: stdio, directory and privileges, then the
+ * command as pid 2 (so it keeps normal signal semantics, which pid 1 lacks). As init it
+ * reaps orphans until the command exits, records the command's status and exits, upon which
+ * the kernel kills whatever the command left behind. */
 static int exec_init_stage(void *arg)
 {
     struct exec_run *run = arg;
     sigset_t none;
+    int status;
     if (dup2(run->child_stdin, 0) < 0 || dup2(run->child_stdout, 1) < 0 ||
         dup2(run->child_stderr, 2) < 0)
         _exit(127);
@@ -158,9 +172,23 @@ static int exec_init_stage(void *arg)
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     if (kill_requested(run))
         _exit(137);
-    exec_with_path(run);
-    init_report(run->argv[0], errno == ENOENT ? "command not found" : strerror(errno));
-    _exit(127);
+    pid_t command = clone(exec_command_stage, run->stacks + 4 * HELPER_STACK_BYTES,
+                          CLONE_VM | CLONE_VFORK | SIGCHLD, run);
+    if (command < 0) {
+        init_report(run->argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(0);
+    for (;;) {
+        pid_t pid = waitpid(-1, &status, __WALL);
+        if (pid == command) {
+            run->command_status = status;
+            __atomic_store_n(&run->command_done, true, __ATOMIC_SEQ_CST);
+            _exit(0);
+        }
+        if (pid < 0 && errno != EINTR)
+            _exit(127);
+    }
 }
 
 /* Stage 2, inside the workspace pid namespace: creates the per-exec pid namespace, starts
@@ -168,24 +196,24 @@ static int exec_init_stage(void *arg)
 static int exec_pidns_stage(void *arg)
 {
     struct exec_run *run = arg;
-    int pidfd = -1, status;
+    int status;
     struct rusage usage;
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     if (kill_requested(run))
         _exit(0);
     if (unshare(CLONE_NEWPID) != 0)
         helper_fail(run, "unshare(pid)");
+    /* the kernel stores the pidfd in run->init_pidfd before init runs */
     pid_t init = clone(exec_init_stage, run->stacks + 3 * HELPER_STACK_BYTES,
-                       CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, run, &pidfd);
+                       CLONE_VM | CLONE_PIDFD | SIGCHLD, run, &run->init_pidfd);
     if (init < 0)
         helper_fail(run, "clone(init)");
-    __atomic_store_n(&run->init_pidfd, pidfd, __ATOMIC_SEQ_CST);
     if (kill_requested(run))
         kill(init, SIGKILL);
     while (wait4(init, &status, __WALL, &usage) < 0)
         if (errno != EINTR)
             helper_fail(run, "wait4(init)");
-    run->init_status = status;
+    (void)status;
     run->init_usage = usage;
     __atomic_store_n(&run->init_reaped, true, __ATOMIC_SEQ_CST);
     _exit(0);
@@ -472,14 +500,16 @@ static bool open_stdio(struct exec_run *run, bool has_stdin, int *stdin_w, int *
     } else {
         run->child_stdin = open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
-    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
+    if (pipe2(p, O_CLOEXEC) != 0)
         return false;
     *out_r = p[0];
     run->child_stdout = p[1];
-    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
+    if (pipe2(p, O_CLOEXEC) != 0)
         return false;
     *err_r = p[0];
     run->child_stderr = p[1];
+    fcntl(*out_r, F_SETFL, O_NONBLOCK);   /* only the daemon's ends are non-blocking */
+    fcntl(*err_r, F_SETFL, O_NONBLOCK);
     return run->child_stdin >= 0;
 }
 
@@ -538,11 +568,11 @@ static json_t *exec_response(struct exec_run *run, struct capture *out, struct c
     bool truncated = false;
     int reason = __atomic_load_n(&run->kill_reason, __ATOMIC_SEQ_CST);
     int exit_code = 137, signal_number = SIGKILL;
-    if (run->init_reaped && WIFEXITED(run->init_status)) {
-        exit_code = WEXITSTATUS(run->init_status);
+    if (run->command_done && WIFEXITED(run->command_status)) {
+        exit_code = WEXITSTATUS(run->command_status);
         signal_number = 0;
-    } else if (run->init_reaped && WIFSIGNALED(run->init_status)) {
-        signal_number = WTERMSIG(run->init_status);
+    } else if (run->command_done && WIFSIGNALED(run->command_status)) {
+        signal_number = WTERMSIG(run->command_status);
         exit_code = 128 + signal_number;
     }
     double cpu_ms = run->init_usage.ru_utime.tv_sec * 1e3 + run->init_usage.ru_utime.tv_usec / 1e3 +
@@ -574,7 +604,7 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     json_t *resp = NULL;
     uint64_t oom_before = cgroup_workspace_oom_kills(ws->id);
     double start = monotonic_ms();
-    run->stacks = mmap(NULL, 3 * HELPER_STACK_BYTES, PROT_READ | PROT_WRITE,
+    run->stacks = mmap(NULL, 4 * HELPER_STACK_BYTES, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     pid_t outer = -1;
     if (run->stacks != MAP_FAILED && open_stdio(run, req->has_stdin, &stdin_w, &out_r, &err_r))
@@ -609,7 +639,7 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     close_fd(&run->child_stdout);
     close_fd(&run->child_stderr);
     if (run->stacks != MAP_FAILED)
-        munmap(run->stacks, 3 * HELPER_STACK_BYTES);
+        munmap(run->stacks, 4 * HELPER_STACK_BYTES);
     return resp;
 }
 
