@@ -113,17 +113,21 @@ sd_cleanup() {
 trap sd_cleanup EXIT
 
 # --- HTTP ---
-# api METHOD PATH [BODY|@FILE] -> body on stdout; status in $SD_DIR/status
+# api METHOD PATH [BODY|@FILE] -> body on stdout; HTTP status kept for `status` (per shell:
+# concurrent calls do not share the response file; `status` is the last one finished).
 api() {
-    local method=$1 path=$2 body=${3-}
-    local args=(-s -m 60 -X "$method" -o "$SD_DIR/resp" -w '%{http_code}')
+    local method=$1 path=$2 body=${3-} resp base
+    resp=$(mktemp "$SD_DIR/resp.XXXXXX")
+    local args=(-s -m 60 -X "$method" -o "$resp" -w '%{http_code}')
     if [ -n "$SD_SOCKET" ]; then args+=(--unix-socket "$SD_SOCKET"); base="http://sd"
     else args+=(-H "Authorization: Bearer $SD_TOKEN"); base=$SD_URL; fi
     [ -n "$body" ] && args+=(--data-binary "$body" -H 'Content-Type: application/json')
-    curl "${args[@]}" "$base$path" > "$SD_DIR/status" 2>/dev/null
-    cat "$SD_DIR/resp"
+    curl "${args[@]}" "$base$path" > "$resp.status" 2>/dev/null
+    cat "$resp"
+    cp "$resp.status" "$SD_DIR/status"
+    rm -f "$resp" "$resp.status"
 }
-status() { cat "$SD_DIR/status"; }
+status() { cat "$SD_DIR/status" 2>/dev/null; }
 
 # exec_json WS JSON -> exec response
 exec_json() { api POST "/v1/workspaces/$1/exec" "$2"; }
