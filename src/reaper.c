@@ -291,9 +291,16 @@ release_due(json_t *rows, TimestampTz deadline)
  * 3. Reconciliation against each backend's own list
  *--------------------------------------------------------------------------
  */
+/*
+ * Backends to reconcile: the enabled ones, and disabled ones that still
+ * hold something a row says they minted (disabling never stops cleanup).
+ */
 static const char backends_sql[] =
 "SELECT b.name, b.driver, b.config::text, c.credential "
 "  FROM mesh.backends b LEFT JOIN mesh.backend_credentials c ON c.backend = b.name "
+" WHERE b.enabled OR EXISTS (SELECT 1 FROM mesh.workspaces w WHERE w.backend_kind = b.name "
+"                             AND w.external_ref IS NOT NULL "
+"                             AND w.release_outcome IS DISTINCT FROM 'destroyed') "
 " ORDER BY b.name";
 
 /* Rows that explain a sandbox on this backend: everything not destroyed. */

@@ -13,8 +13,10 @@ wait_command_gone() { for _ in $(seq 1 150); do command_running "$1" || return 0
 exec_state() { q "SELECT status || '/' || (charged_seconds IS NOT NULL)::text FROM mesh.execs WHERE argv = ARRAY['sleep','$1']"; }
 sweep_is_clean() {
   local bad
-  bad=$(q "SELECT count(*) FROM mesh.sweep() WHERE action IN ('orphan_released', 'workspace_lost', 'backend_unreachable')")
-  [ "$bad" = 0 ]
+  bad=$(q "SELECT action || ' ' || coalesce(run_id, '') || ' ' || coalesce(detail, '') FROM mesh.sweep()
+            WHERE action IN ('orphan_released', 'workspace_lost', 'backend_unreachable')")
+  [ -z "$bad" ] || echo "$bad" | sed 's/^/# /'
+  [ -z "$bad" ]
 }
 start_exec() {  # start_exec RUN SECONDS: a caller running `sleep SECONDS`, in the background
   psql -X -qAt -c "SELECT status FROM mesh_exec('$1', ARRAY['sleep','$2'])" > "$out/$2.out" 2> "$out/$2.err" &
