@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Two backends enabled at once: the embedded daemon ("local", unix socket) and a second
+# mesh-sandboxd run as root on TCP with a bearer token ("remote").  Selection, pins,
+# the disable cascade, release by the row, size ceilings, capability records, and the
+# credential never leaking.
+. "$(dirname "$0")/lib.sh"
+plan 24
+sd=$(mktemp -d /tmp/mesh-e2e-sd.XXXXXX); chmod 711 "$sd"
+port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+token="e2e-secret-$RANDOM$RANDOM$RANDOM"
+echo "$token" > "$sd/token"; chmod 600 "$sd/token"
+cp "$sd/token" "$sd/token.pg"; chown postgres "$sd/token.pg"; chmod 400 "$sd/token.pg"
+$(pg_config --bindir)/mesh-sandboxd --listen "127.0.0.1:$port" --token-file "$sd/token" \
+  --state-dir "$sd/state" --cgroup-name "mesh-e2e-$$" 2> "$sd/log" &
+daemon=$!
+cleanup() {   # destroy what the test daemon still holds (it keeps workspaces across its own exit)
+  for id in $(curl -sf -m 5 -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/workspaces" \
+              | python3 -c 'import json,sys;[print(w["id"]) for w in json.load(sys.stdin)["workspaces"]]' 2>/dev/null); do
+    curl -sf -m 10 -X DELETE -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/workspaces/$id" >/dev/null
+  done
+  kill -TERM $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$sd"
+}
+trap cleanup EXIT
+for _ in $(seq 1 100); do curl -sf -m 2 -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/capabilities" >/dev/null && break; sleep 0.1; done
+remote_has() { curl -sf -m 5 -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/workspaces/$1" >/dev/null; }
+local_has() { curl -sf -m 5 --unix-socket "$PGDIR/data/mesh_sandboxd/sandboxd.sock" "http://localhost/v1/workspaces/$1" >/dev/null; }
+ref_of() { q "SELECT external_ref FROM mesh.workspaces WHERE run_id = '$1'"; }
+
+# the credential is read by the server from a file: it never appears in a statement
+q "SELECT mesh.backend_add('remote', 'sandboxd', '{\"url\": \"http://127.0.0.1:$port\"}', catalog_order => 10)" >/dev/null
+q "SELECT mesh.backend_set_credential('remote', trim(pg_read_file('$sd/token.pg'), E'\n'))" >/dev/null
+is "$(q "SELECT string_agg(name, ',' ORDER BY catalog_order) FROM mesh.backend_catalog WHERE enabled")" "local,remote" "two backends enabled"
+
+# unpinned: the instance default (first in catalog order), logged as an implicit choice
+q "SELECT 1 FROM mesh_acquire('sel-1', 'free-agent', 'mia')" >/dev/null
+q "SELECT exit_code FROM mesh_exec('sel-1', ARRAY['true'])" >/dev/null
+is "$(q "SELECT backend_kind FROM mesh.workspaces WHERE run_id = 'sel-1'")" local "an unpinned agent gets the instance default"
+is "$(q "SELECT detail->>'implicit_selection' FROM mesh.events WHERE run_id = 'sel-1' AND kind = 'acquiring'")" true \
+   "the implicit choice is recorded"
+grep -q 'run "sel-1" of agent "free-agent" uses backend "local", the instance default' "$PGDIR/server.log"
+ok $? "the implicit choice is logged at materialization"
+
+# a pin routes the agent to its backend, with the tier clamped to the backend's ceiling
+q "SELECT mesh.backend_set_max_size('remote', 'small')" >/dev/null
+q "SELECT mesh.agent_set('pinned-agent', 'remote', default_size => 'xlarge')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('pin-1', 'pinned-agent', 'mia')" >/dev/null
+is "$(q "SELECT stdout FROM mesh_exec('pin-1', ARRAY['echo', 'on remote'])")" "on remote" "a pinned agent's exec runs"
+is "$(q "SELECT backend_kind || '/' || size FROM mesh.workspaces WHERE run_id = 'pin-1'")" "remote/small" \
+   "on its pinned backend, at the backend's size ceiling"
+size=$(curl -sf -m 5 -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/workspaces/$(ref_of pin-1)" | python3 -c 'import json,sys;print(json.load(sys.stdin)["size"])')
+is "$size" small "the backend was asked for the clamped tier"
+remote_has "$(ref_of pin-1)"; ok $? "the remote daemon holds the pinned run's workspace"
+local_has "$(ref_of pin-1)"; ok $((! $?)) "the local daemon does not"
+is "$(q "SELECT capabilities->>'shell' FROM mesh.workspaces WHERE run_id = 'pin-1'")" true "capabilities are recorded per workspace"
+
+# the default changes; existing workspaces are still released by the backend their row names
+q "SELECT mesh.backend_set_order('remote', -1)" >/dev/null
+q "SELECT 1 FROM mesh_acquire('sel-2', 'free-agent', 'mia')" >/dev/null
+q "SELECT exit_code FROM mesh_exec('sel-2', ARRAY['true'])" >/dev/null
+is "$(q "SELECT backend_kind FROM mesh.workspaces WHERE run_id = 'sel-2'")" remote "a new default applies to new workspaces"
+ref1=$(ref_of sel-1)
+is "$(q "SELECT mesh_release('sel-1')")" destroyed "a workspace made before the change is released"
+local_has "$ref1"; ok $((! $?)) "by the backend its row recorded (local), not today's default"
+
+# disabling un-pins and reports who was reset; the disabled backend still releases what it minted
+is "$(q "SELECT mesh.backend_disable('remote')")" "{pinned-agent}" "disabling reports the agents it reset"
+is "$(q "SELECT coalesce(backend, 'none') FROM mesh.agents WHERE agent_id = 'pinned-agent'")" none "the pin is gone"
+psql -X -qAt -c "SELECT mesh.agent_set('pinned-agent', 'remote')" 2> "$sd/pin.err" >/dev/null
+grep -q "not an enabled backend" "$sd/pin.err"; ok $? "a pin to a disabled backend is refused"
+ref2=$(ref_of pin-1)
+is "$(q "SELECT mesh_release('pin-1')")" destroyed "a disabled backend still releases what it minted"
+remote_has "$ref2"; ok $((! $?)) "and the remote daemon no longer holds it"
+
+# no catalog entry left: the row stays as evidence, released by hand
+q "SELECT mesh_release('sel-2')" >/dev/null
+q "SELECT mesh.backend_enable('remote')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('gone-1', 'free-agent', 'mia')" >/dev/null
+q "SELECT exit_code FROM mesh_exec('gone-1', ARRAY['true'])" >/dev/null
+ref3=$(ref_of gone-1)
+q "DELETE FROM mesh.backends WHERE name = 'remote'" >/dev/null
+is "$(q "SELECT mesh_release('gone-1')")" "must be released by hand" "a backend with no catalog entry: must be released by hand"
+is "$(q "SELECT release_outcome FROM mesh.workspaces WHERE run_id = 'gone-1'")" "must be released by hand" \
+   "the row says so, and stays"
+remote_has "$ref3"; ok $? "the sandbox is still there, as the row says"
+curl -sf -m 5 -X DELETE -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/workspaces/$ref3" >/dev/null
+
+# the credential never leaked
+leaks=$(grep -c "$token" "$PGDIR/server.log")
+is "$leaks" 0 "the credential is not in the server log"
+is "$(q "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%$token%' AND pid <> pg_backend_pid()")" 0 \
+   "nor in pg_stat_activity"
+is "$(q "SELECT count(*) FROM mesh.events WHERE detail::text LIKE '%$token%'") $(q "SELECT count(*) FROM mesh.execs WHERE coalesce(stdout,'') || coalesce(stderr,'') || coalesce(error,'') LIKE '%$token%'")" \
+   "0 0" "nor in events or exec rows"
+done_testing
