@@ -87,6 +87,7 @@ static int	worker_index;
 static char *install_id;
 
 static void spawn_internal_release(const char *run_id, const char *reason);
+static bool workspace_has_capability(WorkerCall *call, const char *name);
 
 /*--------------------------------------------------------------------------
  * Replies
@@ -436,8 +437,10 @@ begin_materialize(WorkerCall *call)
 		}
 		queue_message(call,
 					  json_pack("{s:s}", "notice",
-								psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"; the first call takes a moment",
-										 call->run_id, call->ws.backend_kind)),
+								psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"%s; the first call takes a moment",
+										 call->run_id, call->ws.backend_kind,
+										 workspace_has_capability(call, "snapshot") ? ""
+										 : " (no snapshot capability: it starts empty)")),
 					  NULL, 0);
 	}
 	else if (strcmp(call->ws.status, "pending") == 0)
