@@ -64,6 +64,7 @@ struct exec_run {
     int failed_errno;
     bool init_reaped;                /* the pidns helper reaped init: usage is complete */
     struct rusage init_usage;
+    int init_status;                 /* tells why the command never started (127) */
     bool command_done;               /* init reaped the command: its status is known */
     int command_status;
 };
@@ -213,7 +214,7 @@ static int exec_pidns_stage(void *arg)
     while (wait4(init, &status, __WALL, &usage) < 0)
         if (errno != EINTR)
             helper_fail(run, "wait4(init)");
-    (void)status;
+    run->init_status = status;
     run->init_usage = usage;
     __atomic_store_n(&run->init_reaped, true, __ATOMIC_SEQ_CST);
     _exit(0);
@@ -574,6 +575,9 @@ static json_t *exec_response(struct exec_run *run, struct capture *out, struct c
     } else if (run->command_done && WIFSIGNALED(run->command_status)) {
         signal_number = WTERMSIG(run->command_status);
         exit_code = 128 + signal_number;
+    } else if (run->init_reaped && reason == KILL_NONE && WIFEXITED(run->init_status)) {
+        exit_code = WEXITSTATUS(run->init_status);   /* setup failed before the command */
+        signal_number = 0;
     }
     double cpu_ms = run->init_usage.ru_utime.tv_sec * 1e3 + run->init_usage.ru_utime.tv_usec / 1e3 +
                     run->init_usage.ru_stime.tv_sec * 1e3 + run->init_usage.ru_stime.tv_usec / 1e3;

@@ -111,7 +111,7 @@ static bool parse_body(struct request *req, json_t **out, struct api_error *err)
     *out = NULL;
     if (req->len == 0)
         return true;
-    *out = json_loadb((const char *)req->body, req->len, 0, &jerr);
+    *out = json_loadb((const char *)req->body, req->len, JSON_ALLOW_NUL, &jerr);
     if (!*out) {
         api_error_set(err, 400, "bad_json", "body is not valid JSON: %s", jerr.text);
         return false;

@@ -139,3 +139,31 @@ stderr_of() { echo "$1" | jq -r '.stderr_b64' | base64 -d; }
 field() { echo "$1" | jq -r "$2"; }
 
 finish() { exit $TEST_FAILED; }
+
+# sd_start_as USER [daemon flags...]: non-root daemon on a unix socket (how the extension
+# embeds it); setpriv execs the daemon directly so SD_PID is the daemon itself.
+sd_start_as() {
+    local user=$1; shift
+    SD_DIR=$(mktemp -d /tmp/mesh-sd-test.XXXXXX)
+    SD_DIRS+=("$SD_DIR")
+    chmod 711 "$SD_DIR"
+    mkdir "$SD_DIR/run" && chown "$user" "$SD_DIR/run"
+    SD_STATE="$SD_DIR/run/state"
+    SD_SOCKET="$SD_DIR/run/sandboxd.sock"
+    SD_ARGS=(--state-dir "$SD_STATE" --socket "$SD_SOCKET" "$@")
+    "$(command -v setpriv)" --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
+        "$SANDBOXD" "${SD_ARGS[@]}" 2>>"$SD_DIR/log" &
+    SD_PID=$!
+    SD_PIDS+=("$SD_PID")
+    sd_wait_ready
+}
+
+# new_ws ID [BODY]: acquires a workspace, bails out when that fails.
+new_ws() {
+    local out
+    out=$(api PUT "/v1/workspaces/$1" "${2-}")
+    [ "$(status)" = 200 ] || { echo "Bail out! acquire $1 failed: $out"; cat "$SD_DIR/log" >&2; exit 1; }
+}
+
+# err_code RESPONSE -> .error.code
+err_code() { echo "$1" | jq -r '.error.code // empty' 2>/dev/null; }

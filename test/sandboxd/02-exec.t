@@ -1,0 +1,67 @@
+#!/bin/bash
+# Exec semantics: exit codes, signals, stdin, env, dir, 127, output clamping, concurrency,
+# exec keys, metering fields.
+. "$(dirname "$0")/lib.sh"
+plan 26
+sd_start --max-output-bytes 1000
+new_ws e1
+
+r=$(exec_json e1 '{"argv":["true"]}')
+is "$(field "$r" '[.exit_code,.signal,.timed_out,.killed,.oom_killed,.truncated]|map(tostring)|join(",")')" \
+   "0,null,false,false,false,false" "true exits 0 with all flags false"
+like "$(field "$r" .wall_ms)" '^[0-9.]+$' "wall_ms is a number"
+like "$(field "$r" .cpu_ms)" '^[0-9.]+$' "cpu_ms is a number with compute_metering"
+r=$(run_sh e1 'exit 7'); is "$(field "$r" .exit_code)" 7 "exit code 7 is reported"
+r=$(run_sh e1 'kill -TERM $$'); is "$(field "$r" '[.exit_code,.signal]|map(tostring)|join(",")')" "143,15" "killed by its own SIGTERM: 128+15, signal 15"
+r=$(exec_json e1 '{"argv":["no-such-command-xyz"]}')
+is "$(field "$r" .exit_code)" 127 "command not found exits 127"
+like "$(stderr_of "$r")" "command not found" "reason on stderr"
+r=$(exec_json e1 '{"argv":["/workspace"]}'); is "$(field "$r" .exit_code)" 127 "not executable exits 127"
+r=$(exec_json e1 '{"argv":["cat"],"stdin_b64":"'"$(printf 'line1\nline2' | base64 -w0)"'"}')
+is "$(stdout_of "$r")" "$(printf 'line1\nline2')" "stdin is fed and closed"
+r=$(exec_json e1 '{"argv":["cat"]}'); is "$(field "$r" .exit_code)" 0 "without stdin_b64 stdin is /dev/null"
+r=$(exec_json e1 '{"argv":["sh","-c","echo $FOO-$HOME-$LANG-$TMPDIR-$PATH"],"env":{"FOO":"bar"}}')
+is "$(stdout_of "$r")" "bar-/workspace-C.UTF-8-/tmp-/usr/local/bin:/usr/bin:/bin" "env over the base environment"
+run_sh e1 'mkdir -p sub/dir' >/dev/null
+r=$(exec_json e1 '{"argv":["pwd"],"dir":"sub/dir"}'); is "$(stdout_of "$r")" /workspace/sub/dir "relative dir"
+r=$(exec_json e1 '{"argv":["pwd"],"dir":"/tmp"}'); is "$(stdout_of "$r")" /tmp "absolute dir"
+r=$(exec_json e1 '{"argv":["pwd"]}'); is "$(stdout_of "$r")" /workspace "default dir /workspace"
+r=$(exec_json e1 '{"argv":["pwd"],"dir":"missing"}'); is "$(field "$r" .exit_code)" 127 "missing dir exits 127"
+r=$(exec_json e1 '{"argv":["sh","-c","echo out; echo err >&2"]}')
+is "$(stdout_of "$r")|$(stderr_of "$r")" "out|err" "stdout and stderr are separate"
+
+r=$(exec_json e1 '{"argv":["sh","-c","seq 1 10000"]}')
+is "$(field "$r" '[.truncated,.stdout_bytes]|map(tostring)|join(",")')" "true,48894" "output beyond the clamp is truncated, bytes counted"
+out=$(stdout_of "$r")
+like "$out" "…\[mesh: 47894 bytes omitted\]…" "marker with the omitted count"
+is "$(echo "$out" | head -1)|$(echo "$out" | tail -1)" "1|10000" "head and tail are kept"
+r=$(exec_json e1 '{"argv":["sh","-c","seq 1 10000"],"max_output_bytes":10}')
+like "$(stdout_of "$r")" '^1
+2
+…\[mesh: 48884 bytes omitted\]…
+9999
+10000$' "per-request max_output_bytes"
+
+r=$(exec_json e1 '{"argv":[]}'); is "$(err_code "$r")" bad_request "empty argv is bad_request"
+r=$(exec_json e1 '{"argv":["a\u0000b"]}'); is "$(err_code "$r")" bad_request "NUL in argv is refused"
+r=$(exec_json e1 '{"argv":["true"],"timeout_ms":"x"}'); is "$(err_code "$r")" bad_request "wrong type timeout_ms"
+
+# concurrency: four 1-second sleeps finish together, and a long exec does not block others
+start=$(date +%s%N)
+pids=()
+for i in 1 2 3 4; do
+    exec_json e1 '{"argv":["sh","-c","sleep 1; echo '$i'"],"exec_key":"c'$i'"}' > "$SD_DIR/conc.$i" &
+    pids+=($!)
+done
+sleep 0.3
+r=$(exec_json e1 '{"argv":["sleep","5"],"exec_key":"c1"}')
+is "$(status) $(err_code "$r")" "409 exec_key_in_use" "a running exec's key cannot be reused"
+wait "${pids[@]}"
+outs=$(for i in 1 2 3 4; do stdout_of "$(cat "$SD_DIR/conc.$i")"; done | sort | tr '\n' ' ')
+is "$outs" "1 2 3 4 " "concurrent execs in one workspace all complete"
+new_ws e2
+r1=$(exec_json e1 '{"argv":["sh","-c","echo one"]}') & p1=$!
+r2=$(exec_json e2 '{"argv":["sh","-c","echo two"]}')
+wait $p1
+is "$(stdout_of "$r2")" two "concurrent execs across workspaces"
+finish

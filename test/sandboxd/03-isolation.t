@@ -1,0 +1,11 @@
+#!/bin/bash
+# Isolation of workspaces with a root daemon (sandboxes run as nobody).
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/isolation_checks.sh"
+plan 17
+sd_start
+new_ws iso1
+new_ws iso2
+EXPECT_UID=$(id -u nobody)
+isolation_checks
+finish
