@@ -355,6 +355,64 @@ roundtrip(const MeshHttpRequest *req, TimestampTz deadline)
 	}
 }
 
+/* Parses one response of a multi-step operation into 'out'. */
+typedef MeshStepResult (*StepParser) (const MeshBackend *be, MeshOpState *st,
+									  const MeshHttpResponse *resp, void *out, MeshError *err);
+
+typedef struct ListOut
+{
+	MeshListedWorkspace **items;
+	int		   *nitems;
+} ListOut;
+
+static MeshStepResult
+list_parser(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp, void *out,
+			MeshError *err)
+{
+	ListOut    *l = (ListOut *) out;
+
+	return be->driver->list_response(be, st, resp, l->items, l->nitems, err);
+}
+
+static MeshStepResult
+release_parser(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp, void *out,
+			   MeshError *err)
+{
+	return be->driver->release_response(be, st, resp, (MeshReleaseOutcome *) out, err);
+}
+
+/*
+ * Drive one driver operation to its end: each request is a roundtrip, each
+ * response goes to the parser, which may ask for the next request.
+ */
+static bool
+run_steps(const MeshBackend *be, MeshOpState *st, MeshHttpRequest *first, TimestampTz until,
+		  StepParser parse, void *out, MeshError *err)
+{
+	MeshHttpRequest req = *first;
+
+	for (;;)
+	{
+		MeshTransfer *t = roundtrip(&req, until);
+		MeshHttpResponse resp;
+		MeshStepResult r;
+
+		if (t == NULL)
+		{
+			mesh_error_set(err, MESH_FAIL_UNAVAILABLE,
+						   "backend \"%s\" did not answer before the sweep's deadline", be->name);
+			return false;
+		}
+		mesh_http_response(t, &resp);
+		r = parse(be, st, &resp, out, err);
+		mesh_http_free(t);
+		if (r != MESH_STEP_NEXT)
+			return r == MESH_STEP_DONE;
+		st->step++;
+		req = st->next;
+	}
+}
+
 static bool
 ref_listed(const char *ref, MeshListedWorkspace *items, int n)
 {
@@ -380,25 +438,17 @@ static void
 release_orphan(json_t *rows, const MeshBackend *be, const char *ref, TimestampTz until)
 {
 	MeshHttpRequest req;
-	MeshHttpResponse resp;
-	MeshTransfer *t;
+	MeshOpState st = {0};
 	MeshReleaseOutcome outcome;
 	MeshError	merr = {0};
 	const char *result;
 	const char *args[3];
 
-	be->driver->release_request(be, ref, false, &req);
-	t = roundtrip(&req, until);
-	if (t == NULL)
-		result = "no answer before the sweep's deadline";
+	be->driver->release_request(be, &st, ref, false, &req);
+	if (!run_steps(be, &st, &req, until, release_parser, &outcome, &merr))
+		result = merr.message;
 	else
-	{
-		mesh_http_response(t, &resp);
-		result = be->driver->release_response(be, &resp, &outcome, &merr)
-			? (outcome == MESH_RELEASE_HIBERNATED ? "hibernated" : "destroyed")
-			: merr.message;
-		mesh_http_free(t);
-	}
+		result = outcome == MESH_RELEASE_HIBERNATED ? "hibernated" : "destroyed";
 	args[0] = be->name;
 	args[1] = ref;
 	args[2] = result;
@@ -413,8 +463,8 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 {
 	MeshBackend be;
 	MeshHttpRequest req;
-	MeshHttpResponse resp;
-	MeshTransfer *t;
+	MeshOpState st = {0};
+	ListOut		list_out;
 	MeshListedWorkspace *items = NULL;
 	int			nitems = 0;
 	MeshError	merr = {0};
@@ -433,17 +483,10 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 		json_decref(be.config);
 		return;
 	}
-	be.driver->list_request(&be, install_id, &req);
-	t = roundtrip(&req, until);
-	if (t == NULL)
-		mesh_error_set(&merr, MESH_FAIL_UNAVAILABLE, "backend \"%s\" did not answer before the sweep's deadline", name);
-	else
-	{
-		mesh_http_response(t, &resp);
-		(void) be.driver->list_response(&be, &resp, &items, &nitems, &merr);
-		mesh_http_free(t);
-	}
-	if (merr.message)
+	be.driver->list_request(&be, &st, install_id, &req);
+	list_out.items = &items;
+	list_out.nitems = &nitems;
+	if (!run_steps(&be, &st, &req, until, list_parser, &list_out, &merr))
 	{
 		note(rows, "backend_unreachable", NULL, name,
 			 psprintf("%s; its rows stay as evidence and must be released by hand if it does not come back",

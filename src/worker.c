@@ -72,6 +72,7 @@ typedef struct WorkerCall
 	MeshWorkspace ws;
 	MeshBackend be;
 	MeshTransfer *transfer;
+	MeshOpState opstate;		/* the driver's state for the operation in flight */
 	int64		exec_id;
 	MeshExecSpec spec;
 	XLogRecPtr	exec_row_lsn;	/* exec row's commit, flushed once sent */
@@ -408,6 +409,28 @@ start_transfer(WorkerCall *call, MeshHttpRequest *req, size_t max_response)
 	call->transfer = mesh_http_start(req, max_response, call);
 }
 
+/* A fresh driver state for the next operation of this call. */
+static MeshOpState *
+begin_op(WorkerCall *call)
+{
+	memset(&call->opstate, 0, sizeof(call->opstate));
+	return &call->opstate;
+}
+
+/*
+ * A parser asked for another request: send it and stay in the same step.
+ * Returns true when that happened, so the caller stops here.
+ */
+static bool
+continue_op(WorkerCall *call, MeshStepResult r, size_t max_response)
+{
+	if (r != MESH_STEP_NEXT)
+		return false;
+	call->opstate.step++;
+	start_transfer(call, &call->opstate.next, max_response);
+	return true;
+}
+
 /* Ask the recorded backend to create (or wake) the workspace. */
 static void
 start_acquire(WorkerCall *call)
@@ -418,7 +441,8 @@ start_acquire(WorkerCall *call)
 	if (!load_backend(call))
 		return;
 	(void) mesh_size_parse(call->ws.size ? call->ws.size : "standard", &size);
-	call->be.driver->acquire_request(&call->be, call->ws.external_ref, size, install_id, &req);
+	call->be.driver->acquire_request(&call->be, begin_op(call), call->ws.external_ref, size,
+									 install_id, &req);
 	start_transfer(call, &req, 1024 * 1024);
 	call->step = STEP_ACQUIRING;
 }
@@ -468,7 +492,11 @@ finish_acquire(WorkerCall *call, const MeshHttpResponse *resp)
 	MeshError	merr = {0};
 	ErrorData  *err;
 
-	if (!call->be.driver->acquire_response(&call->be, resp, &caps, &merr))
+	MeshStepResult r = call->be.driver->acquire_response(&call->be, &call->opstate, resp, &caps, &merr);
+
+	if (continue_op(call, r, 1024 * 1024))
+		return;
+	if (r == MESH_STEP_FAILED)
 	{
 		bool		retryable = merr.failure == MESH_FAIL_UNAVAILABLE ||
 			merr.failure == MESH_FAIL_PROTOCOL;
@@ -537,6 +565,13 @@ bound_by_budget(WorkerCall *call)
 	return true;
 }
 
+/* Room for both streams at the clamp, base64-encoded, and the envelope. */
+static size_t
+exec_response_limit(WorkerCall *call)
+{
+	return (size_t) call->spec.max_output_bytes * 3 + 64 * 1024;
+}
+
 static void
 start_exec(WorkerCall *call)
 {
@@ -577,9 +612,9 @@ start_exec(WorkerCall *call)
 		return;
 	}
 	call->spec.exec_key = psprintf(INT64_FORMAT, call->exec_id);
-	call->be.driver->exec_request(&call->be, call->ws.external_ref, &call->spec, &req);
+	call->be.driver->exec_request(&call->be, begin_op(call), call->ws.external_ref, &call->spec, &req);
 	call->op_started = GetCurrentTimestamp();
-	start_transfer(call, &req, (size_t) call->spec.max_output_bytes * 3 + 64 * 1024);
+	start_transfer(call, &req, exec_response_limit(call));
 	call->step = STEP_OPERATING;
 	/* put the request on the wire, then make the exec row durable meanwhile */
 	mesh_http_drive();
@@ -630,7 +665,11 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	MeshError	merr = {0};
 	ErrorData  *err;
 
-	if (!call->be.driver->exec_response(&call->be, resp, &result, &merr))
+	MeshStepResult r = call->be.driver->exec_response(&call->be, &call->opstate, resp, &result, &merr);
+
+	if (continue_op(call, r, exec_response_limit(call)))
+		return;
+	if (r == MESH_STEP_FAILED)
 	{
 		rec.status = "error";
 		rec.error = merr.message;
@@ -673,7 +712,8 @@ cancel_exec(WorkerCall *call)
 
 	mesh_http_free(call->transfer);
 	call->transfer = NULL;
-	call->be.driver->kill_request(&call->be, call->ws.external_ref, call->spec.exec_key, &req);
+	call->be.driver->kill_request(&call->be, begin_op(call), call->ws.external_ref,
+								  call->spec.exec_key, &req);
 	start_transfer(call, &req, 64 * 1024);
 	call->step = STEP_KILLING;
 }
@@ -683,6 +723,11 @@ finish_cancel(WorkerCall *call, const MeshHttpResponse *resp)
 {
 	MeshExecRecord rec = {0};
 	ErrorData  *err;
+	MeshError	merr = {0};
+
+	if (continue_op(call, call->be.driver->kill_response(&call->be, &call->opstate, resp, &merr),
+					64 * 1024))
+		return;
 
 	rec.status = "cancelled";
 	rec.error = resp->transport_error
@@ -702,7 +747,7 @@ start_read(WorkerCall *call)
 {
 	MeshHttpRequest req;
 
-	call->be.driver->read_request(&call->be, call->ws.external_ref,
+	call->be.driver->read_request(&call->be, begin_op(call), call->ws.external_ref,
 								  json_string_value(json_object_get(call->req, "path")), &req);
 	start_transfer(call, &req, (size_t) mesh_max_file_bytes + 1);
 	call->step = STEP_OPERATING;
@@ -714,13 +759,18 @@ finish_read(WorkerCall *call, const MeshHttpResponse *resp)
 	const char *path = json_string_value(json_object_get(call->req, "path"));
 	MeshError	merr = {0};
 	ErrorData  *err;
-	bool		ok = call->be.driver->read_response(&call->be, resp, &merr);
+	const char *data = NULL;
+	size_t		len = 0;
+	MeshStepResult r = call->be.driver->read_response(&call->be, &call->opstate, resp, &data, &len, &merr);
+	bool		ok = r == MESH_STEP_DONE;
 
+	if (continue_op(call, r, (size_t) mesh_max_file_bytes + 1))
+		return;
 	if (!ok && resp->transport_error && resp->status == 0 &&
 		strstr(resp->transport_error, "limit") != NULL)
 		mesh_error_set(&merr, MESH_FAIL_TOO_LARGE, "file \"%s\" is larger than mesh.max_file_size (%d bytes)",
 					   path, mesh_max_file_bytes);
-	if (!store_file_event(&call->ws, "file_read", path, ok ? (int64) resp->body_len : 0,
+	if (!store_file_event(&call->ws, "file_read", path, ok ? (int64) len : 0,
 						  ok ? NULL : merr.message, &err))
 	{
 		reply_txn_error(call, err);
@@ -729,7 +779,7 @@ finish_read(WorkerCall *call, const MeshHttpResponse *resp)
 	if (!ok)
 		reply_file_error(call, path, &merr);
 	else
-		reply_ok(call, json_pack("{s:b}", "ok", 1), resp->body, resp->body_len);
+		reply_ok(call, json_pack("{s:b}", "ok", 1), data, len);
 }
 
 static void
@@ -737,7 +787,7 @@ start_write(WorkerCall *call)
 {
 	MeshHttpRequest req;
 
-	call->be.driver->write_request(&call->be, call->ws.external_ref,
+	call->be.driver->write_request(&call->be, begin_op(call), call->ws.external_ref,
 								   json_string_value(json_object_get(call->req, "path")),
 								   (int) json_integer_value(json_object_get(call->req, "mode")),
 								   call->blob, call->blob_len, &req);
@@ -751,7 +801,11 @@ finish_write(WorkerCall *call, const MeshHttpResponse *resp)
 	const char *path = json_string_value(json_object_get(call->req, "path"));
 	MeshError	merr = {0};
 	ErrorData  *err;
-	bool		ok = call->be.driver->write_response(&call->be, resp, &merr);
+	MeshStepResult r = call->be.driver->write_response(&call->be, &call->opstate, resp, &merr);
+	bool		ok = r == MESH_STEP_DONE;
+
+	if (continue_op(call, r, 64 * 1024))
+		return;
 
 	if (!store_file_event(&call->ws, "file_write", path, (int64) call->blob_len,
 						  ok ? NULL : merr.message, &err))
@@ -822,7 +876,7 @@ start_release(WorkerCall *call)
 		reply_txn_error(call, err);
 		return;
 	}
-	call->be.driver->release_request(&call->be, call->ws.external_ref,
+	call->be.driver->release_request(&call->be, begin_op(call), call->ws.external_ref,
 									 release_for_idleness(call) && workspace_has_capability(call, "hibernate"),
 									 &req);
 	start_transfer(call, &req, 64 * 1024);
@@ -835,7 +889,8 @@ static void
 finish_release(WorkerCall *call, const MeshHttpResponse *resp)
 {
 	finish_release_outcome(call, resp);
-	wake_parked(call->run_id, NULL);
+	if (call->step != STEP_OPERATING)
+		wake_parked(call->run_id, NULL);
 }
 
 static void
@@ -846,7 +901,11 @@ finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp)
 	ErrorData  *err;
 	const char *text;
 
-	if (!call->be.driver->release_response(&call->be, resp, &outcome, &merr))
+	MeshStepResult r = call->be.driver->release_response(&call->be, &call->opstate, resp, &outcome, &merr);
+
+	if (continue_op(call, r, 64 * 1024))
+		return;
+	if (r == MESH_STEP_FAILED)
 	{
 		if (merr.failure == MESH_FAIL_NOT_FOUND)
 		{
@@ -992,8 +1051,11 @@ complete_transfer(WorkerCall *call)
 {
 	MeshHttpResponse resp;
 	CallStep	step = call->step;
+	MeshTransfer *done = call->transfer;
 
-	mesh_http_response(call->transfer, &resp);
+	/* a parser may start the operation's next request: it becomes call->transfer */
+	call->transfer = NULL;
+	mesh_http_response(done, &resp);
 	if (step == STEP_ACQUIRING)
 		finish_acquire(call, &resp);
 	else if (step == STEP_KILLING)
@@ -1006,8 +1068,7 @@ complete_transfer(WorkerCall *call)
 		finish_write(call, &resp);
 	else if (call->op == MESH_OP_RELEASE)
 		finish_release(call, &resp);
-	mesh_http_free(call->transfer);
-	call->transfer = NULL;
+	mesh_http_free(done);
 }
 
 /*
@@ -1070,12 +1131,22 @@ static void
 kill_exec_now(const MeshBackend *be, const char *ref, int64 exec_id)
 {
 	MeshHttpRequest req;
-	long		status = 0;
+	MeshOpState st = {0};
+	MeshHttpResponse resp;
+	MeshError	merr = {0};
+	MeshStepResult r;
 
-	be->driver->kill_request(be, ref, psprintf(INT64_FORMAT, exec_id), &req);
-	if (!mesh_http_blocking(&req, 1000, &status))
-		ereport(LOG, (errmsg("mesh worker %d: could not ask backend \"%s\" to kill exec " INT64_FORMAT,
-							 worker_index, be->name, exec_id)));
+	be->driver->kill_request(be, &st, ref, psprintf(INT64_FORMAT, exec_id), &req);
+	do
+	{
+		mesh_http_blocking(&req, 1000, &resp);
+		r = be->driver->kill_response(be, &st, &resp, &merr);
+		req = st.next;
+		st.step++;
+	} while (r == MESH_STEP_NEXT);
+	if (r == MESH_STEP_FAILED)
+		ereport(LOG, (errmsg("mesh worker %d: could not have exec " INT64_FORMAT " killed: %s",
+							 worker_index, exec_id, merr.message)));
 }
 
 /*

@@ -272,24 +272,25 @@ mesh_http_wait_set(long *timeout_ms)
 
 /*
  * One request, waited for here and now, at most timeout_ms.  For the few
- * moments when the loop cannot run: a worker's exit and its start-up.
- * Returns true when an HTTP status arrived.
+ * moments when the loop cannot run: a worker's exit and its start-up.  The
+ * response's body lives until the next call.
  */
-bool
-mesh_http_blocking(const MeshHttpRequest *req, long timeout_ms, long *status)
+void
+mesh_http_blocking(const MeshHttpRequest *req, long timeout_ms, MeshHttpResponse *resp)
 {
+	static MeshTransfer *last = NULL;
 	MeshHttpRequest bounded = *req;
 	MeshTransfer *t;
-	bool		got;
 
+	if (last)
+		mesh_http_free(last);
 	bounded.timeout_ms = Min(req->timeout_ms, timeout_ms);
-	t = mesh_http_start(&bounded, 64 * 1024, NULL);
+	t = mesh_http_start(&bounded, 1024 * 1024, NULL);
 	curl_multi_remove_handle(multi, t->easy);
 	nrunning--;
 	t->result = curl_easy_perform(t->easy);
 	t->done = true;
-	curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, status);
-	got = t->result == CURLE_OK;
-	mesh_http_free(t);
-	return got;
+	curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
+	mesh_http_response(t, resp);
+	last = t;
 }

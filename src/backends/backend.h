@@ -148,6 +148,28 @@ typedef struct MeshListedWorkspace
 	bool		running;
 } MeshListedWorkspace;
 
+/*
+ * How a response parser ends a step.  MESH_STEP_NEXT: the operation needs
+ * another request, which the parser put in st->next; the worker performs it
+ * and calls the same parser again.  So multi-step operations (create, then
+ * start, then inspect) are small state machines inside the driver, while
+ * the worker still owns every wait.
+ */
+typedef enum MeshStepResult
+{
+	MESH_STEP_DONE,
+	MESH_STEP_NEXT,
+	MESH_STEP_FAILED
+} MeshStepResult;
+
+/* One operation in progress, zeroed before its first request. */
+typedef struct MeshOpState
+{
+	int			step;			/* responses parsed so far */
+	void	   *data;			/* the driver's own, palloc'd */
+	MeshHttpRequest next;		/* filled when a parser returns MESH_STEP_NEXT */
+} MeshOpState;
+
 typedef struct MeshDriver
 {
 	const char *name;
@@ -168,40 +190,50 @@ typedef struct MeshDriver
 	char	   *(*workspace_ref) (const MeshBackend *be, const char *install_id,
 								  int64_t workspace_id);
 
-	void		(*acquire_request) (const MeshBackend *be, const char *ref, MeshSize size,
-									const char *install_id, MeshHttpRequest *req);
-	bool		(*acquire_response) (const MeshBackend *be, const MeshHttpResponse *resp,
-									 MeshCapabilities *caps, MeshError *err);
+	/* create or wake; the backend may refine the capabilities */
+	void		(*acquire_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
+									MeshSize size, const char *install_id, MeshHttpRequest *req);
+	MeshStepResult (*acquire_response) (const MeshBackend *be, MeshOpState *st,
+										const MeshHttpResponse *resp,
+										MeshCapabilities *caps, MeshError *err);
 
-	void		(*exec_request) (const MeshBackend *be, const char *ref,
+	void		(*exec_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
 								 const MeshExecSpec *spec, MeshHttpRequest *req);
-	bool		(*exec_response) (const MeshBackend *be, const MeshHttpResponse *resp,
-								  MeshExecResult *result, MeshError *err);
+	MeshStepResult (*exec_response) (const MeshBackend *be, MeshOpState *st,
+									 const MeshHttpResponse *resp,
+									 MeshExecResult *result, MeshError *err);
 
-	void		(*kill_request) (const MeshBackend *be, const char *ref,
+	/* kill the whole process tree of a running exec */
+	void		(*kill_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
 								 const char *exec_key, MeshHttpRequest *req);
+	MeshStepResult (*kill_response) (const MeshBackend *be, MeshOpState *st,
+									 const MeshHttpResponse *resp, MeshError *err);
 
-	void		(*read_request) (const MeshBackend *be, const char *ref,
+	void		(*read_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
 								 const char *path, MeshHttpRequest *req);
-	bool		(*read_response) (const MeshBackend *be, const MeshHttpResponse *resp,
-								  MeshError *err);
+	MeshStepResult (*read_response) (const MeshBackend *be, MeshOpState *st,
+									 const MeshHttpResponse *resp,
+									 const char **data, size_t *len, MeshError *err);
 
-	void		(*write_request) (const MeshBackend *be, const char *ref, const char *path,
-								  int mode, const char *data, size_t len,
+	void		(*write_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
+								  const char *path, int mode, const char *data, size_t len,
 								  MeshHttpRequest *req);
-	bool		(*write_response) (const MeshBackend *be, const MeshHttpResponse *resp,
-								   MeshError *err);
+	MeshStepResult (*write_response) (const MeshBackend *be, MeshOpState *st,
+									  const MeshHttpResponse *resp, MeshError *err);
 
 	/* prefer_hibernate: keep the filesystem where the backend can (idle reaping) */
-	void		(*release_request) (const MeshBackend *be, const char *ref, bool prefer_hibernate,
-									MeshHttpRequest *req);
-	bool		(*release_response) (const MeshBackend *be, const MeshHttpResponse *resp,
-									 MeshReleaseOutcome *outcome, MeshError *err);
+	void		(*release_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
+									bool prefer_hibernate, MeshHttpRequest *req);
+	MeshStepResult (*release_response) (const MeshBackend *be, MeshOpState *st,
+										const MeshHttpResponse *resp,
+										MeshReleaseOutcome *outcome, MeshError *err);
 
-	void		(*list_request) (const MeshBackend *be, const char *install_id,
+	/* the backend's own list of this install's workspaces, for reconciliation */
+	void		(*list_request) (const MeshBackend *be, MeshOpState *st, const char *install_id,
 								 MeshHttpRequest *req);
-	bool		(*list_response) (const MeshBackend *be, const MeshHttpResponse *resp,
-								  MeshListedWorkspace **items, int *nitems, MeshError *err);
+	MeshStepResult (*list_response) (const MeshBackend *be, MeshOpState *st,
+									 const MeshHttpResponse *resp,
+									 MeshListedWorkspace **items, int *nitems, MeshError *err);
 } MeshDriver;
 
 /* src/backends/registry.c */
@@ -211,6 +243,7 @@ extern const MeshDriver *mesh_driver_lookup(const char *name);
 extern void mesh_http_add_header(MeshHttpRequest *req, const char *fmt,...);
 extern bool mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend,
 									  MeshError *err);
+extern MeshStepResult mesh_step(bool ok);
 extern void mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...);
 extern char *mesh_base64_encode(const char *data, size_t len);
 extern bool mesh_base64_decode(const char *text, char **out, size_t *outlen);

@@ -150,6 +150,13 @@ mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend, Mes
 	return false;
 }
 
+/* A single-request operation's result, as a step. */
+MeshStepResult
+mesh_step(bool ok)
+{
+	return ok ? MESH_STEP_DONE : MESH_STEP_FAILED;
+}
+
 static const char b64chars[] =
 "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 

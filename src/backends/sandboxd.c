@@ -166,7 +166,7 @@ parse_body(const MeshHttpResponse *resp, const MeshBackend *be, MeshError *err)
 }
 
 static void
-sandboxd_acquire_request(const MeshBackend *be, const char *ref, MeshSize size,
+sandboxd_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref, MeshSize size,
 						 const char *install_id, MeshHttpRequest *req)
 {
 	sandboxd_begin(be, req, "PUT", psprintf("/v1/workspaces/%s", ref));
@@ -196,26 +196,26 @@ refine_capabilities(json_t *reported, MeshCapabilities *caps)
 }
 
 /* The host reports what it enforces at acquisition; record that. */
-static bool
-sandboxd_acquire_response(const MeshBackend *be, const MeshHttpResponse *resp,
+static MeshStepResult
+sandboxd_acquire_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 						  MeshCapabilities *caps, MeshError *err)
 {
 	json_t	   *doc;
 
 	if (!mesh_http_error_from_json(resp, be->name, err))
-		return false;
+		return MESH_STEP_FAILED;
 	doc = parse_body(resp, be, err);
 	if (doc == NULL)
-		return false;
+		return MESH_STEP_FAILED;
 	sandboxd_declared_capabilities(be, caps);
 	refine_capabilities(json_object_get(doc, "capabilities"), caps);
 	json_decref(doc);
-	return true;
+	return MESH_STEP_DONE;
 }
 
 static void
-sandboxd_exec_request(const MeshBackend *be, const char *ref, const MeshExecSpec *spec,
-					  MeshHttpRequest *req)
+sandboxd_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+					  const MeshExecSpec *spec, MeshHttpRequest *req)
 {
 	json_t	   *body = json_object();
 	json_t	   *argv = json_array();
@@ -253,18 +253,18 @@ decode_stream(json_t *doc, const char *field, char **data, size_t *len)
 	return json_is_string(value) && mesh_base64_decode(json_string_value(value), data, len);
 }
 
-static bool
-sandboxd_exec_response(const MeshBackend *be, const MeshHttpResponse *resp,
+static MeshStepResult
+sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 					   MeshExecResult *result, MeshError *err)
 {
 	json_t	   *doc;
 	json_t	   *cpu;
 
 	if (!mesh_http_error_from_json(resp, be->name, err))
-		return false;
+		return MESH_STEP_FAILED;
 	doc = parse_body(resp, be, err);
 	if (doc == NULL)
-		return false;
+		return MESH_STEP_FAILED;
 	memset(result, 0, sizeof(*result));
 	if (!json_is_integer(json_object_get(doc, "exit_code")) ||
 		!decode_stream(doc, "stdout_b64", &result->stdout_data, &result->stdout_len) ||
@@ -274,7 +274,7 @@ sandboxd_exec_response(const MeshBackend *be, const MeshHttpResponse *resp,
 		mesh_error_set(err, MESH_FAIL_PROTOCOL,
 					   "backend \"%s\" answered an exec without exit_code or with bad output encoding",
 					   be->name);
-		return false;
+		return MESH_STEP_FAILED;
 	}
 	result->exit_code = (int) json_integer_value(json_object_get(doc, "exit_code"));
 	result->truncated = json_is_true(json_object_get(doc, "truncated"));
@@ -286,20 +286,30 @@ sandboxd_exec_response(const MeshBackend *be, const MeshHttpResponse *resp,
 	result->cpu_metered = json_is_number(cpu);
 	result->cpu_seconds = result->cpu_metered ? json_number_value(cpu) / 1000.0 : 0;
 	json_decref(doc);
-	return true;
+	return MESH_STEP_DONE;
 }
 
 static void
-sandboxd_kill_request(const MeshBackend *be, const char *ref, const char *exec_key,
-					  MeshHttpRequest *req)
+sandboxd_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+					  const char *exec_key, MeshHttpRequest *req)
 {
 	sandboxd_begin(be, req, "POST",
 				   psprintf("/v1/workspaces/%s/execs/%s/kill", ref, url_encode(exec_key)));
 	req->timeout_ms = Min(req->timeout_ms, 10000);
 }
 
+/* An exec that already ended (exec_not_found) needs no kill: success too. */
+static MeshStepResult
+sandboxd_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					   MeshError *err)
+{
+	if (resp->status == 404 && resp->body && strstr(resp->body, "exec_not_found"))
+		return MESH_STEP_DONE;
+	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
+}
+
 static void
-sandboxd_read_request(const MeshBackend *be, const char *ref, const char *path,
+sandboxd_read_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
 					  MeshHttpRequest *req)
 {
 	sandboxd_begin(be, req, "GET",
@@ -307,15 +317,20 @@ sandboxd_read_request(const MeshBackend *be, const char *ref, const char *path,
 }
 
 /* The body is the file: nothing to parse beyond the status. */
-static bool
-sandboxd_read_response(const MeshBackend *be, const MeshHttpResponse *resp, MeshError *err)
+static MeshStepResult
+sandboxd_read_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					   const char **data, size_t *len, MeshError *err)
 {
-	return mesh_http_error_from_json(resp, be->name, err);
+	if (!mesh_http_error_from_json(resp, be->name, err))
+		return MESH_STEP_FAILED;
+	*data = resp->body;
+	*len = resp->body_len;
+	return MESH_STEP_DONE;
 }
 
 static void
-sandboxd_write_request(const MeshBackend *be, const char *ref, const char *path, int mode,
-					   const char *data, size_t len, MeshHttpRequest *req)
+sandboxd_write_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
+					   int mode, const char *data, size_t len, MeshHttpRequest *req)
 {
 	sandboxd_begin(be, req, "PUT",
 				   psprintf("/v1/workspaces/%s/files?path=%s&mode=%d", ref, url_encode(path), mode));
@@ -324,15 +339,16 @@ sandboxd_write_request(const MeshBackend *be, const char *ref, const char *path,
 	mesh_http_add_header(req, "Content-Type: application/octet-stream");
 }
 
-static bool
-sandboxd_write_response(const MeshBackend *be, const MeshHttpResponse *resp, MeshError *err)
+static MeshStepResult
+sandboxd_write_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+						MeshError *err)
 {
-	return mesh_http_error_from_json(resp, be->name, err);
+	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
 }
 
 static void
-sandboxd_release_request(const MeshBackend *be, const char *ref, bool prefer_hibernate,
-						 MeshHttpRequest *req)
+sandboxd_release_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+						 bool prefer_hibernate, MeshHttpRequest *req)
 {
 	json_t	   *release = json_object_get(be->config, "release");
 
@@ -343,18 +359,18 @@ sandboxd_release_request(const MeshBackend *be, const char *ref, bool prefer_hib
 		sandboxd_json_body(req, json_pack("{s:s}", "prefer", json_string_value(release)));
 }
 
-static bool
-sandboxd_release_response(const MeshBackend *be, const MeshHttpResponse *resp,
+static MeshStepResult
+sandboxd_release_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 						  MeshReleaseOutcome *outcome, MeshError *err)
 {
 	json_t	   *doc;
 	const char *text = NULL;
 
 	if (!mesh_http_error_from_json(resp, be->name, err))
-		return false;
+		return MESH_STEP_FAILED;
 	doc = parse_body(resp, be, err);
 	if (doc == NULL)
-		return false;
+		return MESH_STEP_FAILED;
 	json_unpack(doc, "{s?s}", "outcome", &text);
 	if (text && strcmp(text, "hibernated") == 0)
 		*outcome = MESH_RELEASE_HIBERNATED;
@@ -365,21 +381,22 @@ sandboxd_release_response(const MeshBackend *be, const MeshHttpResponse *resp,
 		json_decref(doc);
 		mesh_error_set(err, MESH_FAIL_PROTOCOL,
 					   "backend \"%s\" answered a release without a known outcome", be->name);
-		return false;
+		return MESH_STEP_FAILED;
 	}
 	json_decref(doc);
-	return true;
+	return MESH_STEP_DONE;
 }
 
 static void
-sandboxd_list_request(const MeshBackend *be, const char *install_id, MeshHttpRequest *req)
+sandboxd_list_request(const MeshBackend *be, MeshOpState *st, const char *install_id,
+					  MeshHttpRequest *req)
 {
 	sandboxd_begin(be, req, "GET",
 				   psprintf("/v1/workspaces?label=%s", url_encode(psprintf("mesh.install=%s", install_id))));
 }
 
-static bool
-sandboxd_list_response(const MeshBackend *be, const MeshHttpResponse *resp,
+static MeshStepResult
+sandboxd_list_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 					   MeshListedWorkspace **items, int *nitems, MeshError *err)
 {
 	json_t	   *doc;
@@ -388,17 +405,17 @@ sandboxd_list_response(const MeshBackend *be, const MeshHttpResponse *resp,
 	json_t	   *entry;
 
 	if (!mesh_http_error_from_json(resp, be->name, err))
-		return false;
+		return MESH_STEP_FAILED;
 	doc = parse_body(resp, be, err);
 	if (doc == NULL)
-		return false;
+		return MESH_STEP_FAILED;
 	list = json_object_get(doc, "workspaces");
 	if (!json_is_array(list))
 	{
 		json_decref(doc);
 		mesh_error_set(err, MESH_FAIL_PROTOCOL, "backend \"%s\" answered a list without workspaces",
 					   be->name);
-		return false;
+		return MESH_STEP_FAILED;
 	}
 	*items = palloc0(sizeof(MeshListedWorkspace) * (json_array_size(list) + 1));
 	*nitems = 0;
@@ -414,7 +431,7 @@ sandboxd_list_response(const MeshBackend *be, const MeshHttpResponse *resp,
 		(*nitems)++;
 	}
 	json_decref(doc);
-	return true;
+	return MESH_STEP_DONE;
 }
 
 const MeshDriver mesh_sandboxd_driver = {
@@ -428,6 +445,7 @@ const MeshDriver mesh_sandboxd_driver = {
 	.exec_request = sandboxd_exec_request,
 	.exec_response = sandboxd_exec_response,
 	.kill_request = sandboxd_kill_request,
+	.kill_response = sandboxd_kill_response,
 	.read_request = sandboxd_read_request,
 	.read_response = sandboxd_read_response,
 	.write_request = sandboxd_write_request,
