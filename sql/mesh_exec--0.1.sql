@@ -206,6 +206,15 @@ $$;
 ------------------------------------------------------------------------------
 -- Admin functions: the only way to configure backends and agents.
 ------------------------------------------------------------------------------
+-- The one error for a backend name that is not in the catalog.
+CREATE FUNCTION mesh.raise_unknown_backend(name text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'backend "%" does not exist', name
+        USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+END
+$$;
+
 CREATE FUNCTION mesh.backend_add(name text, driver text, config jsonb DEFAULT '{}',
                                  enabled boolean DEFAULT true, catalog_order integer DEFAULT 100,
                                  max_size mesh.size_tier DEFAULT 'xlarge')
@@ -228,8 +237,7 @@ DECLARE
 BEGIN
     SELECT b.driver INTO drv FROM mesh.backends b WHERE b.name = backend_configure.name FOR UPDATE;
     IF drv IS NULL THEN
-        RAISE EXCEPTION 'backend "%" does not exist', backend_configure.name
-            USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+        PERFORM mesh.raise_unknown_backend(backend_configure.name);
     END IF;
     PERFORM mesh.validate_backend_config(drv, config);
     UPDATE mesh.backends b SET config = backend_configure.config, updated_at = now()
@@ -242,8 +250,7 @@ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalo
 BEGIN
     UPDATE mesh.backends b SET enabled = true, updated_at = now() WHERE b.name = backend_enable.name;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'backend "%" does not exist', backend_enable.name
-            USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+        PERFORM mesh.raise_unknown_backend(backend_enable.name);
     END IF;
 END
 $$;
@@ -255,8 +262,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
 BEGIN
     UPDATE mesh.backends b SET enabled = false, updated_at = now() WHERE b.name = backend_disable.name;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'backend "%" does not exist', backend_disable.name
-            USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+        PERFORM mesh.raise_unknown_backend(backend_disable.name);
     END IF;
     WITH reset AS (
         UPDATE mesh.agents a SET backend = NULL WHERE a.backend = backend_disable.name
@@ -277,8 +283,7 @@ BEGIN
     END IF;
     PERFORM 1 FROM mesh.backends b WHERE b.name = backend_set_credential.name;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'backend "%" does not exist', backend_set_credential.name
-            USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+        PERFORM mesh.raise_unknown_backend(backend_set_credential.name);
     END IF;
     INSERT INTO mesh.backend_credentials AS c (backend, credential)
     VALUES (backend_set_credential.name, backend_set_credential.credential)
@@ -293,8 +298,7 @@ BEGIN
     UPDATE mesh.backends b SET catalog_order = backend_set_order.catalog_order, updated_at = now()
      WHERE b.name = backend_set_order.name;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'backend "%" does not exist', backend_set_order.name
-            USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+        PERFORM mesh.raise_unknown_backend(backend_set_order.name);
     END IF;
 END
 $$;
@@ -305,8 +309,7 @@ BEGIN
     UPDATE mesh.backends b SET max_size = backend_set_max_size.max_size, updated_at = now()
      WHERE b.name = backend_set_max_size.name;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'backend "%" does not exist', backend_set_max_size.name
-            USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
+        PERFORM mesh.raise_unknown_backend(backend_set_max_size.name);
     END IF;
 END
 $$;
