@@ -352,6 +352,7 @@ struct exec_request {
     bool has_stdin;
     uint64_t timeout_ms;
     const char *key;
+    char key_buf[32];
     size_t max_output;
 };
 
@@ -404,6 +405,18 @@ static bool build_env(struct exec_request *req, json_t *env, struct api_error *e
     return true;
 }
 
+/* exec_key: a string, or an integer taken as its decimal text. */
+static bool parse_exec_key(json_t *body, struct exec_request *req, struct api_error *err)
+{
+    json_t *v = json_object_get(body, "exec_key");
+    if (json_is_integer(v)) {
+        snprintf(req->key_buf, sizeof req->key_buf, "%lld", (long long)json_integer_value(v));
+        req->key = req->key_buf;
+        return true;
+    }
+    return json_get_string(body, "exec_key", &req->key, err);
+}
+
 /* Validates the exec body against protocol.md; fills REQ or ERR. */
 static bool exec_parse(json_t *body, struct exec_request *req, struct api_error *err)
 {
@@ -431,7 +444,7 @@ static bool exec_parse(json_t *body, struct exec_request *req, struct api_error 
         (env && !json_string_map_valid(env, "env", err)) ||
         !json_get_string(body, "stdin_b64", &stdin_b64, err) ||
         !json_get_uint(body, "timeout_ms", &req->timeout_ms, err) ||
-        !json_get_string(body, "exec_key", &req->key, err) ||
+        !parse_exec_key(body, req, err) ||
         !json_get_uint(body, "max_output_bytes", &max_output, err) || !build_env(req, env, err))
         return false;
     if (!*req->dir)

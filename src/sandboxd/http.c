@@ -52,7 +52,7 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, unsigned statu
 /* Serialises JSON (consumed) as an application/json response. */
 static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned status, json_t *json)
 {
-    char *text = json_dumps(json, JSON_COMPACT);
+    char *text = json_dumps(json, JSON_COMPACT | JSON_REAL_PRECISION(12));
     json_decref(json);
     struct MHD_Response *response =
         MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
