@@ -11,7 +11,8 @@ OBJS = \
 	src/launcher.o \
 	src/reaper.o \
 	src/backends/registry.o \
-	src/backends/sandboxd.o
+	src/backends/sandboxd.o \
+	src/backends/docker.o
 
 EXTENSION = mesh_exec
 DATA = sql/mesh_exec--0.1.sql

@@ -22,9 +22,11 @@
 #include "backends/backend.h"
 
 extern const MeshDriver mesh_sandboxd_driver;
+extern const MeshDriver mesh_docker_driver;
 
 static const MeshDriver *const drivers[] = {
 	&mesh_sandboxd_driver,
+	&mesh_docker_driver,
 };
 
 static const char *const size_names[] = {"small", "standard", "large", "xlarge"};

@@ -1,0 +1,1351 @@
+/*-------------------------------------------------------------------------
+ *
+ * docker.c
+ *	  Driver for the Docker Engine API (API version 1.41, over a unix socket).
+ *
+ * A workspace is a container from the configured image: no network, the size
+ * tier's memory/CPU/pids limits, a read-only root, all capabilities dropped,
+ * no-new-privileges, an unprivileged user, and two anonymous volumes: the
+ * workspace (/workspace) and the driver's own scratch (/run/mesh), both owned
+ * by that user in the image (the archive API writes only into volumes when
+ * the root is read-only).
+ *
+ * Config (mesh.backends.config):
+ *	  {"socket": "/var/run/docker.sock", "image": "name:tag"}	required
+ *	  optional: "user": "uid:gid" (numeric, default 1000:1000),
+ *				"release": "destroy" | "hibernate" (stop and keep the container),
+ *				"request_timeout_ms"
+ *
+ * The image needs a POSIX sh with sleep, setsid, kill, head, tail, wc,
+ * readlink -f and mkdir -p (busybox is enough): commands run under a small
+ * wrapper (exec_wrapper below) that enforces the timeout by killing the
+ * command's process group, clamps output and reports what happened on a
+ * trailer at the end of stderr.  Stdin travels as a file through the archive
+ * API, because this transport cannot hijack the exec connection.
+ *
+ * Every operation is a state machine over pure request builders and response
+ * parsers (see backend.h): no I/O happens here.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "mesh_json.h"
+
+#include <time.h>
+
+#include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
+#include "utils/timestamp.h"
+
+#include "backends/backend.h"
+
+#define DOCKER_API "/v1.41"
+#define DOCKER_DEFAULT_REQUEST_TIMEOUT_MS 60000
+#define DOCKER_DEFAULT_USER "1000:1000"
+#define DOCKER_WORKSPACE "/workspace"
+#define DOCKER_SCRATCH "/run/mesh"
+#define DOCKER_LABEL "mesh.install"
+#define TAR_BLOCK 512
+
+/*
+ * Runs one command: $1 key, $2 timeout (seconds), $3/$4 head/tail byte
+ * budgets, $5 directory, then argv.  The command gets its own session (so
+ * its process group is its whole tree unless it starts another session),
+ * is killed with that group at the timeout and when it exits, and its
+ * output is clamped to head + tail.  The last bytes of stderr are the
+ * trailer "\036mesh:<timed out>:<stdout bytes>:<stderr bytes>"; the exit
+ * status is the command's.  The shell's own chatter goes to /dev/null.
+ */
+static const char exec_wrapper[] =
+"exec 3>&2 2>/dev/null\n"
+"k=$1 s=$2 h=$3 t=$4 w=$5; shift 5\n"
+"d=" DOCKER_SCRATCH "/$k; mkdir -p \"$d\" || exit 125\n"
+"i=/dev/null; [ -f \"$d/in\" ] && i=$d/in\n"
+"if cd -- \"$w\"; then\n"
+"  setsid \"$@\" <\"$i\" >\"$d/out\" 2>\"$d/err\" &\n"
+"  p=$!; echo \"$p\" >\"$d/pid\"\n"
+"  ( sleep \"$s\" & z=$!; trap 'kill $z; exit 0' TERM; wait $z; kill -KILL -\"$p\" && : >\"$d/timeout\" ) </dev/null >/dev/null 2>&1 &\n"
+"  g=$!; wait \"$p\"; r=$?\n"
+"  kill \"$g\"; kill -KILL -\"$p\"\n"
+"else\n"
+"  r=1; : >\"$d/out\"; echo \"mesh: no such directory: $w\" >\"$d/err\"\n"
+"fi\n"
+"e() { n=$(wc -c <\"$1\"); if [ \"$n\" -gt $((h + t)) ]; then head -c \"$h\" \"$1\"; tail -c \"$t\" \"$1\"; else cat \"$1\"; fi; }\n"
+"e \"$d/out\"; e \"$d/err\" >&3\n"
+"o=0; [ -e \"$d/timeout\" ] && o=1\n"
+"printf '\\036mesh:%d:%d:%d' \"$o\" \"$(wc -c <\"$d/out\")\" \"$(wc -c <\"$d/err\")\" >&3\n"
+"rm -rf \"$d\"; exit \"$r\"\n";
+
+/* Kill the process group the wrapper of exec $1 recorded; nothing if it ended. */
+static const char kill_script[] =
+"p=$(cat " DOCKER_SCRATCH "/$1/pid 2>/dev/null) && kill -KILL -\"$p\" 2>/dev/null; exit 0\n";
+
+/*
+ * Where a read may go: $1 is the lexically confined relative path.  Prints
+ * "ok <resolved path>" or missing / refused / directory, after resolving
+ * every symlink inside the container.
+ */
+static const char read_check_script[] =
+"p=" DOCKER_WORKSPACE "/$1\n"
+"r=$(readlink -f -- \"$p\") || { [ -e \"${p%/*}\" ] && echo refused || echo missing; exit 0; }\n"
+"case $r in " DOCKER_WORKSPACE "/*) ;; *) echo refused; exit 0;; esac\n"
+"[ -e \"$r\" ] || { echo missing; exit 0; }\n"
+"[ -d \"$r\" ] && { echo directory; exit 0; }\n"
+"[ -f \"$r\" ] || { echo refused; exit 0; }\n"
+"echo \"ok $r\"\n";
+
+/*
+ * Where a write may go: the deepest existing ancestor must resolve inside
+ * the workspace before any directory is made; then the parents are made (as
+ * the workspace user) and the resolved parent is printed as "ok <dir>".
+ */
+static const char write_check_script[] =
+"p=" DOCKER_WORKSPACE "/$1; q=${p%/*}\n"
+"in() { case $1/ in " DOCKER_WORKSPACE "/*) return 0;; esac; return 1; }\n"
+"a=$q; while [ ! -e \"$a\" ] && [ ! -L \"$a\" ]; do a=${a%/*}; done\n"
+"r=$(readlink -f -- \"$a\") && in \"$r\" && [ -d \"$r\" ] || { echo refused; exit 0; }\n"
+"mkdir -p -- \"$q\" || { echo refused; exit 0; }\n"
+"r=$(readlink -f -- \"$q\") && in \"$r\" || { echo refused; exit 0; }\n"
+"f=$r/${p##*/}\n"
+"if [ -L \"$f\" ]; then x=$(readlink -f -- \"$f\") && in \"$x\" || { echo refused; exit 0; }; fi\n"
+"[ -d \"$f\" ] && { echo directory; exit 0; }\n"
+"echo \"ok $r\"\n";
+
+/* Phases of the multi-step operations; each names the answer it awaits. */
+typedef enum DockerPhase
+{
+	PH_CREATE,					/* container create */
+	PH_INSPECT,					/* container inspect after a name conflict */
+	PH_START,					/* container start */
+	PH_STDIN,					/* archive upload of the stdin file */
+	PH_EXEC_CREATE,
+	PH_EXEC_START,
+	PH_EXEC_INSPECT,
+	PH_ARCHIVE					/* archive download or upload of a file */
+} DockerPhase;
+
+/* The driver's state for one operation (MeshOpState.data). */
+typedef struct DockerOp
+{
+	DockerPhase phase;
+	const char *ref;
+	const char *install_id;
+	bool		limits_dropped;	/* the daemon warned it cannot apply a limit */
+	/* exec */
+	MeshHttpRequest create;		/* the exec create, sent after the stdin upload */
+	long		timeout_ms;
+	const char *key;
+	long		head;
+	long		tail;
+	TimestampTz started;
+	char	   *exec_id;
+	StringInfoData out;
+	StringInfoData err;
+	/* files */
+	const char *rel;			/* confined path relative to the workspace */
+	int			mode;
+	const char *data;
+	size_t		len;
+	void		(*after_check) (const MeshBackend *be, struct DockerOp *op, const char *resolved,
+								MeshHttpRequest *req);
+	/* release */
+	bool		keep;			/* stop (hibernate) rather than remove */
+} DockerOp;
+
+/*--------------------------------------------------------------------------
+ * Config and capabilities
+ *--------------------------------------------------------------------------
+ */
+
+/* A numeric "uid:gid": names would need the image's passwd file to agree. */
+static bool
+valid_user(const char *user)
+{
+	const char *colon = strchr(user, ':');
+
+	if (colon == NULL || colon == user || colon[1] == '\0')
+		return false;
+	for (const char *p = user; *p; p++)
+		if (p != colon && !isdigit((unsigned char) *p))
+			return false;
+	return true;
+}
+
+/* Name the first bad field, so the admin sees what to fix. */
+static const char *
+docker_validate_config(json_t *config)
+{
+	json_t	   *socket = json_object_get(config, "socket");
+	json_t	   *image = json_object_get(config, "image");
+	json_t	   *user = json_object_get(config, "user");
+	json_t	   *release = json_object_get(config, "release");
+	json_t	   *timeout = json_object_get(config, "request_timeout_ms");
+	const char *key;
+	json_t	   *value;
+
+	json_object_foreach(config, key, value)
+	{
+		if (strcmp(key, "socket") != 0 && strcmp(key, "image") != 0 &&
+			strcmp(key, "user") != 0 && strcmp(key, "release") != 0 &&
+			strcmp(key, "request_timeout_ms") != 0)
+			return psprintf("%s: unknown field (expected socket, image, user, release, request_timeout_ms)", key);
+	}
+	if (socket == NULL || !json_is_string(socket) || json_string_value(socket)[0] != '/')
+		return "socket: the Docker daemon's unix socket must be given as an absolute path";
+	if (image == NULL || !json_is_string(image) || json_string_value(image)[0] == '\0' ||
+		strpbrk(json_string_value(image), " \"\\") != NULL)
+		return "image: must name an image the daemon has (e.g. \"mesh-sandbox:latest\")";
+	if (user && (!json_is_string(user) || !valid_user(json_string_value(user))))
+		return "user: must be a numeric \"uid:gid\" (e.g. \"1000:1000\")";
+	if (user && strncmp(json_string_value(user), "0:", 2) == 0)
+		return "user: must not be root (0)";
+	if (release && (!json_is_string(release) ||
+					(strcmp(json_string_value(release), "destroy") != 0 &&
+					 strcmp(json_string_value(release), "hibernate") != 0)))
+		return "release: must be \"destroy\" or \"hibernate\"";
+	if (timeout && (!json_is_integer(timeout) || json_integer_value(timeout) < 100))
+		return "request_timeout_ms: must be an integer of at least 100";
+	return NULL;
+}
+
+/* Access to the socket is the credential: file permissions, nothing stored. */
+static bool
+docker_needs_credential(json_t *config)
+{
+	return false;
+}
+
+/*
+ * What a container enforces: limits (unless the daemon drops them, seen at
+ * create), no network at all; but no per-exec CPU metering, no outbound
+ * allowlist (network is none or nothing) and no snapshots.
+ */
+static void
+docker_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
+{
+	memset(caps, 0, sizeof(*caps));
+	caps->shell = true;
+	caps->resource_limits = true;
+	caps->hibernate = true;
+	caps->caller_chosen_id = true;
+}
+
+/* Container names allow [a-zA-Z0-9_.-]; the install id keeps installs apart. */
+static char *
+docker_workspace_ref(const MeshBackend *be, const char *install_id, int64_t workspace_id)
+{
+	return psprintf("mesh-%s-%lld", install_id, (long long) workspace_id);
+}
+
+static const char *
+config_user(const MeshBackend *be)
+{
+	json_t	   *user = json_object_get(be->config, "user");
+
+	return user ? json_string_value(user) : DOCKER_DEFAULT_USER;
+}
+
+/*--------------------------------------------------------------------------
+ * Requests and errors
+ *--------------------------------------------------------------------------
+ */
+
+/* Start a request to the daemon: socket, API version, deadline. */
+static void
+docker_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method, const char *path)
+{
+	json_t	   *timeout = json_object_get(be->config, "request_timeout_ms");
+
+	memset(req, 0, sizeof(*req));
+	req->method = method;
+	req->url = psprintf("http://localhost" DOCKER_API "%s", path);
+	req->unix_socket = pstrdup(json_string_value(json_object_get(be->config, "socket")));
+	req->timeout_ms = timeout ? (long) json_integer_value(timeout) : DOCKER_DEFAULT_REQUEST_TIMEOUT_MS;
+}
+
+/* Attach a JSON body (consumed), copied into the request's memory context. */
+static void
+docker_json_body(MeshHttpRequest *req, json_t *body)
+{
+	char	   *text = json_dumps(body, JSON_COMPACT);
+
+	req->body = pstrdup(text);
+	req->body_len = strlen(text);
+	free(text);
+	json_decref(body);
+	mesh_http_add_header(req, "Content-Type: application/json");
+}
+
+/* Percent-encode a query value so paths and filters travel intact. */
+static char *
+url_encode(const char *s)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (; *s; s++)
+	{
+		unsigned char c = (unsigned char) *s;
+
+		if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/')
+			appendStringInfoChar(&buf, (char) c);
+		else
+			appendStringInfo(&buf, "%%%02X", c);
+	}
+	return buf.data;
+}
+
+/* Docker's own error text ({"message": ...}), trimmed, or "". */
+static char *
+docker_message(const MeshHttpResponse *resp)
+{
+	json_t	   *doc = json_loadb(resp->body ? resp->body : "", resp->body_len, 0, NULL);
+	const char *message = NULL;
+	char	   *copy;
+
+	if (doc)
+		json_unpack(doc, "{s?s}", "message", &message);
+	copy = pstrdup(message ? message : "");
+	if (doc)
+		json_decref(doc);
+	return copy;
+}
+
+static MeshFailure
+failure_for_status(long status)
+{
+	if (status == 404)
+		return MESH_FAIL_NOT_FOUND;
+	if (status == 409)
+		return MESH_FAIL_NOT_RUNNING;
+	if (status >= 400 && status < 500)
+		return MESH_FAIL_BAD_REQUEST;
+	return MESH_FAIL_UNAVAILABLE;
+}
+
+/*
+ * Whether the daemon answered 2xx; otherwise set err with the backend's
+ * name, what was being done, and the daemon's message.  A socket that does
+ * not answer is reported by the shared helper (daemon down).
+ */
+static bool
+docker_ok(const MeshHttpResponse *resp, const MeshBackend *be, const char *doing, MeshError *err)
+{
+	if (resp->transport_error)
+		return mesh_http_error_from_json(resp, be->name, err);
+	if (resp->status >= 200 && resp->status < 300)
+		return true;
+	mesh_error_set(err, failure_for_status(resp->status),
+				   "backend \"%s\" (Docker) could not %s: HTTP %ld: %s",
+				   be->name, doing, resp->status, docker_message(resp));
+	return false;
+}
+
+static json_t *
+parse_object(const MeshHttpResponse *resp, const MeshBackend *be, MeshError *err)
+{
+	json_t	   *doc = json_loadb(resp->body ? resp->body : "", resp->body_len, 0, NULL);
+
+	if (doc && (json_is_object(doc) || json_is_array(doc)))
+		return doc;
+	if (doc)
+		json_decref(doc);
+	mesh_error_set(err, MESH_FAIL_PROTOCOL,
+				   "backend \"%s\" (Docker) answered with a body that is not JSON", be->name);
+	return NULL;
+}
+
+static DockerOp *
+op_new(MeshOpState *st, const char *ref)
+{
+	DockerOp   *op = palloc0(sizeof(DockerOp));
+
+	op->ref = pstrdup(ref);
+	st->data = op;
+	return op;
+}
+
+/*--------------------------------------------------------------------------
+ * Tar (ustar) for the archive API
+ *--------------------------------------------------------------------------
+ */
+
+/* Write an octal field of width w (w-1 digits and a NUL), as ustar wants. */
+static void
+tar_octal(char *field, int width, unsigned long long value)
+{
+	snprintf(field, width, "%0*llo", width - 1, value);
+}
+
+/* One ustar header block: name (<= 100 bytes), type, mode, owner, size. */
+static void
+tar_header(StringInfo tar, const char *name, char type, int mode, const char *user, size_t size)
+{
+	char		h[TAR_BLOCK];
+	unsigned int sum = 0;
+	unsigned long uid = strtoul(user, NULL, 10);
+	unsigned long gid = strtoul(strchr(user, ':') + 1, NULL, 10);
+
+	memset(h, 0, sizeof(h));
+	memcpy(h, name, Min(strlen(name), 100));
+	tar_octal(h + 100, 8, (unsigned) mode & 07777);
+	tar_octal(h + 108, 8, uid);
+	tar_octal(h + 116, 8, gid);
+	tar_octal(h + 124, 12, size);
+	tar_octal(h + 136, 12, (unsigned long long) (time(NULL)));
+	memset(h + 148, ' ', 8);
+	h[156] = type;
+	memcpy(h + 257, "ustar", 6);
+	memcpy(h + 263, "00", 2);
+	for (int i = 0; i < TAR_BLOCK; i++)
+		sum += (unsigned char) h[i];
+	snprintf(h + 148, 8, "%06o", sum);
+	h[155] = ' ';
+	appendBinaryStringInfo(tar, h, TAR_BLOCK);
+}
+
+/* Pad the archive to the next block boundary. */
+static void
+tar_pad(StringInfo tar)
+{
+	static const char zeros[TAR_BLOCK] = {0};
+
+	if (tar->len % TAR_BLOCK)
+		appendBinaryStringInfo(tar, zeros, TAR_BLOCK - tar->len % TAR_BLOCK);
+}
+
+/* A regular file entry; a name over 100 bytes travels in a pax header. */
+static void
+tar_file(StringInfo tar, const char *name, int mode, const char *user, const char *data, size_t len)
+{
+	if (strlen(name) > 100)
+	{
+		/* "<len> path=<name>\n", where <len> counts itself */
+		size_t		body = strlen(" path=\n") + strlen(name);
+		size_t		total = body + 1;
+		char	   *record;
+
+		while (total != body + strlen(psprintf("%zu", total)))
+			total = body + strlen(psprintf("%zu", total));
+		record = psprintf("%zu path=%s\n", total, name);
+		tar_header(tar, "././@PaxHeader", 'x', 0644, user, strlen(record));
+		appendStringInfoString(tar, record);
+		tar_pad(tar);
+	}
+	tar_header(tar, name, '0', mode, user, len);
+	appendBinaryStringInfo(tar, data, len);
+	tar_pad(tar);
+}
+
+/* Two zero blocks end an archive. */
+static void
+tar_end(StringInfo tar)
+{
+	static const char zeros[2 * TAR_BLOCK] = {0};
+
+	appendBinaryStringInfo(tar, zeros, sizeof(zeros));
+}
+
+static unsigned long long
+tar_parse_octal(const char *field, int width)
+{
+	unsigned long long v = 0;
+
+	for (int i = 0; i < width && field[i]; i++)
+		if (field[i] >= '0' && field[i] <= '7')
+			v = v * 8 + (unsigned) (field[i] - '0');
+	return v;
+}
+
+/*
+ * The first regular file of a tar stream; extended headers are skipped.
+ * Returns false (with *is_file false) when the entry is not a regular file.
+ */
+static bool
+tar_first_file(const char *tar, size_t len, const char **data, size_t *size, bool *is_file)
+{
+	size_t		off = 0;
+
+	*is_file = false;
+	while (off + TAR_BLOCK <= len)
+	{
+		const char *h = tar + off;
+		unsigned long long n = tar_parse_octal(h + 124, 12);
+		char		type = h[156];
+
+		if (h[0] == '\0')
+			return false;		/* end of archive */
+		off += TAR_BLOCK;
+		if (type == '0' || type == '\0')
+		{
+			if (n > len - off)
+				return false;
+			*data = tar + off;
+			*size = (size_t) n;
+			*is_file = true;
+			return true;
+		}
+		if (type != 'x' && type != 'g' && type != 'L' && type != 'K')
+			return false;
+		off += (size_t) ((n + TAR_BLOCK - 1) / TAR_BLOCK * TAR_BLOCK);
+	}
+	return false;
+}
+
+/*--------------------------------------------------------------------------
+ * Exec in a container: create, start (the multiplexed stream), inspect
+ *--------------------------------------------------------------------------
+ */
+
+/* POST /containers/{ref}/exec for an argv, as the workspace user. */
+static void
+exec_create_request(const MeshBackend *be, const char *ref, json_t *cmd, json_t *env,
+					MeshHttpRequest *req)
+{
+	json_t	   *body = json_pack("{s:b,s:b,s:b,s:o,s:s,s:s}",
+								 "AttachStdin", 0, "AttachStdout", 1, "AttachStderr", 1,
+								 "Cmd", cmd, "User", config_user(be),
+								 "WorkingDir", DOCKER_WORKSPACE);
+
+	if (env)
+		json_object_set_new(body, "Env", env);
+	docker_begin(be, req, "POST", psprintf("/containers/%s/exec", url_encode(ref)));
+	docker_json_body(req, body);
+}
+
+/* ["sh", "-c", script, "mesh", args...] */
+static json_t *
+script_cmd(const char *script)
+{
+	return json_pack("[s,s,s,s]", "/bin/sh", "-c", script, "mesh");
+}
+
+/* The exec's id from a create answer, in op->exec_id. */
+static bool
+take_exec_id(const MeshBackend *be, DockerOp *op, const MeshHttpResponse *resp, MeshError *err)
+{
+	json_t	   *doc = parse_object(resp, be, err);
+	const char *id = NULL;
+
+	if (doc == NULL)
+		return false;
+	json_unpack(doc, "{s?s}", "Id", &id);
+	if (id == NULL || strspn(id, "0123456789abcdef") != strlen(id))
+	{
+		json_decref(doc);
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" (Docker) created an exec without a usable id", be->name);
+		return false;
+	}
+	op->exec_id = pstrdup(id);
+	json_decref(doc);
+	return true;
+}
+
+/* POST /exec/{id}/start, attached: the body is the stream, until the command ends. */
+static void
+exec_start_request(const MeshBackend *be, DockerOp *op, long extra_ms, MeshHttpRequest *req)
+{
+	docker_begin(be, req, "POST", psprintf("/exec/%s/start", op->exec_id));
+	docker_json_body(req, json_pack("{s:b,s:b}", "Detach", 0, "Tty", 0));
+	req->timeout_ms += extra_ms;
+}
+
+/*
+ * Split Docker's multiplexed stream (8-byte headers: stream, 3 zero bytes,
+ * big-endian size) into stdout and stderr.
+ */
+static bool
+demux(const char *buf, size_t len, StringInfo out, StringInfo err)
+{
+	size_t		off = 0;
+
+	while (off < len)
+	{
+		const unsigned char *h = (const unsigned char *) buf + off;
+		size_t		n;
+
+		if (len - off < 8 || h[1] || h[2] || h[3] || h[0] > 2)
+			return false;
+		n = ((size_t) h[4] << 24) | ((size_t) h[5] << 16) | ((size_t) h[6] << 8) | h[7];
+		if (n > len - off - 8)
+			return false;
+		appendBinaryStringInfo(h[0] == 2 ? err : out, buf + off + 8, n);
+		off += 8 + n;
+	}
+	return true;
+}
+
+/*--------------------------------------------------------------------------
+ * Acquire: create (or find our own), start
+ *--------------------------------------------------------------------------
+ */
+
+/* Each tier in the driver's own units: memory, CPUs, processes. */
+static void
+tier_limits(MeshSize size, json_int_t *memory, json_int_t *nano_cpus, json_int_t *pids)
+{
+	static const int mb[] = {256, 512, 1024, 2048};
+	static const int milli_cpus[] = {500, 1000, 2000, 4000};
+	static const int max_pids[] = {128, 256, 512, 1024};
+
+	*memory = (json_int_t) mb[size] * 1024 * 1024;
+	*nano_cpus = (json_int_t) milli_cpus[size] * 1000000;
+	*pids = max_pids[size];
+}
+
+/* The container: confined, idle under tini until execs arrive. */
+static json_t *
+container_spec(const MeshBackend *be, MeshSize size, const char *install_id)
+{
+	json_int_t	memory;
+	json_int_t	nano_cpus;
+	json_int_t	pids;
+
+	tier_limits(size, &memory, &nano_cpus, &pids);
+	return json_pack("{s:s,s:[s,s],s:s,s:[s,s],s:s,s:b,s:{s:s,s:s},s:{"
+					 "s:s,s:b,s:[s],s:[s],s:b,s:I,s:I,s:I,s:I,"
+					 "s:[{s:s,s:s},{s:s,s:s}]}}",
+					 "Image", json_string_value(json_object_get(be->config, "image")),
+					 "Entrypoint", "/bin/sleep", "2147483647",
+					 "User", config_user(be),
+					 "Env", "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" DOCKER_WORKSPACE,
+					 "WorkingDir", DOCKER_WORKSPACE,
+					 "NetworkDisabled", 1,
+					 "Labels", DOCKER_LABEL, install_id, "mesh.size", mesh_size_name(size),
+					 "HostConfig",
+					 "NetworkMode", "none",
+					 "ReadonlyRootfs", 1,
+					 "CapDrop", "ALL",
+					 "SecurityOpt", "no-new-privileges",
+					 "Init", 1,
+					 "Memory", memory,
+					 "MemorySwap", memory,
+					 "NanoCpus", nano_cpus,
+					 "PidsLimit", pids,
+					 "Mounts",
+					 "Type", "volume", "Target", DOCKER_WORKSPACE,
+					 "Type", "volume", "Target", DOCKER_SCRATCH);
+}
+
+static void
+docker_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref, MeshSize size,
+					   const char *install_id, MeshHttpRequest *req)
+{
+	DockerOp   *op = op_new(st, ref);
+
+	op->install_id = pstrdup(install_id);
+	op->phase = PH_CREATE;
+	docker_begin(be, req, "POST", psprintf("/containers/create?name=%s", url_encode(ref)));
+	docker_json_body(req, container_spec(be, size, install_id));
+}
+
+/* A create warning about a limit means the host does not enforce it. */
+static bool
+warns_of_dropped_limits(json_t *doc)
+{
+	json_t	   *warnings = json_object_get(doc, "Warnings");
+	size_t		i;
+	json_t	   *w;
+
+	json_array_foreach(warnings, i, w)
+	{
+		const char *text = json_string_value(w);
+
+		if (text && (strstr(text, "limit") || strstr(text, "memory") || strstr(text, "CPU") ||
+					 strstr(text, "cpu")))
+			return true;
+	}
+	return false;
+}
+
+static void
+container_start_request(const MeshBackend *be, DockerOp *op, MeshHttpRequest *req)
+{
+	op->phase = PH_START;
+	docker_begin(be, req, "POST", psprintf("/containers/%s/start", url_encode(op->ref)));
+}
+
+/* Created, or the name is taken: inspect it to see whether it is ours. */
+static MeshStepResult
+acquire_created(const MeshBackend *be, MeshOpState *st, DockerOp *op,
+				const MeshHttpResponse *resp, MeshError *err)
+{
+	json_t	   *doc;
+
+	if (resp->status == 409)
+	{
+		op->phase = PH_INSPECT;
+		docker_begin(be, &st->next, "GET", psprintf("/containers/%s/json", url_encode(op->ref)));
+		return MESH_STEP_NEXT;
+	}
+	if (resp->status == 404 && !resp->transport_error)
+	{
+		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
+					   "backend \"%s\" (Docker) has no image \"%s\": %s; import or pull it on the Docker host",
+					   be->name, json_string_value(json_object_get(be->config, "image")),
+					   docker_message(resp));
+		return MESH_STEP_FAILED;
+	}
+	if (!docker_ok(resp, be, "create a container", err))
+		return MESH_STEP_FAILED;
+	if ((doc = parse_object(resp, be, err)) == NULL)
+		return MESH_STEP_FAILED;
+	op->limits_dropped = warns_of_dropped_limits(doc);
+	json_decref(doc);
+	container_start_request(be, op, &st->next);
+	return MESH_STEP_NEXT;
+}
+
+/* A container by our name exists: only one labelled with our install is ours. */
+static MeshStepResult
+acquire_inspected(const MeshBackend *be, MeshOpState *st, DockerOp *op,
+				  const MeshHttpResponse *resp, MeshError *err)
+{
+	json_t	   *doc;
+	const char *owner = NULL;
+
+	if (!docker_ok(resp, be, "inspect an existing container", err))
+		return MESH_STEP_FAILED;
+	if ((doc = parse_object(resp, be, err)) == NULL)
+		return MESH_STEP_FAILED;
+	json_unpack(doc, "{s:{s:{s?s}}}", "Config", "Labels", DOCKER_LABEL, &owner);
+	if (owner == NULL || strcmp(owner, op->install_id) != 0)
+	{
+		json_decref(doc);
+		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
+					   "backend \"%s\" (Docker): a container named \"%s\" exists and does not belong to this installation (name conflict)",
+					   be->name, op->ref);
+		return MESH_STEP_FAILED;
+	}
+	json_decref(doc);
+	container_start_request(be, op, &st->next);
+	return MESH_STEP_NEXT;
+}
+
+/* create -> [inspect] -> start; 304 from start means it already runs. */
+static MeshStepResult
+docker_acquire_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+						MeshCapabilities *caps, MeshError *err)
+{
+	DockerOp   *op = st->data;
+
+	switch (op->phase)
+	{
+		case PH_CREATE:
+			return acquire_created(be, st, op, resp, err);
+		case PH_INSPECT:
+			return acquire_inspected(be, st, op, resp, err);
+		default:
+			break;
+	}
+	if (resp->status != 304 && !docker_ok(resp, be, "start the container", err))
+		return MESH_STEP_FAILED;
+	docker_declared_capabilities(be, caps);
+	if (op->limits_dropped)
+		caps->resource_limits = false;
+	return MESH_STEP_DONE;
+}
+
+/*--------------------------------------------------------------------------
+ * Exec
+ *--------------------------------------------------------------------------
+ */
+
+/* env object -> ["K=V", ...] */
+static json_t *
+env_array(json_t *env)
+{
+	json_t	   *list = json_array();
+	const char *key;
+	json_t	   *value;
+
+	json_object_foreach(env, key, value)
+		if (json_is_string(value))
+		json_array_append_new(list, json_string(psprintf("%s=%s", key, json_string_value(value))));
+	return list;
+}
+
+/* The exec create request of the wrapped command, built while the spec is at hand. */
+static void
+exec_command_request(const MeshBackend *be, DockerOp *op, const MeshExecSpec *spec,
+					 MeshHttpRequest *req)
+{
+	json_t	   *cmd = script_cmd(exec_wrapper);
+
+	json_array_append_new(cmd, json_string(op->key));
+	json_array_append_new(cmd, json_string(psprintf("%ld.%03ld", spec->timeout_ms / 1000,
+													spec->timeout_ms % 1000)));
+	json_array_append_new(cmd, json_string(psprintf("%ld", op->head)));
+	json_array_append_new(cmd, json_string(psprintf("%ld", op->tail)));
+	json_array_append_new(cmd, json_string(spec->dir && spec->dir[0] ? spec->dir : "."));
+	for (int i = 0; i < spec->argc; i++)
+		json_array_append_new(cmd, json_string(spec->argv[i]));
+	exec_create_request(be, op->ref, cmd, spec->env ? env_array(spec->env) : NULL, req);
+}
+
+/* PUT the stdin file into the exec's own scratch directory, owned by the user. */
+static void
+stdin_upload_request(const MeshBackend *be, DockerOp *op, const MeshExecSpec *spec,
+					 MeshHttpRequest *req)
+{
+	StringInfoData tar;
+
+	initStringInfo(&tar);
+	tar_header(&tar, psprintf("%s/", op->key), '5', 0700, config_user(be), 0);
+	tar_file(&tar, psprintf("%s/in", op->key), 0600, config_user(be),
+			 spec->stdin_data, spec->stdin_len);
+	tar_end(&tar);
+	docker_begin(be, req, "PUT", psprintf("/containers/%s/archive?path=%s",
+										  url_encode(op->ref), DOCKER_SCRATCH));
+	req->body = tar.data;
+	req->body_len = tar.len;
+	mesh_http_add_header(req, "Content-Type: application/x-tar");
+}
+
+/* Stdin first (as a file in the exec's scratch directory), else the command. */
+static void
+docker_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+					const MeshExecSpec *spec, MeshHttpRequest *req)
+{
+	DockerOp   *op = op_new(st, ref);
+
+	op->key = pstrdup(spec->exec_key);
+	op->timeout_ms = spec->timeout_ms;
+	op->head = spec->max_output_bytes / 2;
+	op->tail = spec->max_output_bytes - op->head;
+	op->started = GetCurrentTimestamp();
+	initStringInfo(&op->out);
+	initStringInfo(&op->err);
+	if (spec->stdin_data == NULL)
+	{
+		op->phase = PH_EXEC_CREATE;
+		exec_command_request(be, op, spec, req);
+		return;
+	}
+	op->phase = PH_STDIN;
+	exec_command_request(be, op, spec, &op->create);
+	stdin_upload_request(be, op, spec, req);
+}
+
+/* The trailer at the end of stderr: timed out, full stdout/stderr sizes. */
+static bool
+take_trailer(StringInfo err, bool *timed_out, long long *out_size, long long *err_size)
+{
+	const char *mark = NULL;
+	int			to;
+
+	for (int i = err->len - 1; i >= 0; i--)
+		if (err->data[i] == '\036')
+		{
+			mark = err->data + i;
+			break;
+		}
+	if (mark == NULL || sscanf(mark, "\036mesh:%d:%lld:%lld", &to, out_size, err_size) != 3)
+		return false;
+	err->len = (int) (mark - err->data);
+	err->data[err->len] = '\0';
+	*timed_out = to != 0;
+	return true;
+}
+
+/* Head + marker + tail when the stream was larger than the budget. */
+static void
+clamp_stream(DockerOp *op, StringInfo s, long long full, char **data, size_t *len,
+			 bool *truncated)
+{
+	StringInfoData buf;
+
+	if (full <= op->head + op->tail || s->len < op->head)
+	{
+		*data = s->data;
+		*len = s->len;
+		return;
+	}
+	initStringInfo(&buf);
+	appendBinaryStringInfo(&buf, s->data, (int) op->head);
+	appendStringInfo(&buf, "\n\xe2\x80\xa6[mesh: %lld bytes omitted]\xe2\x80\xa6\n",
+					 full - op->head - op->tail);
+	appendBinaryStringInfo(&buf, s->data + op->head, s->len - (int) op->head);
+	*data = buf.data;
+	*len = buf.len;
+	*truncated = true;
+}
+
+/* The stream ended: keep both outputs, then ask for the exit code. */
+static MeshStepResult
+exec_streamed(const MeshBackend *be, MeshOpState *st, DockerOp *op, const MeshHttpResponse *resp,
+			  MeshError *err)
+{
+	if (!docker_ok(resp, be, "run the command", err))
+		return MESH_STEP_FAILED;
+	if (!demux(resp->body, resp->body_len, &op->out, &op->err))
+	{
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" (Docker) answered an exec with a malformed output stream", be->name);
+		return MESH_STEP_FAILED;
+	}
+	op->phase = PH_EXEC_INSPECT;
+	docker_begin(be, &st->next, "GET", psprintf("/exec/%s/json", op->exec_id));
+	return MESH_STEP_NEXT;
+}
+
+/* Exit code from the inspect; the rest from the wrapper's trailer. */
+static MeshStepResult
+exec_finished(const MeshBackend *be, DockerOp *op, const MeshHttpResponse *resp,
+			  MeshExecResult *result, MeshError *err)
+{
+	json_t	   *doc;
+	json_t	   *code;
+	long long	out_size = 0;
+	long long	err_size = 0;
+	bool		complete;
+
+	if (!docker_ok(resp, be, "inspect the finished command", err) ||
+		(doc = parse_object(resp, be, err)) == NULL)
+		return MESH_STEP_FAILED;
+	code = json_object_get(doc, "ExitCode");
+	if (!json_is_integer(code) || json_is_true(json_object_get(doc, "Running")))
+	{
+		json_decref(doc);
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" (Docker) reported no exit code for a finished command", be->name);
+		return MESH_STEP_FAILED;
+	}
+	memset(result, 0, sizeof(*result));
+	result->exit_code = (int) json_integer_value(code);
+	json_decref(doc);
+	complete = take_trailer(&op->err, &result->timed_out, &out_size, &err_size);
+	/* no trailer: the wrapper itself was killed (a cancel, or the container stopped) */
+	result->killed = !complete;
+	clamp_stream(op, &op->out, complete ? out_size : op->out.len,
+				 &result->stdout_data, &result->stdout_len, &result->truncated);
+	clamp_stream(op, &op->err, complete ? err_size : op->err.len,
+				 &result->stderr_data, &result->stderr_len, &result->truncated);
+	result->wall_seconds = (double) (GetCurrentTimestamp() - op->started) / 1000000.0;
+	result->cpu_metered = false;
+	return MESH_STEP_DONE;
+}
+
+/* stdin upload -> exec create -> start (stream) -> inspect (exit code). */
+static MeshStepResult
+docker_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					 MeshExecResult *result, MeshError *err)
+{
+	DockerOp   *op = st->data;
+
+	switch (op->phase)
+	{
+		case PH_STDIN:
+			if (!docker_ok(resp, be, "deliver stdin", err))
+				return MESH_STEP_FAILED;
+			op->phase = PH_EXEC_CREATE;
+			st->next = op->create;
+			return MESH_STEP_NEXT;
+		case PH_EXEC_CREATE:
+			if (!docker_ok(resp, be, "create an exec", err) || !take_exec_id(be, op, resp, err))
+				return MESH_STEP_FAILED;
+			op->phase = PH_EXEC_START;
+			/* the transport must outlast the command's own timeout */
+			exec_start_request(be, op, op->timeout_ms + 10000, &st->next);
+			return MESH_STEP_NEXT;
+		case PH_EXEC_START:
+			return exec_streamed(be, st, op, resp, err);
+		default:
+			return exec_finished(be, op, resp, result, err);
+	}
+}
+
+/*--------------------------------------------------------------------------
+ * Kill: an exec that kills the recorded process group
+ *--------------------------------------------------------------------------
+ */
+
+static void
+docker_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+					const char *exec_key, MeshHttpRequest *req)
+{
+	DockerOp   *op = op_new(st, ref);
+	json_t	   *cmd = script_cmd(kill_script);
+
+	json_array_append_new(cmd, json_string(exec_key));
+	op->phase = PH_EXEC_CREATE;
+	exec_create_request(be, ref, cmd, NULL, req);
+	req->timeout_ms = Min(req->timeout_ms, 10000);
+}
+
+/* A container that is gone or stopped has nothing left to kill. */
+static MeshStepResult
+docker_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					 MeshError *err)
+{
+	DockerOp   *op = st->data;
+
+	if (op->phase == PH_EXEC_CREATE)
+	{
+		if (!resp->transport_error && (resp->status == 404 || resp->status == 409))
+			return MESH_STEP_DONE;
+		if (!docker_ok(resp, be, "create the kill exec", err) || !take_exec_id(be, op, resp, err))
+			return MESH_STEP_FAILED;
+		op->phase = PH_EXEC_START;
+		exec_start_request(be, op, 0, &st->next);
+		st->next.timeout_ms = Min(st->next.timeout_ms, 10000);
+		return MESH_STEP_NEXT;
+	}
+	return mesh_step(docker_ok(resp, be, "kill the command", err));
+}
+
+/*--------------------------------------------------------------------------
+ * Files: a check exec inside the container, then the archive API
+ *--------------------------------------------------------------------------
+ */
+
+/*
+ * Confine a caller's path lexically: relative to the workspace, or absolute
+ * under it; ".." may not climb out.  Returns the normalized relative path
+ * ("" for the workspace itself), or NULL when refused.
+ */
+static char *
+confine_path(const char *path)
+{
+	StringInfoData out;
+	char	   *copy;
+	char	   *part;
+	char	   *save = NULL;
+	List	   *parts = NIL;
+	ListCell   *lc;
+
+	if (path[0] == '/')
+	{
+		size_t		n = strlen(DOCKER_WORKSPACE);
+
+		if (strncmp(path, DOCKER_WORKSPACE, n) != 0 || (path[n] != '/' && path[n] != '\0'))
+			return NULL;
+		path += n;
+	}
+	copy = pstrdup(path);
+	for (part = strtok_r(copy, "/", &save); part; part = strtok_r(NULL, "/", &save))
+	{
+		if (strcmp(part, ".") == 0)
+			continue;
+		if (strcmp(part, "..") == 0)
+		{
+			if (parts == NIL)
+				return NULL;
+			parts = list_delete_last(parts);
+			continue;
+		}
+		parts = lappend(parts, part);
+	}
+	initStringInfo(&out);
+	foreach(lc, parts)
+		appendStringInfo(&out, "%s%s", out.len ? "/" : "", (char *) lfirst(lc));
+	return out.data;
+}
+
+/* Start a file operation with the check exec for its confined path. */
+static void
+file_check_request(const MeshBackend *be, DockerOp *op, const char *script, MeshHttpRequest *req)
+{
+	json_t	   *cmd = script_cmd(script);
+
+	json_array_append_new(cmd, json_string(op->rel));
+	op->phase = PH_EXEC_CREATE;
+	exec_create_request(be, op->ref, cmd, NULL, req);
+}
+
+/* The archive request for a file whose check printed "ok <resolved>". */
+static void
+read_archive_request(const MeshBackend *be, DockerOp *op, const char *resolved,
+					 MeshHttpRequest *req)
+{
+	docker_begin(be, req, "GET", psprintf("/containers/%s/archive?path=%s",
+										  url_encode(op->ref), url_encode(resolved)));
+}
+
+static void
+write_archive_request(const MeshBackend *be, DockerOp *op, const char *parent,
+					  MeshHttpRequest *req)
+{
+	StringInfoData tar;
+	const char *slash = strrchr(op->rel, '/');
+
+	initStringInfo(&tar);
+	tar_file(&tar, slash ? slash + 1 : op->rel, op->mode, config_user(be), op->data, op->len);
+	tar_end(&tar);
+	docker_begin(be, req, "PUT", psprintf("/containers/%s/archive?path=%s",
+										  url_encode(op->ref), url_encode(parent)));
+	req->body = tar.data;
+	req->body_len = tar.len;
+	mesh_http_add_header(req, "Content-Type: application/x-tar");
+}
+
+/* What the check printed, turned into the next request or a refusal. */
+static MeshStepResult
+file_checked(const MeshBackend *be, MeshOpState *st, DockerOp *op, MeshError *err)
+{
+	char	   *verdict = op->out.data;
+	size_t		n = strcspn(verdict, "\n");
+
+	verdict[n] = '\0';
+	if (strncmp(verdict, "ok /", 4) == 0)
+	{
+		op->phase = PH_ARCHIVE;
+		op->after_check(be, op, verdict + 3, &st->next);
+		return MESH_STEP_NEXT;
+	}
+	if (strcmp(verdict, "missing") == 0)
+		mesh_error_set(err, MESH_FAIL_NOT_FOUND, "backend \"%s\": no such file", be->name);
+	else if (strcmp(verdict, "directory") == 0)
+		mesh_error_set(err, MESH_FAIL_PATH_REFUSED, "backend \"%s\": it is a directory", be->name);
+	else if (strcmp(verdict, "refused") == 0)
+		mesh_error_set(err, MESH_FAIL_PATH_REFUSED,
+					   "backend \"%s\": the path leads outside the workspace or through a non-directory",
+					   be->name);
+	else
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" (Docker): the path check answered \"%s\"%s%s", be->name,
+					   verdict, op->err.len ? ": " : "", op->err.data);
+	return MESH_STEP_FAILED;
+}
+
+/* check exec create -> start (verdict) -> archive; shared by read and write. */
+static MeshStepResult
+file_step(const MeshBackend *be, MeshOpState *st, DockerOp *op, const MeshHttpResponse *resp,
+		  MeshError *err)
+{
+	if (op->phase == PH_EXEC_CREATE)
+	{
+		if (!docker_ok(resp, be, "check the path", err) || !take_exec_id(be, op, resp, err))
+			return MESH_STEP_FAILED;
+		op->phase = PH_EXEC_START;
+		exec_start_request(be, op, 0, &st->next);
+		return MESH_STEP_NEXT;
+	}
+	Assert(op->phase == PH_EXEC_START);
+	if (!docker_ok(resp, be, "check the path", err))
+		return MESH_STEP_FAILED;
+	if (!demux(resp->body, resp->body_len, &op->out, &op->err))
+	{
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" (Docker) answered a path check with a malformed stream", be->name);
+		return MESH_STEP_FAILED;
+	}
+	return file_checked(be, st, op, err);
+}
+
+/* Refuse in the driver, before the daemon is asked: the exec is not needed. */
+static DockerOp *
+file_op(MeshOpState *st, const char *ref, const char *path)
+{
+	DockerOp   *op = op_new(st, ref);
+
+	op->rel = confine_path(path);
+	initStringInfo(&op->out);
+	initStringInfo(&op->err);
+	return op;
+}
+
+/*
+ * A refused path still needs a request from a builder; a harmless ping is
+ * sent and its parser reports the refusal.
+ */
+static void
+refused_request(const MeshBackend *be, DockerOp *op, MeshHttpRequest *req)
+{
+	op->phase = PH_ARCHIVE;
+	op->rel = NULL;
+	docker_begin(be, req, "GET", "/_ping");
+}
+
+static bool
+refused_now(const MeshBackend *be, DockerOp *op, MeshError *err)
+{
+	if (op->rel != NULL)
+		return false;
+	mesh_error_set(err, MESH_FAIL_PATH_REFUSED,
+				   "backend \"%s\": the path is not inside " DOCKER_WORKSPACE, be->name);
+	return true;
+}
+
+static void
+docker_read_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
+					MeshHttpRequest *req)
+{
+	DockerOp   *op = file_op(st, ref, path);
+
+	op->after_check = read_archive_request;
+	if (op->rel == NULL || op->rel[0] == '\0')
+		refused_request(be, op, req);
+	else
+		file_check_request(be, op, read_check_script, req);
+}
+
+/* The archive answer is a tar holding the one file. */
+static MeshStepResult
+docker_read_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					 const char **data, size_t *len, MeshError *err)
+{
+	DockerOp   *op = st->data;
+	bool		is_file;
+	const char *file;
+	size_t		size;
+
+	if (op->phase != PH_ARCHIVE)
+		return file_step(be, st, op, resp, err);
+	if (refused_now(be, op, err))
+		return MESH_STEP_FAILED;
+	if (!docker_ok(resp, be, "read the file", err))
+		return MESH_STEP_FAILED;
+	if (!tar_first_file(resp->body, resp->body_len, &file, &size, &is_file))
+	{
+		mesh_error_set(err, is_file ? MESH_FAIL_PROTOCOL : MESH_FAIL_PATH_REFUSED,
+					   "backend \"%s\" (Docker): the archive holds no regular file", be->name);
+		return MESH_STEP_FAILED;
+	}
+	*data = file;
+	*len = size;
+	return MESH_STEP_DONE;
+}
+
+static void
+docker_write_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
+					 int mode, const char *data, size_t len, MeshHttpRequest *req)
+{
+	DockerOp   *op = file_op(st, ref, path);
+
+	op->mode = mode;
+	op->data = data;
+	op->len = len;
+	op->after_check = write_archive_request;
+	if (op->rel == NULL || op->rel[0] == '\0')
+		refused_request(be, op, req);
+	else
+		file_check_request(be, op, write_check_script, req);
+}
+
+static MeshStepResult
+docker_write_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					  MeshError *err)
+{
+	DockerOp   *op = st->data;
+
+	if (op->phase != PH_ARCHIVE)
+		return file_step(be, st, op, resp, err);
+	if (refused_now(be, op, err))
+		return MESH_STEP_FAILED;
+	return mesh_step(docker_ok(resp, be, "write the file", err));
+}
+
+/*--------------------------------------------------------------------------
+ * Release and list
+ *--------------------------------------------------------------------------
+ */
+
+static bool
+keeps_on_release(const MeshBackend *be, bool prefer_hibernate)
+{
+	json_t	   *release = json_object_get(be->config, "release");
+
+	return prefer_hibernate ||
+		(release && strcmp(json_string_value(release), "hibernate") == 0);
+}
+
+/* Hibernate: stop, keeping the container and its volumes.  Else remove both. */
+static void
+docker_release_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+					   bool prefer_hibernate, MeshHttpRequest *req)
+{
+	DockerOp   *op = op_new(st, ref);
+
+	op->keep = keeps_on_release(be, prefer_hibernate);
+	if (op->keep)
+		docker_begin(be, req, "POST", psprintf("/containers/%s/stop?t=2", url_encode(ref)));
+	else
+		docker_begin(be, req, "DELETE", psprintf("/containers/%s?force=1&v=1", url_encode(ref)));
+	req->timeout_ms += 5000;
+}
+
+/* 304 from stop: already stopped, which is hibernated too. */
+static MeshStepResult
+docker_release_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+						MeshReleaseOutcome *outcome, MeshError *err)
+{
+	DockerOp   *op = st->data;
+
+	if (!(op->keep && resp->status == 304) &&
+		!docker_ok(resp, be, op->keep ? "stop the container" : "remove the container", err))
+		return MESH_STEP_FAILED;
+	*outcome = op->keep ? MESH_RELEASE_HIBERNATED : MESH_RELEASE_DESTROYED;
+	return MESH_STEP_DONE;
+}
+
+/* Every container of this install, running or stopped, found by label. */
+static void
+docker_list_request(const MeshBackend *be, MeshOpState *st, const char *install_id,
+					MeshHttpRequest *req)
+{
+	json_t	   *filters = json_pack("{s:[s]}", "label", psprintf(DOCKER_LABEL "=%s", install_id));
+	char	   *text = json_dumps(filters, JSON_COMPACT);
+
+	docker_begin(be, req, "GET", psprintf("/containers/json?all=1&filters=%s", url_encode(text)));
+	free(text);
+	json_decref(filters);
+}
+
+static MeshStepResult
+docker_list_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					 MeshListedWorkspace **items, int *nitems, MeshError *err)
+{
+	json_t	   *doc;
+	size_t		i;
+	json_t	   *entry;
+
+	if (!docker_ok(resp, be, "list containers", err) || (doc = parse_object(resp, be, err)) == NULL)
+		return MESH_STEP_FAILED;
+	if (!json_is_array(doc))
+	{
+		json_decref(doc);
+		mesh_error_set(err, MESH_FAIL_PROTOCOL, "backend \"%s\" (Docker) answered a list that is not an array",
+					   be->name);
+		return MESH_STEP_FAILED;
+	}
+	*items = palloc0(sizeof(MeshListedWorkspace) * (json_array_size(doc) + 1));
+	*nitems = 0;
+	json_array_foreach(doc, i, entry)
+	{
+		const char *name = json_string_value(json_array_get(json_object_get(entry, "Names"), 0));
+		const char *state = json_string_value(json_object_get(entry, "State"));
+
+		if (name == NULL)
+			continue;
+		(*items)[*nitems].ref = pstrdup(name[0] == '/' ? name + 1 : name);
+		(*items)[*nitems].running = state && strcmp(state, "running") == 0;
+		(*nitems)++;
+	}
+	json_decref(doc);
+	return MESH_STEP_DONE;
+}
+
+const MeshDriver mesh_docker_driver = {
+	.name = "docker",
+	.validate_config = docker_validate_config,
+	.needs_credential = docker_needs_credential,
+	.declared_capabilities = docker_declared_capabilities,
+	.workspace_ref = docker_workspace_ref,
+	.acquire_request = docker_acquire_request,
+	.acquire_response = docker_acquire_response,
+	.exec_request = docker_exec_request,
+	.exec_response = docker_exec_response,
+	.kill_request = docker_kill_request,
+	.kill_response = docker_kill_response,
+	.read_request = docker_read_request,
+	.read_response = docker_read_response,
+	.write_request = docker_write_request,
+	.write_response = docker_write_response,
+	.release_request = docker_release_request,
+	.release_response = docker_release_response,
+	.list_request = docker_list_request,
+	.list_response = docker_list_response,
+};
