@@ -10,6 +10,8 @@ OBJS = \
 	src/store.o \
 	src/launcher.o \
 	src/reaper.o \
+	src/credentials.o \
+	src/broker.o \
 	src/backends/registry.o \
 	src/backends/sandboxd.o \
 	src/backends/docker.o
@@ -21,9 +23,9 @@ PGFILEDESC = "mesh_exec - sandboxed execution for AI-agent harnesses"
 REGRESS = setup api_errors lifecycle files durability cancel budgets privileges
 REGRESS_OPTS = --inputdir=. --use-existing
 
-PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl)
+PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl libmicrohttpd)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
-SHLIB_LINK = $(shell pkg-config --libs jansson libcurl)
+SHLIB_LINK = $(shell pkg-config --libs jansson libcurl libmicrohttpd)
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

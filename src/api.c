@@ -86,7 +86,10 @@ check_path(const char *path, const char *what)
 	}
 }
 
-/* mesh_acquire: declare the run's workspace.  No backend is called. */
+/*
+ * mesh_acquire: declare the run's workspace, and with an environment, what
+ * the run may see (its grants).  No backend is called.
+ */
 Datum
 mesh_acquire(PG_FUNCTION_ARGS)
 {
@@ -94,8 +97,10 @@ mesh_acquire(PG_FUNCTION_ARGS)
 	char	   *agent_id = required_text(fcinfo, 1, "agent_id");
 	char	   *actor_id = required_text(fcinfo, 2, "actor_id");
 	char	   *parent = optional_text(fcinfo, 3);
-	json_t	   *req = json_pack("{s:s,s:s,s:s,s:s?}", "run_id", run_id, "agent_id", agent_id,
-								"actor_id", actor_id, "parent_run_id", parent);
+	char	   *environment = optional_text(fcinfo, 4);
+	json_t	   *req = json_pack("{s:s,s:s,s:s,s:s?,s:s?}", "run_id", run_id, "agent_id", agent_id,
+								"actor_id", actor_id, "parent_run_id", parent,
+								"environment", environment);
 	MeshReply	reply;
 	const char *row;
 	Datum		args[1];

@@ -29,6 +29,7 @@ PG_MODULE_MAGIC;
 int			mesh_worker_count = 2;
 char	   *mesh_database = NULL;
 bool		mesh_embedded_sandboxd = true;
+bool		mesh_broker_enabled = true;
 int			mesh_exec_timeout_ms = 300000;
 int			mesh_max_output_bytes = 65536;
 int			mesh_max_file_bytes = 16 * 1024 * 1024;
@@ -55,6 +56,10 @@ define_settings(void)
 	DefineCustomBoolVariable("mesh.embedded_sandboxd",
 							 "Start and supervise a mesh-sandboxd on a unix socket in the data directory.",
 							 NULL, &mesh_embedded_sandboxd, true,
+							 PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("mesh.broker",
+							 "Serve the credential broker on a unix socket in the data directory.",
+							 NULL, &mesh_broker_enabled, true,
 							 PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("mesh.exec_timeout",
 							"Default timeout of a command when mesh_exec is given none.",
@@ -138,6 +143,9 @@ _PG_init(void)
 						BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION);
 	register_worker("mesh reaper", "mesh_reaper_main", 0,
 					BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION);
+	if (mesh_broker_enabled)
+		register_worker("mesh broker", "mesh_broker_main", 0,
+						BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION);
 	if (mesh_embedded_sandboxd)
 		register_worker("mesh sandboxd supervisor", "mesh_launcher_main", 0, BGWORKER_SHMEM_ACCESS);
 }

@@ -16,6 +16,7 @@
 extern int	mesh_worker_count;
 extern char *mesh_database;
 extern bool mesh_embedded_sandboxd;
+extern bool mesh_broker_enabled;
 extern int	mesh_exec_timeout_ms;
 extern int	mesh_max_output_bytes;
 extern int	mesh_max_file_bytes;
@@ -23,9 +24,10 @@ extern int	mesh_worker_lock_timeout_ms;
 extern int	mesh_reaper_interval_s;
 extern int	mesh_reaper_sweep_timeout_ms;
 
-/* bgworker entry points (src/worker.c, src/launcher.c, src/reaper.c) */
+/* bgworker entry points (src/worker.c, src/launcher.c, src/reaper.c, src/broker.c) */
 extern PGDLLEXPORT void mesh_worker_main(Datum arg);
 extern PGDLLEXPORT void mesh_launcher_main(Datum arg);
 extern PGDLLEXPORT void mesh_reaper_main(Datum arg);
+extern PGDLLEXPORT void mesh_broker_main(Datum arg);
 
 #endif							/* MESH_EXEC_H */

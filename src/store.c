@@ -31,6 +31,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "credentials.h"
 #include "store.h"
 
 #define MAX_PLANS 64
@@ -159,49 +160,92 @@ int64_text(int64 v)
  */
 typedef struct DeclareArgs
 {
-	const char *args[4];
+	const char *args[5];
 	char	   *row_json;
 } DeclareArgs;
 
 static const char declare_insert_sql[] =
-"INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, parent_run_id) "
-"VALUES ($1, $2, $3, $4) ON CONFLICT (run_id) DO NOTHING "
+"INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, parent_run_id, environment) "
+"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id) DO NOTHING "
 "RETURNING row_to_json(workspaces)::text";
 
 static const char declare_existing_sql[] =
 "SELECT row_to_json(w)::text, agent_id, created_by_actor_id, coalesce(parent_run_id, '(none)'), "
 "       agent_id = $2 AND created_by_actor_id = $3 AND parent_run_id IS NOT DISTINCT FROM $4 "
+"       AND environment IS NOT DISTINCT FROM $5, coalesce(environment, '(none)') "
 "  FROM mesh.workspaces w WHERE run_id = $1";
+
+/* The environment's needs, checked against what the agent really has. */
+static const char environment_check_sql[] =
+"SELECT e.name IS NOT NULL, "
+"       (SELECT string_agg(n->>'name', ', ') FROM jsonb_array_elements(e.needs) n "
+"         WHERE n->>'kind' = 'secret' AND NOT EXISTS "
+"               (SELECT 1 FROM mesh.secrets s WHERE s.agent_id = $2 AND s.name = n->>'name')) "
+"  FROM (SELECT $1::text AS wanted) x LEFT JOIN mesh.environments e ON e.name = x.wanted";
+
+static const char grants_insert_sql[] =
+"INSERT INTO mesh.grants (run_id, kind, name, scope, deliver_as, expires_at) "
+"SELECT $1, n->>'kind', n->>'name', n->>'scope', n->>'as', "
+"       CASE WHEN n ? 'ttl' THEN now() + (n->>'ttl')::interval END "
+"  FROM mesh.environments e, jsonb_array_elements(e.needs) n WHERE e.name = $2 "
+"ON CONFLICT (run_id, kind, name) DO NOTHING";
+
+/* The run's declaration becomes its grants: what it could ever see. */
+static void
+declare_grants(DeclareArgs *a)
+{
+	const char *check[2] = {a->args[4], a->args[1]};
+	const char *grant[2] = {a->args[0], a->args[4]};
+	char	   *missing;
+
+	sql_run(environment_check_sql, 2, check);
+	if (strcmp(sql_value(0, 1), "t") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("environment \"%s\" is not declared", a->args[4]),
+				 errhint("An admin declares it with mesh.environment_set(name, needs).")));
+	missing = sql_value(0, 2);
+	if (missing)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("environment \"%s\" needs secret(s) %s, which agent \"%s\" does not have",
+						a->args[4], missing, a->args[1]),
+				 errhint("An admin sets them with mesh.secret_set(agent_id, name, value).")));
+	sql_run(grants_insert_sql, 2, grant);
+}
 
 static void
 declare_body(void *arg)
 {
 	DeclareArgs *a = (DeclareArgs *) arg;
 
-	if (sql_run(declare_insert_sql, 4, a->args) == 1)
+	if (sql_run(declare_insert_sql, 5, a->args) == 1)
 	{
 		a->row_json = sql_value(0, 1);
+		if (a->args[4])
+			declare_grants(a);
 		return;
 	}
-	sql_run(declare_existing_sql, 4, a->args);
+	sql_run(declare_existing_sql, 5, a->args);
 	if (strcmp(sql_value(0, 5), "t") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
-				 errmsg("run \"%s\" is already declared with a different agent, actor or parent",
+				 errmsg("run \"%s\" is already declared with a different agent, actor, parent or environment",
 						a->args[0]),
-				 errdetail("It was declared by agent \"%s\" for actor \"%s\" with parent run %s.",
-						   sql_value(0, 2), sql_value(0, 3), sql_value(0, 4)),
+				 errdetail("It was declared by agent \"%s\" for actor \"%s\" with parent run %s and environment %s.",
+						   sql_value(0, 2), sql_value(0, 3), sql_value(0, 4), sql_value(0, 6)),
 				 errhint("A run has one workspace; use a new run_id for different work.")));
 	a->row_json = sql_value(0, 1);
 }
 
 bool
 store_declare(const char *run_id, const char *agent_id, const char *actor_id,
-			  const char *parent_run_id, char **row_json, ErrorData **err)
+			  const char *parent_run_id, const char *environment, char **row_json, ErrorData **err)
 {
-	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id}, NULL};
+	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id, environment}, NULL};
 
-	if (!run_txn("mesh worker: declare run", declare_body, &a, false, err))
+	/* with grants the declaration is more than intent: commit it durably */
+	if (!run_txn("mesh worker: declare run", declare_body, &a, environment == NULL, err))
 		return false;
 	*row_json = a.row_json;
 	return true;
@@ -223,7 +267,10 @@ static const char load_sql[] =
 "SELECT w.id, w.run_id, w.agent_id, w.created_by_actor_id, w.status, w.status_reason, "
 "       w.backend_kind, w.external_ref, w.size, w.capabilities::text, "
 "       b.name IS NOT NULL, b.enabled, b.driver, b.config::text, c.credential, "
-"       w.compute_seconds, coalesce(l.max_compute_seconds, -1), w.release_outcome "
+"       w.compute_seconds, coalesce(l.max_compute_seconds, -1), w.release_outcome, "
+"       EXISTS (SELECT 1 FROM mesh.grants g WHERE g.run_id = w.run_id AND g.revoked_at IS NULL), "
+"       EXISTS (SELECT 1 FROM mesh.run_tokens t WHERE t.run_id = w.run_id AND t.revoked_at IS NULL "
+"               AND t.expires_at > now() + interval '1 minute') "
 "  FROM mesh.workspaces w "
 "  JOIN mesh.run_limits l ON l.workspace_id = w.id "
 "  LEFT JOIN mesh.backends b ON b.name = w.backend_kind "
@@ -257,6 +304,8 @@ fill_workspace(MeshWorkspace *ws)
 	ws->compute_seconds = strtod(sql_value(0, 16), NULL);
 	ws->budget_seconds = strtod(sql_value(0, 17), NULL);
 	ws->release_outcome = sql_value(0, 18);
+	ws->has_grants = strcmp(sql_value(0, 19), "t") == 0;
+	ws->token_valid = strcmp(sql_value(0, 20), "t") == 0;
 }
 
 static void
@@ -560,7 +609,58 @@ typedef struct ExecStartArgs
 	MeshWorkspace *ws;
 	const MeshExecSpec *spec;
 	int64		exec_id;
+	List	   *delivered;
 } ExecStartArgs;
+
+/* Secrets the run's grants deliver as environment, counted as reads. */
+static const char delivered_sql[] =
+"WITH d AS ("
+"  UPDATE mesh.grants g SET uses = uses + 1, last_used_at = now(), "
+"         first_used_at = coalesce(first_used_at, now()) "
+"    FROM mesh.workspaces w, mesh.secrets s "
+"   WHERE g.run_id = $1 AND w.run_id = g.run_id AND s.agent_id = w.agent_id AND s.name = g.name "
+"     AND g.kind = 'secret' AND g.deliver_as IS NOT NULL AND g.revoked_at IS NULL "
+"     AND (g.expires_at IS NULL OR g.expires_at > now()) "
+"  RETURNING g.deliver_as, g.name, s.value) "
+"SELECT deliver_as, name, value FROM d";
+
+static const char delivered_event_sql[] =
+"INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
+"SELECT 'secret_read', $1, $2::bigint, $3, "
+"       jsonb_build_object('secret', x, 'delivered_as_env', true, 'exec_id', $4::bigint) "
+"  FROM unnest($5::text[]) x";
+
+static void
+fetch_delivered(ExecStartArgs *a)
+{
+	const char *run[1] = {a->ws->run_id};
+	StringInfoData names;
+	MemoryContext old;
+
+	sql_run(delivered_sql, 1, run);
+	initStringInfo(&names);
+	appendStringInfoChar(&names, '{');
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		MeshDelivered *d = MemoryContextAllocZero(result_cxt, sizeof(MeshDelivered));
+
+		d->variable = sql_value(r, 1);
+		d->name = sql_value(r, 2);
+		d->value = sql_value(r, 3);
+		old = MemoryContextSwitchTo(result_cxt);
+		a->delivered = lappend(a->delivered, d);
+		MemoryContextSwitchTo(old);
+		appendStringInfo(&names, "%s\"%s\"", r > 0 ? "," : "", d->name);
+	}
+	appendStringInfoChar(&names, '}');
+	if (a->delivered != NIL)
+	{
+		const char *ev[5] = {a->ws->run_id, int64_text(a->ws->id), a->ws->backend_kind,
+		int64_text(a->exec_id), names.data};
+
+		sql_run(delivered_event_sql, 5, ev);
+	}
+}
 
 static const char exec_insert_sql[] =
 "INSERT INTO mesh.execs (workspace_id, run_id, argv, dir, env_names, stdin_bytes, timeout_ms) "
@@ -592,6 +692,8 @@ exec_start_body(void *arg)
 	sql_run(exec_insert_sql, 7, args);
 	a->exec_id = pg_strtoint64(sql_value(0, 1));
 	sql_run(touch_sql, 1, args);
+	if (a->ws->has_grants)
+		fetch_delivered(a);
 }
 
 /*
@@ -602,15 +704,48 @@ exec_start_body(void *arg)
  */
 bool
 store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
-				   XLogRecPtr *commit_lsn, ErrorData **err)
+				   XLogRecPtr *commit_lsn, List **delivered, ErrorData **err)
 {
-	ExecStartArgs a = {ws, spec, 0};
+	ExecStartArgs a = {ws, spec, 0, NIL};
 
 	if (!run_txn("mesh worker: exec started", exec_start_body, &a, false, err))
 		return false;
 	*exec_id = a.exec_id;
 	*commit_lsn = XactLastCommitEnd;
+	*delivered = a.delivered;
 	return true;
+}
+
+typedef struct MintArgs
+{
+	MeshWorkspace *ws;
+	const char *hash_hex;
+} MintArgs;
+
+static const char mint_sql[] =
+"WITH old AS (UPDATE mesh.run_tokens SET revoked_at = now(), revoked_reason = 'replaced by a new token' "
+"              WHERE run_id = $1 AND revoked_at IS NULL) "
+"INSERT INTO mesh.run_tokens (run_id, token_sha256, expires_at) "
+"SELECT $1, decode($2, 'hex'), now() + s.max_run_lifetime FROM mesh.settings s";
+
+static void
+mint_body(void *arg)
+{
+	MintArgs   *a = (MintArgs *) arg;
+	const char *args[2] = {a->ws->run_id, a->hash_hex};
+	const char *ev[5] = {"token_minted", a->ws->run_id, int64_text(a->ws->id), a->ws->backend_kind, NULL};
+
+	sql_run(mint_sql, 2, args);
+	sql_run(event_sql, 5, ev);
+}
+
+/* Record a new run token (its hash) before it is handed to the workspace. */
+bool
+store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err)
+{
+	MintArgs	a = {ws, hash_hex};
+
+	return run_txn("mesh worker: mint run token", mint_body, &a, true, err);
 }
 
 /* Make an asynchronously committed row durable. */
@@ -891,15 +1026,21 @@ store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err)
 	return true;
 }
 
+static const char revoke_run_tokens_sql[] =
+"UPDATE mesh.run_tokens SET revoked_at = now(), revoked_reason = 'the run released its workspace' "
+" WHERE run_id = $1 AND revoked_at IS NULL";
+
 static void
 released_body(void *arg)
 {
 	ReleaseArgs *a = (ReleaseArgs *) arg;
 	const char *args[3] = {int64_text(a->ws->id), a->outcome, a->reason};
+	const char *run[1] = {a->ws->run_id};
 	char	   *detail = psprintf("{\"outcome\": \"%s\"}", a->outcome);
 	const char *ev[5] = {"released", a->ws->run_id, args[0], a->ws->backend_kind, detail};
 
 	sql_run(mark_released_sql, 3, args);
+	sql_run(revoke_run_tokens_sql, 1, run);
 	sql_run(event_sql, 5, ev);
 }
 

@@ -31,6 +31,8 @@ typedef struct MeshWorkspace
 	char	   *release_outcome;
 	double		compute_seconds;	/* charged so far */
 	double		budget_seconds;	/* max compute-seconds in force; < 0: none */
+	bool		has_grants;		/* the run declared live grants */
+	bool		token_valid;	/* it holds a run token that is still good */
 	/* the catalog entry named by backend_kind, if any */
 	bool		backend_found;
 	bool		backend_enabled;
@@ -52,14 +54,16 @@ extern bool mesh_backend_from_workspace(const MeshWorkspace *ws, MeshBackend *be
 extern char *mesh_sanitize_text(const char *data, size_t len);
 
 extern bool store_declare(const char *run_id, const char *agent_id, const char *actor_id,
-						  const char *parent_run_id, char **row_json, ErrorData **err);
+						  const char *parent_run_id, const char *environment, char **row_json,
+						  ErrorData **err);
 extern bool store_load(const char *run_id, MeshWorkspace *ws, ErrorData **err);
 extern bool store_begin_materialize(MeshWorkspace *ws, const char *install_id, ErrorData **err);
 extern bool store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, ErrorData **err);
 extern bool store_materialize_failed(MeshWorkspace *ws, bool retryable, const char *reason,
 									 ErrorData **err);
 extern bool store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
-							   XLogRecPtr *commit_lsn, ErrorData **err);
+							   XLogRecPtr *commit_lsn, List **delivered, ErrorData **err);
+extern bool store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err);
 extern void mesh_flush_to(XLogRecPtr lsn);
 extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
 								ErrorData **err);

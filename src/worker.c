@@ -41,6 +41,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "credentials.h"
 #include "handoff.h"
 #include "mesh_exec.h"
 #include "store.h"
@@ -51,6 +52,7 @@ typedef enum CallStep
 	STEP_START,					/* resolve the run's workspace */
 	STEP_PARKED,				/* another call of this run is materializing it */
 	STEP_ACQUIRING,				/* this call materializes: acquire in flight */
+	STEP_DELIVERING,			/* the run token is being written into the workspace */
 	STEP_OPERATING,				/* the operation's request is in flight */
 	STEP_KILLING,				/* cancelled exec: kill request in flight */
 	STEP_FINISHED				/* reply queued (or caller gone) */
@@ -80,6 +82,8 @@ typedef struct WorkerCall
 	List	   *outbox;			/* StringInfo messages not yet sent */
 	bool		caller_gone;
 	bool		budget_bound;	/* the budget, not the caller, set the timeout */
+	List	   *delivered;		/* secrets delivered into this exec's environment */
+	char	   *secret_body;	/* a request body holding a secret, wiped once sent */
 } WorkerCall;
 
 static dlist_head calls = DLIST_STATIC_INIT(calls);
@@ -572,6 +576,46 @@ exec_response_limit(WorkerCall *call)
 	return (size_t) call->spec.max_output_bytes * 3 + 64 * 1024;
 }
 
+/*
+ * Secrets the run's grants deliver as environment ride in the exec request
+ * body, over the caller's own variables; never in a URL, never in the row
+ * (which keeps only the caller's variable names).
+ */
+static void
+deliver_environment(WorkerCall *call)
+{
+	ListCell   *lc;
+	json_t	   *env;
+
+	if (call->delivered == NIL)
+		return;
+	env = call->spec.env ? json_deep_copy(call->spec.env) : json_pack("{}");
+	foreach(lc, call->delivered)
+	{
+		MeshDelivered *d = lfirst(lc);
+
+		json_object_set_new(env, d->variable, json_string(d->value));
+	}
+	call->spec.env = env;
+	json_object_set_new(call->req, "delivered_env", env);	/* freed with the request */
+}
+
+/* Delivered values never come back out: redact them from the output. */
+static void
+redact_delivered(WorkerCall *call, MeshExecResult *result)
+{
+	ListCell   *lc;
+
+	foreach(lc, call->delivered)
+	{
+		MeshDelivered *d = lfirst(lc);
+
+		mesh_redact(&result->stdout_data, &result->stdout_len, d->value, d->variable);
+		mesh_redact(&result->stderr_data, &result->stderr_len, d->value, d->variable);
+		mesh_forget(d->value);
+	}
+}
+
 static void
 start_exec(WorkerCall *call)
 {
@@ -595,7 +639,9 @@ start_exec(WorkerCall *call)
 	call->spec.argv = args;
 	call->spec.argc = (int) json_array_size(argv);
 	call->spec.dir = json_string_value(json_object_get(call->req, "dir"));
-	call->spec.env = json_object_get(call->req, "env");
+	/* absent and JSON null both mean no variables of the caller's */
+	call->spec.env = json_is_object(json_object_get(call->req, "env"))
+		? json_object_get(call->req, "env") : NULL;
 	if (json_is_true(json_object_get(call->req, "has_stdin")))
 	{
 		call->spec.stdin_data = call->blob;
@@ -606,11 +652,13 @@ start_exec(WorkerCall *call)
 	if (!bound_by_budget(call))
 		return;
 
-	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &call->exec_row_lsn, &err))
+	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &call->exec_row_lsn,
+							&call->delivered, &err))
 	{
 		reply_txn_error(call, err);
 		return;
 	}
+	deliver_environment(call);
 	call->spec.exec_key = psprintf(INT64_FORMAT, call->exec_id);
 	call->be.driver->exec_request(&call->be, begin_op(call), call->ws.external_ref, &call->spec, &req);
 	call->op_started = GetCurrentTimestamp();
@@ -680,6 +728,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 		reply_backend_error(call, &merr);
 		return;
 	}
+	redact_delivered(call, &result);
 	result.stdout_data = mesh_sanitize_text(result.stdout_data, result.stdout_len);
 	result.stderr_data = mesh_sanitize_text(result.stderr_data, result.stderr_len);
 	rec.status = exec_status(&result);
@@ -955,6 +1004,7 @@ run_declare(WorkerCall *call)
 					   json_string_value(json_object_get(call->req, "agent_id")),
 					   json_string_value(json_object_get(call->req, "actor_id")),
 					   json_string_value(json_object_get(call->req, "parent_run_id")),
+					   json_string_value(json_object_get(call->req, "environment")),
 					   &row_json, &err))
 		reply_txn_error(call, err);
 	else
@@ -990,10 +1040,66 @@ refuse_unreachable(WorkerCall *call)
 	return false;
 }
 
+/*
+ * A run with grants needs a live run token in its workspace before it works
+ * there: minted (only its hash stored), then written through the backend's
+ * file call, mode 0600.  Again after a rotation revoked the old one.
+ */
+static bool
+deliver_token_first(WorkerCall *call)
+{
+	MeshHttpRequest req;
+	ErrorData  *err;
+	char	   *hash;
+	char	   *token;
+	char	   *content;
+
+	if (!call->ws.has_grants || call->ws.token_valid)
+		return false;
+	token = mesh_token_new(&hash);
+	if (!store_mint_token(&call->ws, hash, &err))
+	{
+		mesh_forget(token);
+		reply_txn_error(call, err);
+		return true;
+	}
+	content = psprintf("%s\n", token);
+	mesh_forget(token);
+	call->be.driver->write_request(&call->be, begin_op(call), call->ws.external_ref,
+								   MESH_TOKEN_PATH, 0600, content, strlen(content), &req);
+	start_transfer(call, &req, 64 * 1024);
+	call->secret_body = content;	/* curl sends from it; wiped once sent */
+	call->step = STEP_DELIVERING;
+	return true;
+}
+
+static void
+finish_token_delivery(WorkerCall *call, const MeshHttpResponse *resp)
+{
+	MeshError	merr = {0};
+	MeshStepResult r = call->be.driver->write_response(&call->be, &call->opstate, resp, &merr);
+
+	mesh_forget(call->secret_body);
+	call->secret_body = NULL;
+	if (continue_op(call, r, 64 * 1024))
+		return;
+	if (r == MESH_STEP_FAILED)
+	{
+		reply_error(call, failure_sqlstate(merr.failure),
+					psprintf("could not deliver the run token into the workspace of run \"%s\"", call->run_id),
+					merr.message, failure_hint(merr.failure));
+		return;
+	}
+	call->ws.token_valid = true;
+	call->step = STEP_START;	/* now the operation itself */
+}
+
 static void
 start_operation(WorkerCall *call)
 {
 	if (!load_backend(call))
+		return;
+	if (deliver_token_first(call))
 		return;
 	switch (call->op)
 	{
@@ -1058,6 +1164,8 @@ complete_transfer(WorkerCall *call)
 	mesh_http_response(done, &resp);
 	if (step == STEP_ACQUIRING)
 		finish_acquire(call, &resp);
+	else if (step == STEP_DELIVERING)
+		finish_token_delivery(call, &resp);
 	else if (step == STEP_KILLING)
 		finish_cancel(call, &resp);
 	else if (call->op == MESH_OP_EXEC)

@@ -1,0 +1,30 @@
+/*-------------------------------------------------------------------------
+ *
+ * credentials.h
+ *	  Per-run tokens and keeping delivered secrets out of what is stored.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MESH_CREDENTIALS_H
+#define MESH_CREDENTIALS_H
+
+#include "postgres.h"
+
+/* Where a workspace finds its run token and the broker (documented paths). */
+#define MESH_TOKEN_PATH ".mesh/run-token"
+#define MESH_BROKER_SOCKET_IN_SANDBOX "/run/mesh/broker.sock"
+
+/* A secret delivered into an exec's environment. */
+typedef struct MeshDelivered
+{
+	char	   *variable;
+	char	   *name;
+	char	   *value;
+} MeshDelivered;
+
+extern char *mesh_token_new(char **hash_hex);
+extern char *mesh_token_hash_hex(const char *token);
+extern void mesh_redact(char **data, size_t *len, const char *secret, const char *label);
+extern void mesh_forget(char *secret);
+
+#endif							/* MESH_CREDENTIALS_H */
