@@ -102,13 +102,13 @@ static const char read_check_script[] =
  */
 static const char write_check_script[] =
 "p=" DOCKER_WORKSPACE "/$1; q=${p%/*}\n"
-"in() { case $1/ in " DOCKER_WORKSPACE "/*) return 0;; esac; return 1; }\n"
+"inside() { case $1/ in " DOCKER_WORKSPACE "/*) return 0;; esac; return 1; }\n"
 "a=$q; while [ ! -e \"$a\" ] && [ ! -L \"$a\" ]; do a=${a%/*}; done\n"
-"r=$(readlink -f -- \"$a\") && in \"$r\" && [ -d \"$r\" ] || { echo refused; exit 0; }\n"
+"r=$(readlink -f -- \"$a\") && inside \"$r\" && [ -d \"$r\" ] || { echo refused; exit 0; }\n"
 "mkdir -p -- \"$q\" || { echo refused; exit 0; }\n"
-"r=$(readlink -f -- \"$q\") && in \"$r\" || { echo refused; exit 0; }\n"
+"r=$(readlink -f -- \"$q\") && inside \"$r\" || { echo refused; exit 0; }\n"
 "f=$r/${p##*/}\n"
-"if [ -L \"$f\" ]; then x=$(readlink -f -- \"$f\") && in \"$x\" || { echo refused; exit 0; }; fi\n"
+"if [ -L \"$f\" ]; then x=$(readlink -f -- \"$f\") && inside \"$x\" || { echo refused; exit 0; }; fi\n"
 "[ -d \"$f\" ] && { echo directory; exit 0; }\n"
 "echo \"ok $r\"\n";
 
