@@ -524,6 +524,10 @@ BEGIN
     IF value IS NULL OR value = '' THEN
         RAISE EXCEPTION 'a secret value must not be empty' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF name IS NULL OR name !~ '^[A-Za-z_][A-Za-z0-9_.-]{0,127}$' THEN
+        RAISE EXCEPTION 'secret name "%" is not valid', name USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Names start with a letter or "_" and hold letters, digits, "_", "." and "-".';
+    END IF;
     INSERT INTO mesh.secrets AS s (agent_id, name, value)
     VALUES (secret_set.agent_id, secret_set.name, secret_set.value)
     ON CONFLICT ON CONSTRAINT secrets_pkey DO UPDATE
