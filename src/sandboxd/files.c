@@ -1,11 +1,14 @@
 /*
  * files.c - confined file read and write inside a workspace's /workspace.
  *
- * Every path is resolved by the kernel under the workspace directory with openat2
- * RESOLVE_BENEATH: "..", absolute symlinks and symlinks that climb out are refused
- * (path_refused) at any component, without a check-then-use race. When the daemon is root the
- * I/O runs with the sandbox user's filesystem uid (setfsuid, per thread), so permissions are
- * the sandbox's and created files and directories belong to the sandbox user.
+ * Paths are resolved as the sandbox sees them: openat2 from the holder's root with
+ * RESOLVE_IN_ROOT (so an absolute symlink to /workspace/x means what it means inside) and
+ * RESOLVE_NO_MAGICLINKS. The object reached must then lie on the /workspace mount (statx mount
+ * id): "..", absolute paths elsewhere and symlinks that lead out land on another mount and are
+ * refused (path_refused). Nothing inside the sandbox can mount, and nothing can be renamed
+ * across mounts, so a descriptor checked to be on /workspace stays there. When the daemon is
+ * root the I/O runs with the sandbox user's filesystem uid (setfsuid, per thread), so
+ * permissions are the sandbox's and created files and directories belong to it.
  */
 #include "sandboxd.h"
 #include <errno.h>
@@ -18,12 +21,64 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* openat2 restricted to DIRFD's subtree (no libc wrapper in this glibc). */
-static int open_beneath(int dirfd, const char *path, int flags, mode_t mode)
+/* openat2 of an absolute sandbox path from the sandbox's root (no libc wrapper here). */
+static int open_in_sandbox(int root, const char *path, int flags, mode_t mode)
 {
     struct open_how how = {.flags = (uint64_t)flags, .mode = mode,
-                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
-    return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    return (int)syscall(SYS_openat2, root, path, &how, sizeof how);
+}
+
+/* Mount id of an open descriptor (0 when unknown). */
+static uint64_t mount_id(int fd)
+{
+    struct statx stx;
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &stx) != 0 || !(stx.stx_mask & STATX_MNT_ID))
+        return 0;
+    return stx.stx_mnt_id;
+}
+
+/* The sandbox's root and the /workspace mount id for one file call. */
+struct sandbox_view {
+    int root;
+    uint64_t workspace_mount;
+};
+
+/* Opens the view of a running workspace; workspace_not_running if it is stopping. */
+static bool view_open(struct workspace *ws, struct sandbox_view *view, struct api_error *err)
+{
+    pthread_mutex_lock(&ws->lock);
+    view->root = ws->state == WS_RUNNING && ws->root_fd >= 0
+                     ? fcntl(ws->root_fd, F_DUPFD_CLOEXEC, 0) : -1;
+    pthread_mutex_unlock(&ws->lock);
+    if (view->root < 0) {
+        api_error_set(err, 409, "workspace_not_running", "workspace \"%s\" is not running",
+                      ws->id);
+        return false;
+    }
+    int top = open_in_sandbox(view->root, "/workspace", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+    view->workspace_mount = top >= 0 ? mount_id(top) : 0;
+    if (top >= 0)
+        close(top);
+    if (!view->workspace_mount) {
+        close(view->root);
+        api_error_set(err, 500, "internal", "cannot resolve /workspace");
+        return false;
+    }
+    return true;
+}
+
+/* Opens PATH (absolute, sandbox view) and checks it lies on /workspace; -1 with errno
+ * (EXDEV when it resolved elsewhere). */
+static int open_confined(struct sandbox_view *view, const char *path, int flags)
+{
+    int fd = open_in_sandbox(view->root, path, flags, 0);
+    if (fd >= 0 && mount_id(fd) != view->workspace_mount) {
+        close(fd);
+        errno = EXDEV;
+        return -1;
+    }
+    return fd;
 }
 
 /* Switches this thread's filesystem identity to the sandbox user (root daemon only). */
@@ -59,31 +114,20 @@ static void path_error(int error, const char *path, struct api_error *err)
                       strerror(error));
 }
 
-/* Turns a protocol path (relative to /workspace or absolute inside it) into a relative one;
- * NULL (path_refused) for absolute paths elsewhere. */
-static const char *relative_path(const char *path, struct api_error *err)
+/* Turns a protocol path (relative to /workspace or absolute inside it) into an absolute
+ * sandbox path (caller frees); NULL (path_refused) for absolute paths elsewhere. */
+static char *sandbox_path(const char *path, struct api_error *err)
 {
     if (!path || !*path) {
         api_error_set(err, 400, "bad_request", "query parameter \"path\" is required");
         return NULL;
     }
     if (path[0] != '/')
-        return path;
+        return xasprintf("/workspace/%s", path);
     if (strncmp(path, "/workspace", 10) == 0 && (path[10] == '\0' || path[10] == '/'))
-        return path[10] ? path + 11 : ".";
+        return strdup(path);
     api_error_set(err, 400, "path_refused", "path \"%s\" is outside /workspace", path);
     return NULL;
-}
-
-/* Opens the workspace's /workspace directory on the host. */
-static int open_workspace_root(struct workspace *ws, struct api_error *err)
-{
-    char *dir = workspace_files_dir(ws->id);
-    int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    free(dir);
-    if (fd < 0)
-        api_error_set(err, 500, "internal", "workspace directory missing");
-    return fd;
 }
 
 /* Reads all of FD (size known from fstat) into a fresh buffer. */
@@ -112,18 +156,19 @@ static bool read_all(int fd, size_t size, unsigned char **out, size_t *len)
 bool files_read(struct workspace *ws, const char *path, struct file_data *out,
                 struct api_error *err)
 {
-    const char *rel = relative_path(path, err);
+    char *target = sandbox_path(path, err);
+    struct sandbox_view view;
     struct stat st;
-    if (!rel)
+    if (!target || !view_open(ws, &view, err)) {
+        free(target);
         return false;
-    int root = open_workspace_root(ws, err);
-    if (root < 0)
-        return false;
+    }
     become_sandbox_fs_user();
-    int fd = open_beneath(root, rel, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0);
+    int fd = open_confined(&view, target, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     int error = errno;
     restore_fs_user();
-    close(root);
+    close(view.root);
+    free(target);
     if (fd < 0) {
         path_error(error, path, err);
         return false;
@@ -167,39 +212,35 @@ static bool parse_mode(const char *text, unsigned *mode, struct api_error *err)
     return true;
 }
 
-/* Opens (creating missing components, mode 0755) the directory holding REL's last component;
- * *NAME points at that component. Returns a directory fd or -1 with errno. */
-static int open_parent_dir(int root, char *rel, const char **name)
+/* Opens (creating missing components, mode 0755) the directory holding the last component
+ * of TARGET (an absolute sandbox path, modified in place); *NAME points at that component.
+ * Every directory reached is checked to lie on /workspace. Returns a directory fd or -1. */
+static int open_parent_dir(struct sandbox_view *view, char *target, const char **name)
 {
-    char *slash = strrchr(rel, '/');
-    if (!slash) {
-        *name = rel;
-        return open_beneath(root, ".", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
-    }
+    char *slash = strrchr(target, '/');
     *slash = '\0';
     *name = slash + 1;
     int dir = -1;
-    for (char *p = rel;; p++) {
+    for (char *p = target + 1;; p++) {
         if (*p != '/' && *p != '\0')
             continue;
         char saved = *p;
         *p = '\0';
-        int next = open_beneath(root, rel, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
-        if (next < 0 && errno == ENOENT) {
-            const char *comp = strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel;
-            int base = dir >= 0 ? dir : root;
-            if (mkdirat(base, comp, 0755) != 0 && errno != EEXIST) {
+        int next = open_confined(view, target, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (next < 0 && errno == ENOENT && dir >= 0) {
+            if (mkdirat(dir, strrchr(target, '/') + 1, 0755) != 0 && errno != EEXIST) {
                 *p = saved;
-                if (dir >= 0)
-                    close(dir);
+                close(dir);
                 return -1;
             }
-            next = open_beneath(root, rel, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+            next = open_confined(view, target, O_PATH | O_DIRECTORY | O_CLOEXEC);
         }
         *p = saved;
+        int error = errno;
         if (dir >= 0)
             close(dir);
         dir = next;
+        errno = error;
         if (dir < 0 || saved == '\0')
             return dir;
     }
@@ -239,28 +280,38 @@ static bool write_replace(int dir, const char *name, unsigned mode, const unsign
 json_t *files_write(struct workspace *ws, const char *path, const char *mode_text,
                     const unsigned char *data, size_t len, struct api_error *err)
 {
-    const char *rel = relative_path(path, err);
+    char *target = sandbox_path(path, err);
+    struct sandbox_view view;
     unsigned mode;
     const char *name;
     struct stat st;
-    if (!rel || !parse_mode(mode_text, &mode, err))
+    if (!target || !parse_mode(mode_text, &mode, err)) {
+        free(target);
         return NULL;
+    }
     if (len > g_config.max_file_bytes) {
         api_error_set(err, 413, "file_too_large", "body is over %zu bytes",
                       g_config.max_file_bytes);
+        free(target);
         return NULL;
     }
-    char *copy = strdup(rel);
-    size_t l = strlen(copy);
-    while (l > 1 && copy[l - 1] == '/')
-        copy[--l] = '\0';
-    int root = open_workspace_root(ws, err);
-    if (root < 0) {
-        free(copy);
+    size_t l = strlen(target);
+    while (l > 1 && target[l - 1] == '/')
+        target[--l] = '\0';
+    char *shown = strdup(target);
+    if (strcmp(target, "/workspace") == 0) {
+        api_error_set(err, 400, "is_a_directory", "\"%s\" is a directory", path);
+        free(target);
+        free(shown);
+        return NULL;
+    }
+    if (!view_open(ws, &view, err)) {
+        free(target);
+        free(shown);
         return NULL;
     }
     become_sandbox_fs_user();
-    int dir = open_parent_dir(root, copy, &name);
+    int dir = open_parent_dir(&view, target, &name);
     bool ok = dir >= 0;
     int error = errno;
     if (ok && (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
@@ -275,14 +326,13 @@ json_t *files_write(struct workspace *ws, const char *path, const char *mode_tex
     restore_fs_user();
     if (dir >= 0)
         close(dir);
-    close(root);
-    free(copy);
-    if (!ok) {
+    close(view.root);
+    free(target);
+    json_t *resp = NULL;
+    if (ok)
+        resp = json_pack("{s:s,s:I}", "path", shown, "bytes", (json_int_t)len);
+    else
         path_error(error, path, err);
-        return NULL;
-    }
-    char *shown = strcmp(rel, ".") == 0 ? strdup("/workspace") : xasprintf("/workspace/%s", rel);
-    json_t *resp = json_pack("{s:s,s:I}", "path", shown, "bytes", (json_int_t)len);
     free(shown);
     return resp;
 }

@@ -2,7 +2,7 @@
 # Files: binary round trip, mode, parents, atomic replace, confinement (.., absolute paths,
 # symlinks out), directories, missing files, size limits, ownership, hibernated workspaces.
 . "$(dirname "$0")/lib.sh"
-plan 24
+plan 28
 sd_start --max-file-bytes 100000
 new_ws f1
 
@@ -36,6 +36,12 @@ r=$(api GET "/v1/workspaces/f1/files?path=rel-link/passwd"); is "$(status) $(err
 r=$(api PUT "/v1/workspaces/f1/files?path=rel-link/mesh-escape" "x"); is "$(status) $(err_code "$r")" "400 path_refused" "writing through a symlink out is refused"
 test ! -e /etc/mesh-escape; ok $? "the host /etc is untouched"
 r=$(api GET "/v1/workspaces/f1/files?path=d/inside-link"); is "$r" second "a symlink staying inside is followed"
+run_sh f1 'ln -s /workspace/note.txt abs-inside; ln -s /workspace/d abs-dir; ln -s /tmp tmp-link' >/dev/null
+r=$(api GET "/v1/workspaces/f1/files?path=abs-inside"); is "$r" second "an absolute symlink into /workspace is followed as inside"
+api PUT "/v1/workspaces/f1/files?path=abs-dir/via-link" "v" >/dev/null
+is "$(status) $(cat "$SD_STATE/workspaces/f1/files/d/via-link")" "200 v" "writing through an absolute symlink to a /workspace dir"
+r=$(api PUT "/v1/workspaces/f1/files?path=tmp-link/x" "x"); is "$(status) $(err_code "$r")" "400 path_refused" "a symlink to /tmp (another mount) is refused"
+r=$(api GET "/v1/workspaces/f1/files?path=/workspace/../etc/passwd"); is "$(status) $(err_code "$r")" "400 path_refused" "/workspace/.. climbing out is refused"
 
 r=$(api GET "/v1/workspaces/f1/files?path=bin"); is "$(status) $(err_code "$r")" "400 is_a_directory" "reading a directory"
 r=$(api PUT "/v1/workspaces/f1/files?path=bin" "x"); is "$(status) $(err_code "$r")" "400 is_a_directory" "writing over a directory"
