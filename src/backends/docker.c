@@ -53,7 +53,8 @@
  * budgets, $5 directory, then argv.  The command gets its own session (so
  * its process group is its whole tree unless it starts another session),
  * is killed with that group at the timeout and when it exits, and its
- * output is clamped to head + tail.  The last bytes of stderr are the
+ * output is clamped to head + tail (the watchdog marks the timeout before
+ * it kills, so the wrapper cannot miss the mark).  The last bytes of stderr are the
  * trailer "\036mesh:<timed out>:<stdout bytes>:<stderr bytes>"; the exit
  * status is the command's.  The shell's own chatter goes to /dev/null.
  */
@@ -65,7 +66,7 @@ static const char exec_wrapper[] =
 "if cd -- \"$w\"; then\n"
 "  setsid \"$@\" <\"$i\" >\"$d/out\" 2>\"$d/err\" &\n"
 "  p=$!; echo \"$p\" >\"$d/pid\"\n"
-"  ( sleep \"$s\" & z=$!; trap 'kill $z; exit 0' TERM; wait $z; kill -KILL -\"$p\" && : >\"$d/timeout\" ) </dev/null >/dev/null 2>&1 &\n"
+"  ( sleep \"$s\" & z=$!; trap 'kill $z; exit 0' TERM; wait $z; : >\"$d/timeout\"; kill -KILL -\"$p\" ) </dev/null >/dev/null 2>&1 &\n"
 "  g=$!; wait \"$p\"; r=$?\n"
 "  kill \"$g\"; kill -KILL -\"$p\"\n"
 "else\n"
