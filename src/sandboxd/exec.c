@@ -77,6 +77,8 @@ static int helper_fail(struct exec_run *run, const char *step)
     _exit(1);
 }
 
+/* Whether the daemon decided to end this exec (helpers check it between steps, closing the
+ * window before a pidfd exists). */
 static bool kill_requested(struct exec_run *run)
 {
     return __atomic_load_n(&run->kill_reason, __ATOMIC_SEQ_CST) != KILL_NONE;
@@ -612,6 +614,17 @@ static json_t *exec_response(struct exec_run *run, struct capture *out, struct c
     return resp;
 }
 
+/* One log line for execs that did not simply finish: timeouts, kills, OOM kills. */
+static void log_exec_end(struct workspace *ws, struct exec_run *run, bool oom, double wall_ms)
+{
+    static const char *reasons[] = {NULL, "timed out", "killed by request", "killed by release"};
+    int reason = __atomic_load_n(&run->kill_reason, __ATOMIC_SEQ_CST);
+    if (reason != KILL_NONE || oom)
+        log_event("workspace %s: exec%s%s %s after %.0f ms", ws->id, run->key ? " " : "",
+                  run->key ? run->key : "", reason ? reasons[reason] : "hit the memory limit",
+                  wall_ms);
+}
+
 /* Starts the helper chain and supervises it; returns the response or sets ERR. */
 static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
                                    struct exec_request *req, struct api_error *err)
@@ -637,7 +650,14 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
         while (waitpid(outer, NULL, __WALL) < 0 && errno == EINTR)
             ;
         double wall = monotonic_ms() - start;
-        if (!run->init_reaped && run->failed_step && !kill_requested(run)) {
+        if (!run->init_reaped && run->failed_step && !kill_requested(run) &&
+            !holder_running(ws)) {
+            api_error_set(err, 409, "workspace_not_running",
+                          "workspace \"%s\" lost its sandbox; acquire restarts it", ws->id);
+            log_event("workspace %s: holder is gone", ws->id);
+            free(capture_finish(&out, &(bool){false}));
+            free(capture_finish(&errc, &(bool){false}));
+        } else if (!run->init_reaped && run->failed_step && !kill_requested(run)) {
             api_error_set(err, 500, "spawn_failed", "cannot enter the workspace (%s: %s)",
                           run->failed_step, strerror(run->failed_errno));
             log_event("workspace %s: exec failed at %s: %s", ws->id, run->failed_step,
@@ -645,8 +665,9 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
             free(capture_finish(&out, &(bool){false}));
             free(capture_finish(&errc, &(bool){false}));
         } else {
-            resp = exec_response(run, &out, &errc, wall,
-                                 cgroup_workspace_oom_kills(ws->id) > oom_before);
+            bool oom = cgroup_workspace_oom_kills(ws->id) > oom_before;
+            log_exec_end(ws, run, oom, wall);
+            resp = exec_response(run, &out, &errc, wall, oom);
         }
     }
     close_fd(&stdin_w);

@@ -182,6 +182,9 @@ static void reap_children(void)
         ;
 }
 
+/* Start-up order matters: flags, lock, subreaper, signal mask (inherited by every thread),
+ * capabilities, base image, workspaces (re-adoption), then listeners; then reap until told to
+ * stop. */
 int main(int argc, char **argv)
 {
     sigset_t handled;

@@ -443,6 +443,15 @@ bool sandbox_adopt(struct workspace *ws)
     return true;
 }
 
+/* True while the workspace's holder is the live process we started or adopted. */
+bool holder_running(struct workspace *ws)
+{
+    unsigned long long start;
+    char state;
+    return ws->holder_pid > 0 && process_start_time(ws->holder_pid, &start, &state) &&
+           start == ws->holder_start && state != 'Z';
+}
+
 /* Kills the holder (SIGKILL: bwrap's pid 1 ignores SIGTERM), which tears down its pid
  * namespace and every process in it, and waits until it is gone. */
 void sandbox_stop(struct workspace *ws)

@@ -143,6 +143,7 @@ bool sandbox_adopt(struct workspace *ws);
 void sandbox_stop(struct workspace *ws);
 void sandbox_close_fds(struct workspace *ws);
 bool process_start_time(pid_t pid, unsigned long long *start, char *state);
+bool holder_running(struct workspace *ws);
 
 /* ---- exec (exec.c) ---- */
 json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *err);

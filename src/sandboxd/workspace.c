@@ -222,15 +222,6 @@ static void workspace_stop(struct workspace *ws)
     pthread_mutex_unlock(&ws->lock);
 }
 
-/* True when the running workspace's holder is still the process we started. */
-static bool holder_alive(struct workspace *ws)
-{
-    unsigned long long start;
-    char state;
-    return ws->holder_pid > 0 && process_start_time(ws->holder_pid, &start, &state) &&
-           start == ws->holder_start && state != 'Z';
-}
-
 /* Parses the acquire body into WS's settings (used only when the workspace is created). */
 static bool parse_acquire_body(json_t *body, const struct size_tier **tier, json_t **labels,
                                struct api_error *err)
@@ -301,7 +292,7 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
     if (fresh && !workspace_make_dirs(ws)) {
         api_error_set(err, 500, "internal", "cannot create the workspace directory");
         ok = false;
-    } else if (ws->state != WS_RUNNING || !holder_alive(ws)) {
+    } else if (ws->state != WS_RUNNING || !holder_running(ws)) {
         if (ws->state == WS_RUNNING)
             workspace_stop(ws);   /* holder died under us: restart it over the same files */
         woke = !created;
@@ -428,7 +419,7 @@ static void workspace_revive(struct workspace *ws)
     } else if (sandbox_adopt(ws)) {
         return;
     } else {
-        if (ws->holder_pid > 0 && holder_alive(ws))
+        if (ws->holder_pid > 0 && holder_running(ws))
             sandbox_stop(ws);
         ws->holder_pid = 0;
         if (!sandbox_start(ws, &err)) {

@@ -2,7 +2,7 @@
 # Lifecycle: idempotent acquire, hibernate and wake, destroy, --release default, restart after
 # SIGTERM and SIGKILL (re-adoption), lost holders, drain, single-instance lock.
 . "$(dirname "$0")/lib.sh"
-plan 22
+plan 25
 sd_start
 holder_of() { jq -r .holder_pid "$SD_STATE/workspaces/$1/meta.json"; }
 
@@ -37,6 +37,14 @@ mkdir -p "$SD_STATE/workspaces/half-made/files"
 sd_launch
 is "$(stdout_of "$(exec_json l1 '{"argv":["cat","r.txt"]}')")" after-restart "a lost holder is restarted over the same files"
 test ! -e "$SD_STATE/workspaces/half-made"; ok $? "a directory without state is cleaned up at start"
+
+kill -KILL "$(holder_of l1)"
+for _ in $(seq 1 50); do kill -0 "$(holder_of l1)" 2>/dev/null || break; sleep 0.1; done
+r=$(exec_json l1 '{"argv":["true"]}')
+is "$(status) $(err_code "$r")" "409 workspace_not_running" "a workspace whose holder died answers workspace_not_running"
+r=$(api PUT /v1/workspaces/l1)
+is "$(field "$r" '[.state,.woke]|map(tostring)|join(",")')" "running,true" "acquire restarts it"
+is "$(stdout_of "$(exec_json l1 '{"argv":["cat","r.txt"]}')")" after-restart "with its files"
 
 "$SANDBOXD" "${SD_ARGS[@]}" 2>"$SD_DIR/second.log"
 rc=$?
