@@ -46,6 +46,7 @@
 #define DOCKER_WORKSPACE "/workspace"
 #define DOCKER_SCRATCH "/run/mesh"
 #define DOCKER_LABEL "mesh.install"
+#define DOCKER_BACKEND_LABEL "mesh.backend"
 #define TAR_BLOCK 512
 
 /*
@@ -605,7 +606,7 @@ container_spec(const MeshBackend *be, MeshSize size, const char *install_id)
 	json_int_t	pids;
 
 	tier_limits(size, &memory, &nano_cpus, &pids);
-	return json_pack("{s:s,s:[s,s],s:s,s:[s,s],s:s,s:b,s:{s:s,s:s},s:{"
+	return json_pack("{s:s,s:[s,s],s:s,s:[s,s],s:s,s:b,s:{s:s,s:s,s:s},s:{"
 					 "s:s,s:b,s:[s],s:[s],s:b,s:I,s:I,s:I,s:I,"
 					 "s:[{s:s,s:s},{s:s,s:s}]}}",
 					 "Image", json_string_value(json_object_get(be->config, "image")),
@@ -614,7 +615,8 @@ container_spec(const MeshBackend *be, MeshSize size, const char *install_id)
 					 "Env", "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" DOCKER_WORKSPACE,
 					 "WorkingDir", DOCKER_WORKSPACE,
 					 "NetworkDisabled", 1,
-					 "Labels", DOCKER_LABEL, install_id, "mesh.size", mesh_size_name(size),
+					 "Labels", DOCKER_LABEL, install_id, DOCKER_BACKEND_LABEL, be->name,
+					 "mesh.size", mesh_size_name(size),
 					 "HostConfig",
 					 "NetworkMode", "none",
 					 "ReadonlyRootfs", 1,
@@ -699,24 +701,27 @@ acquire_created(const MeshBackend *be, MeshOpState *st, DockerOp *op,
 	return MESH_STEP_NEXT;
 }
 
-/* A container by our name exists: only one labelled with our install is ours. */
+/* A container by our name exists: only one labelled with our install and entry is ours. */
 static MeshStepResult
 acquire_inspected(const MeshBackend *be, MeshOpState *st, DockerOp *op,
 				  const MeshHttpResponse *resp, MeshError *err)
 {
 	json_t	   *doc;
 	const char *owner = NULL;
+	const char *entry = NULL;
 
 	if (!docker_ok(resp, be, "inspect an existing container", err))
 		return MESH_STEP_FAILED;
 	if ((doc = parse_object(resp, be, err)) == NULL)
 		return MESH_STEP_FAILED;
-	json_unpack(doc, "{s:{s:{s?s}}}", "Config", "Labels", DOCKER_LABEL, &owner);
-	if (owner == NULL || strcmp(owner, op->install_id) != 0)
+	json_unpack(doc, "{s:{s:{s?s,s?s}}}", "Config", "Labels", DOCKER_LABEL, &owner,
+				DOCKER_BACKEND_LABEL, &entry);
+	if (owner == NULL || strcmp(owner, op->install_id) != 0 ||
+		entry == NULL || strcmp(entry, be->name) != 0)
 	{
 		json_decref(doc);
 		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
-					   "backend \"%s\" (Docker): a container named \"%s\" exists and does not belong to this installation (name conflict)",
+					   "backend \"%s\" (Docker): a container named \"%s\" exists and does not belong to this installation and backend (name conflict)",
 					   be->name, op->ref);
 		return MESH_STEP_FAILED;
 	}
@@ -1282,12 +1287,19 @@ docker_release_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRe
 	return MESH_STEP_DONE;
 }
 
-/* Every container of this install, running or stopped, found by label. */
+/*
+ * Every container of this install and this catalog entry, running or
+ * stopped, found by labels: two entries may share one daemon, and each
+ * must list only what it made, or the reaper would take the other's
+ * containers for orphans.
+ */
 static void
 docker_list_request(const MeshBackend *be, MeshOpState *st, const char *install_id,
 					MeshHttpRequest *req)
 {
-	json_t	   *filters = json_pack("{s:[s]}", "label", psprintf(DOCKER_LABEL "=%s", install_id));
+	json_t	   *filters = json_pack("{s:[s,s]}", "label",
+										psprintf(DOCKER_LABEL "=%s", install_id),
+										psprintf(DOCKER_BACKEND_LABEL "=%s", be->name));
 	char	   *text = json_dumps(filters, JSON_COMPACT);
 
 	docker_begin(be, req, "GET", psprintf("/containers/json?all=1&filters=%s", url_encode(text)));
