@@ -68,6 +68,29 @@ if ls test/e2e/*.t >/dev/null 2>&1; then
   count_tap "$MESH_TEST_WORK/e2e.out" $rc
 fi
 
+# --- conformance (test/conformance/, test/lib/docker.sh): the same pgTAP files against every
+# backend in test/conformance/backends.list; a private dockerd serves the "docker" backend and
+# is stopped on exit even on failure; when it cannot start here, docker is skipped visibly.
+if [ -x test/conformance/run.sh ]; then
+  echo "== conformance (test/conformance/)"
+  # shellcheck source=test/lib/docker.sh
+  . test/lib/docker.sh
+  trap 'mesh_docker_stop; cleanup' EXIT
+  if mesh_docker_start "$MESH_TEST_WORK/docker" 2> "$MESH_TEST_WORK/docker.err" \
+     && mesh_docker_image mesh-conformance 2>> "$MESH_TEST_WORK/docker.err"; then
+    export MESH_DOCKER_SOCKET="$MESH_TEST_WORK/docker/docker.sock" MESH_DOCKER_IMAGE=mesh-conformance
+  else
+    export MESH_DOCKER_SKIP="dockerd could not run here: $(tr '\n' ' ' < "$MESH_TEST_WORK/docker.err" | cut -c1-200)"
+  fi
+  psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
+  test/conformance/run.sh > "$MESH_TEST_WORK/conformance.out" 2>&1; rc=$?
+  grep -E '^not ok|^# (backend|SKIP|Failed)' "$MESH_TEST_WORK/conformance.out" | head -40
+  grep -E '^Files=|^Result' "$MESH_TEST_WORK/conformance.out"
+  count_tap "$MESH_TEST_WORK/conformance.out" $rc
+  mesh_docker_stop
+fi
+# --- end conformance
+
 if ls test/sandboxd/*.t >/dev/null 2>&1; then
   echo "== prove (test/sandboxd/)"
   prove -v test/sandboxd/*.t > "$MESH_TEST_WORK/sandboxd.out" 2>&1; rc=$?
