@@ -1,7 +1,7 @@
 #!/bin/bash
 # HTTP layer: capabilities, bearer auth, error bodies and codes, body limit, routing.
 . "$(dirname "$0")/lib.sh"
-plan 27
+plan 28
 sd_start --max-body-bytes 4096
 
 caps=$(api GET /v1/capabilities)
@@ -43,5 +43,8 @@ r=$(api GET '/v1/workspaces?label=team=blue')
 is "$(field "$r" '[.workspaces[].id]|join(",")')" lab2 "list filters by label"
 r=$(api GET /v1/workspaces)
 is "$(field "$r" '[.workspaces[].id]|sort|join(",")')" "lab1,lab2" "list shows all workspaces"
+conns=$(curl -s -m 10 -o /dev/null -o /dev/null -w '%{num_connects} ' -H "Authorization: Bearer $SD_TOKEN" \
+    "$SD_URL/v1/capabilities" "$SD_URL/v1/workspaces")
+is "$conns" "1 0 " "HTTP keep-alive: the second request reuses the connection"
 kill -0 "$SD_PID"; ok $? "daemon still alive after bad input"
 finish

@@ -53,9 +53,14 @@ for i in 1 2 3 4; do
     exec_json e1 '{"argv":["sh","-c","sleep 1; echo '$i'"],"exec_key":"c'$i'"}' > "$SD_DIR/conc.$i" &
     pids+=($!)
 done
-sleep 0.3
-r=$(exec_json e1 '{"argv":["sleep","5"],"exec_key":"c1"}')
-is "$(status) $(err_code "$r")" "409 exec_key_in_use" "a running exec's key cannot be reused"
+exec_json e1 '{"argv":["sleep","4"],"exec_key":"long"}' > /dev/null & pids+=($!)
+for _ in $(seq 1 100); do   # until the long exec is registered (a probe that runs frees its key)
+    r=$(exec_json e1 '{"argv":["true"],"exec_key":"long"}')
+    [ "$(err_code "$r")" = exec_key_in_use ] && break
+    sleep 0.05
+done
+is "$(err_code "$r")" "exec_key_in_use" "a running exec's key cannot be reused (409)"
+api POST /v1/workspaces/e1/execs/long/kill >/dev/null
 wait "${pids[@]}"
 outs=$(for i in 1 2 3 4; do stdout_of "$(cat "$SD_DIR/conc.$i")"; done | sort | tr '\n' ' ')
 is "$outs" "1 2 3 4 " "concurrent execs in one workspace all complete"

@@ -52,8 +52,7 @@ ok $((rc == 0)) "a second daemon on the same state dir refuses to start"
 like "$(cat "$SD_DIR/second.log")" "lock" "and says why"
 
 exec_json l1 '{"argv":["sh","-c","sleep 1; echo drained"]}' > "$SD_DIR/drain" & ep=$!
-for _ in $(seq 1 100); do pgrep -u nobody -x sleep -f >/dev/null 2>&1 && break; sleep 0.05; done
-sleep 0.2
+for _ in $(seq 1 100); do pgrep -u nobody -f '^sleep 1$' >/dev/null 2>&1 && break; sleep 0.05; done
 kill -TERM "$SD_PID"
 wait $ep
 is "$(stdout_of "$(cat "$SD_DIR/drain")")" drained "SIGTERM drains an exec in flight"
