@@ -38,7 +38,8 @@ static void usage(int status)
             "  --max-file-bytes N      file read/write limit (default 67108864)\n"
             "  --max-output-bytes N    per-stream exec output clamp (default 1048576)\n"
             "  --bwrap PATH            bubblewrap binary (default /usr/bin/bwrap)\n"
-            "  --cgroup-name NAME      cgroup subtree name (default mesh-sandboxd)\n");
+            "  --cgroup-name NAME      cgroup subtree name (default mesh-sandboxd)\n"
+            "  --hibernate-on-exit     on SIGTERM stop all workspaces (files kept)\n");
     exit(status);
 }
 
@@ -102,6 +103,7 @@ static void parse_flags(int argc, char **argv)
         {"release", 1, 0, 'R'},        {"max-body-bytes", 1, 0, 'B'},
         {"max-file-bytes", 1, 0, 'F'}, {"max-output-bytes", 1, 0, 'O'},
         {"bwrap", 1, 0, 'w'},          {"cgroup-name", 1, 0, 'c'},  {"help", 0, 0, 'h'},
+        {"hibernate-on-exit", 0, 0, 'H'},
         {0, 0, 0, 0}};
     const char *token_file = NULL, *sandbox_user = NULL;
     int opt;
@@ -136,6 +138,7 @@ static void parse_flags(int argc, char **argv)
         case 'O': g_config.max_output_bytes = parse_size(optarg, "--max-output-bytes"); break;
         case 'w': g_config.bwrap_path = optarg; break;
         case 'c': g_config.cgroup_name = optarg; break;
+        case 'H': g_config.hibernate_on_exit = true; break;
         case 'h': usage(0); break;
         default: usage(2);
         }
@@ -217,7 +220,10 @@ int main(int argc, char **argv)
         if (sig == SIGTERM || sig == SIGINT) {
             log_event("%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
             http_stop();
-            log_event("stopped; workspaces stay alive for the next start");
+            if (g_config.hibernate_on_exit)
+                workspaces_hibernate_all();
+            log_event(g_config.hibernate_on_exit ? "stopped; workspaces hibernated"
+                                                 : "stopped; workspaces stay alive for the next start");
             return 0;
         }
     }

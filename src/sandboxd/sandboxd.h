@@ -36,6 +36,7 @@ struct config {
     gid_t sandbox_gid;
     bool is_root;               /* the daemon runs with euid 0 */
     enum release_mode release_default;
+    bool hibernate_on_exit;     /* --hibernate-on-exit: no sandbox outlives the daemon */
     size_t max_body_bytes;
     size_t max_file_bytes;
     size_t max_output_bytes;
@@ -133,6 +134,7 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err);
 json_t *workspace_release(const char *id, json_t *body, struct api_error *err);
 json_t *workspace_list(const char *label_filter, struct api_error *err);
 json_t *workspace_describe(struct workspace *ws);
+void workspaces_hibernate_all(void);
 char *workspace_dir(const char *id);
 char *workspace_files_dir(const char *id);
 

@@ -465,3 +465,27 @@ void workspaces_init(void)
         closedir(d);
     free(root);
 }
+
+/* --hibernate-on-exit: after the drain, stop every running workspace (files kept) so that no
+ * sandbox process outlives the daemon; the next start finds them hibernated. */
+void workspaces_hibernate_all(void)
+{
+    for (;;) {
+        struct workspace *ws = NULL;
+        pthread_mutex_lock(&registry_lock);
+        for (struct workspace *w = registry; w && !ws; w = w->next)
+            if (w->state == WS_RUNNING) {
+                ws = w;
+                ws->refcount++;
+            }
+        pthread_mutex_unlock(&registry_lock);
+        if (!ws)
+            return;
+        pthread_mutex_lock(&ws->lifecycle);
+        workspace_stop(ws);
+        workspace_persist(ws);
+        pthread_mutex_unlock(&ws->lifecycle);
+        log_event("workspace %s: hibernated at exit", ws->id);
+        workspace_put(ws);
+    }
+}

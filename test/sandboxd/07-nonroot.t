@@ -3,7 +3,7 @@
 # resource_limits and compute_metering false, and isolation still holds.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/isolation_checks.sh"
-plan 26
+plan 29
 id postgres >/dev/null 2>&1 || { echo "1..0 # skip no postgres user"; exit 0; }
 sd_start_as postgres
 
@@ -37,4 +37,16 @@ sd_launch() {   # relaunch as postgres
 }
 sd_launch
 is "$(stdout_of "$(exec_json iso1 '{"argv":["cat","x/y.txt"]}')")" hello "restart as non-root re-adopts"
+
+# --hibernate-on-exit (for embedding: no sandbox process outlives the database's daemon)
+sd_stop TERM
+SD_ARGS+=(--hibernate-on-exit)
+sd_launch
+holder=$(jq -r .holder_pid "$SD_STATE/workspaces/iso1/meta.json")
+sd_stop TERM
+kill -0 "$holder" 2>/dev/null; ok $((! $?)) "--hibernate-on-exit: SIGTERM stops the holders"
+sd_launch
+is "$(field "$(api GET /v1/workspaces/iso1)" .state)" hibernated "they come back hibernated"
+api PUT /v1/workspaces/iso1 >/dev/null
+is "$(stdout_of "$(exec_json iso1 '{"argv":["cat","x/y.txt"]}')")" hello "and wake with their files"
 finish
