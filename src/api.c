@@ -32,6 +32,9 @@
 
 #define MESH_MAX_TIMEOUT_MS (7L * 24 * 3600 * 1000)
 
+/* json -> mesh.workspaces, prepared once per session (plancache revalidates it) */
+static SPIPlanPtr row_plan = NULL;
+
 PG_FUNCTION_INFO_V1(mesh_acquire);
 PG_FUNCTION_INFO_V1(mesh_exec);
 PG_FUNCTION_INFO_V1(mesh_read_file);
@@ -120,8 +123,16 @@ mesh_acquire(PG_FUNCTION_ARGS)
 	/* the worker sends the row as JSON; turn it into mesh.workspaces */
 	args[0] = CStringGetTextDatum(row);
 	SPI_connect();
-	if (SPI_execute_with_args("SELECT (json_populate_record(NULL::mesh.workspaces, $1::json)).*",
-							  1, types, args, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (row_plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare("SELECT (json_populate_record(NULL::mesh.workspaces, $1::json)).*",
+									   1, types);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "mesh: could not prepare the workspace row conversion");
+		row_plan = plan;
+	}
+	if (SPI_execute_plan(row_plan, args, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "mesh: could not build the workspace row");
 	tuple = SPI_tuptable->vals[0];
 	json_decref(reply.doc);

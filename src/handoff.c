@@ -230,6 +230,17 @@ mesh_reply_encode(StringInfo out, json_t *doc, const char *blob, Size blob_len)
 	free(json);
 }
 
+/*
+ * Replies that carry output or a file get a roomy queue; the rest are a few
+ * hundred bytes.  (A bigger reply still passes a small queue, in turns.)
+ */
+static Size
+reply_queue_size(MeshOp op)
+{
+	return (op == MESH_OP_EXEC || op == MESH_OP_READ_FILE || op == MESH_OP_SWEEP)
+		? MESH_REPLY_QUEUE_SIZE : MESH_SMALL_REPLY_QUEUE_SIZE;
+}
+
 /* Build the call segment: header, request JSON, blob, reply queue. */
 static dsm_segment *
 create_call_segment(MeshOp op, const char *json, const char *blob, Size blob_len)
@@ -238,7 +249,7 @@ create_call_segment(MeshOp op, const char *json, const char *blob, Size blob_len
 	Size		json_off = MAXALIGN(sizeof(MeshCall));
 	Size		blob_off = json_off + json_len;
 	Size		mq_off = MAXALIGN(blob_off + blob_len);
-	dsm_segment *seg = dsm_create(mq_off + MESH_REPLY_QUEUE_SIZE, 0);
+	dsm_segment *seg = dsm_create(mq_off + reply_queue_size(op), 0);
 	char	   *base = dsm_segment_address(seg);
 	MeshCall   *call = (MeshCall *) base;
 
@@ -288,7 +299,7 @@ mesh_call_slot(int w, MeshOp op, json_t *request,
 	free(json);
 	mq = shm_mq_create((char *) dsm_segment_address(seg) +
 					   ((MeshCall *) dsm_segment_address(seg))->mq_off,
-					   MESH_REPLY_QUEUE_SIZE);
+					   reply_queue_size(op));
 	shm_mq_set_receiver(mq, MyProc);
 	mqh = shm_mq_attach(mq, seg, NULL);
 

@@ -31,6 +31,7 @@
 #define MESH_QUEUE_LEN 256
 #define MESH_CALL_MAGIC 0x6d657368
 #define MESH_REPLY_QUEUE_SIZE (64 * 1024)
+#define MESH_SMALL_REPLY_QUEUE_SIZE (8 * 1024)
 
 typedef enum MeshOp
 {
