@@ -93,6 +93,21 @@ static void init_report(const char *what, const char *reason)
         return;
 }
 
+/* Highest capability number of this kernel (/proc/sys/kernel/cap_last_cap). */
+static int last_capability = CAP_LAST_CAP;
+
+/* Reads the kernel's highest capability once, before any exec: helpers must not make
+ * failing system calls (they share errno with a daemon thread). */
+void exec_init(void)
+{
+    FILE *f = fopen("/proc/sys/kernel/cap_last_cap", "re");
+    int value;
+    if (f && fscanf(f, "%d", &value) == 1 && value > 0 && value < 64)
+        last_capability = value;
+    if (f)
+        fclose(f);
+}
+
 /* Drops every capability for good: bounding and ambient sets, then effective, permitted and
  * inheritable, and sets no_new_privs. Joining with setns granted full capabilities in the
  * workspace's user namespace; none of them may reach the command. */
@@ -101,8 +116,8 @@ static bool drop_all_capabilities(void)
     struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct data[2];
     memset(data, 0, sizeof data);
-    for (int cap = 0; cap <= 63; cap++)
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+    for (int cap = 0; cap <= last_capability; cap++)   /* no failing calls: errno is shared */
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0)
             return false;
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
         return false;
@@ -327,18 +342,13 @@ static char *capture_finish(struct capture *cap, bool *truncated)
     return b64;
 }
 
-/* Reads what is available from FD into CAP; false at end of file. */
-static bool capture_read(int fd, struct capture *cap)
+/* Reads what is available from the non-blocking FD into CAP (stops at EAGAIN or EOF). */
+static void capture_read(int fd, struct capture *cap)
 {
     unsigned char buf[65536];
-    for (;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n > 0) {
-            capture_append(cap, buf, (size_t)n);
-            continue;
-        }
-        return n < 0 && (errno == EAGAIN || errno == EINTR);
-    }
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0)
+        capture_append(cap, buf, (size_t)n);
 }
 
 /* ---- request parsing ---- */
@@ -538,13 +548,14 @@ static void close_fd(int *fd)
 }
 
 /* Pumps stdin, collects stdout/stderr and enforces the timeout until the outer helper exits
- * (then everything in the exec's namespace is gone and the pipes hold the final bytes). */
+ * (then everything in the exec's namespace is gone and the pipes hold the final bytes).
+ * Decisions never read errno: the helpers share it with this thread. */
 static void exec_supervise(struct exec_run *run, struct exec_request *req, int stdin_w, int out_r,
                            int err_r, struct capture *out, struct capture *errc)
 {
     double deadline = monotonic_ms() + (double)req->timeout_ms;
     size_t stdin_done = 0;
-    bool timed_out = false;
+    bool timed_out = false, helpers_killed = false;
     for (;;) {
         struct pollfd p[4] = {{.fd = run->outer_pidfd, .events = POLLIN},
                               {.fd = out_r, .events = POLLIN},
@@ -556,6 +567,11 @@ static void exec_supervise(struct exec_run *run, struct exec_request *req, int s
         if (n == 0 && !timed_out && monotonic_ms() >= deadline) {
             timed_out = true;
             exec_kill_tree(run, KILL_TIMEOUT);
+        } else if (n == 0 && timed_out && !helpers_killed &&
+                   monotonic_ms() >= deadline + 5000) {
+            /* the tree should be gone by now: end the helper chain as well */
+            syscall(SYS_pidfd_send_signal, run->outer_pidfd, SIGKILL, NULL, 0);
+            helpers_killed = true;
         }
         if (p[1].revents)
             capture_read(out_r, out);
@@ -565,7 +581,7 @@ static void exec_supervise(struct exec_run *run, struct exec_request *req, int s
             ssize_t w = write(stdin_w, req->stdin_data + stdin_done, req->stdin_len - stdin_done);
             if (w > 0)
                 stdin_done += (size_t)w;
-            if (stdin_done == req->stdin_len || (w < 0 && errno != EAGAIN))
+            if (stdin_done == req->stdin_len || (p[3].revents & (POLLERR | POLLNVAL)))
                 close_fd(&stdin_w);
         }
         if (p[0].revents) {

@@ -207,6 +207,7 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &handled, NULL);   /* every thread inherits the block */
     cgroup_init();
     caps_detect();
+    exec_init();
     sandbox_init();
     workspaces_init();
     if (!http_start())

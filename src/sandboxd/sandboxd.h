@@ -148,6 +148,7 @@ bool process_start_time(pid_t pid, unsigned long long *start, char *state);
 bool holder_running(struct workspace *ws);
 
 /* ---- exec (exec.c) ---- */
+void exec_init(void);
 json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *err);
 bool exec_kill_by_key(struct workspace *ws, const char *key);
 void exec_kill_all(struct workspace *ws);
