@@ -17,9 +17,9 @@ echo "rootfs-marker" > "$ROOTFS/etc/marker"
 sd_start --rootfs "$ROOTFS"
 is "$(field "$(api GET /v1/capabilities)" .capabilities.shell)" true "shell detected in the rootfs"
 new_ws r1
-r=$(run_sh r1 'cat /etc/marker; ls /usr/bin | tr "\n" " "')
+r=$(run_sh r1 'cat /etc/marker; echo /usr/bin/*')
 is "$(stdout_of "$r")" "rootfs-marker
-cat ls sh sleep " "commands see the configured rootfs, not the host"
+/usr/bin/cat /usr/bin/ls /usr/bin/sh /usr/bin/sleep" "commands see the configured rootfs, not the host"
 r=$(run_sh r1 'echo x > /usr/bin/new')
 ok $(( $(field "$r" .exit_code) == 0 )) "the rootfs is read-only"
 r=$(run_sh r1 'echo data > f; cat f')
