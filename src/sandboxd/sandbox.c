@@ -88,9 +88,37 @@ static void build_curated_etc(void)
     free(base);
 }
 
-/* Prepares what every holder needs: the curated /etc (unless --rootfs). */
+/* True when the sandbox user can traverse to PATH (bubblewrap runs as that user and must
+ * reach the workspace directories and the base). Checked in a child that switches user. */
+static bool sandbox_user_reaches(const char *path)
+{
+    if (!g_config.is_root)
+        return access(path, X_OK) == 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgroups(1, &g_config.sandbox_gid) != 0 ||
+            setresgid(g_config.sandbox_gid, g_config.sandbox_gid, g_config.sandbox_gid) != 0 ||
+            setresuid(g_config.sandbox_uid, g_config.sandbox_uid, g_config.sandbox_uid) != 0)
+            _exit(2);
+        _exit(access(path, X_OK) == 0 ? 0 : 1);
+    }
+    int status = 0;
+    return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+           WEXITSTATUS(status) == 0;
+}
+
+/* Prepares what every holder needs: the curated /etc (unless --rootfs); refuses to start
+ * when the sandbox user could not reach the state dir or the rootfs. */
 void sandbox_init(void)
 {
+    const char *paths[] = {g_config.state_dir, g_config.rootfs};
+    for (int i = 0; i < 2; i++)
+        if (paths[i] && !sandbox_user_reaches(paths[i])) {
+            log_event("fatal: the sandbox user (uid %d) cannot traverse to %s; make every "
+                      "directory above it searchable (o+x)", (int)g_config.sandbox_uid,
+                      paths[i]);
+            exit(1);
+        }
     if (!g_config.rootfs)
         build_curated_etc();
 }

@@ -2,7 +2,7 @@
 # Lifecycle: idempotent acquire, hibernate and wake, destroy, --release default, restart after
 # SIGTERM and SIGKILL (re-adoption), lost holders, drain, single-instance lock.
 . "$(dirname "$0")/lib.sh"
-plan 25
+plan 27
 sd_start
 holder_of() { jq -r .holder_pid "$SD_STATE/workspaces/$1/meta.json"; }
 
@@ -70,4 +70,8 @@ is "$(field "$r" .outcome)" destroyed "prefer destroy overrides it"
 kill -0 "$holder" 2>/dev/null; ok $((! $?)) "the holder is gone"
 test ! -e "$SD_STATE/workspaces/l1"; ok $? "the workspace directory is removed"
 test ! -e "/sys/fs/cgroup/pids/$SD_CGROUP/l1"; ok $? "its cgroups are removed"
+mkdir -m 700 "$SD_DIR/closed"
+"$SANDBOXD" --state-dir "$SD_DIR/closed/state" --socket "$SD_DIR/closed/s" 2>"$SD_DIR/closed.log"
+ok $(( $? == 0 )) "a state dir the sandbox user cannot reach is refused at start"
+like "$(cat "$SD_DIR/closed.log")" "cannot traverse" "with a clear reason"
 finish
