@@ -7,6 +7,7 @@
 #   mesh_docker_image NAME  import NAME: busybox (static) + /etc/passwd for an unprivileged
 #                           user 1000, /workspace and /run/mesh owned by it
 #   mesh_docker_stop        stop that dockerd (and its containerd) and unmount what it left
+# Safe under set -e: stopping never fails the caller.
 # Nothing global is touched: no iptables rules, no bridge, no IP forwarding, no
 # /var/run/docker.sock; DOCKER_HOST is exported for the docker CLI.
 
@@ -68,17 +69,18 @@ mesh_docker_stop() {
   if kill -0 "$MESH_DOCKER_PID" 2>/dev/null; then
     # containers first, so nothing is left running under the private roots
     local ids
-    ids=$(docker ps -aq 2>/dev/null)
-    [ -n "$ids" ] && docker rm -f -v $ids >/dev/null 2>&1
-    kill -TERM "$MESH_DOCKER_PID"
+    ids=$(docker ps -aq 2>/dev/null || true)
+    if [ -n "$ids" ]; then docker rm -f -v $ids >/dev/null 2>&1 || true; fi
+    kill -TERM "$MESH_DOCKER_PID" 2>/dev/null || true
     for _ in $(seq 1 150); do kill -0 "$MESH_DOCKER_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$MESH_DOCKER_PID" 2>/dev/null
+    kill -KILL "$MESH_DOCKER_PID" 2>/dev/null || true
   fi
-  wait "$MESH_DOCKER_PID" 2>/dev/null
+  wait "$MESH_DOCKER_PID" 2>/dev/null || true
   MESH_DOCKER_PID=""
   # overlay and shm mounts dockerd may leave behind under its private roots
   if [ -n "$MESH_DOCKER_DIR" ]; then
-    grep -o " $MESH_DOCKER_DIR/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
+    { grep -o " $MESH_DOCKER_DIR/[^ ]*" /proc/mounts || true; } | sort -r |
+      while read -r m; do umount -l "$m" 2>/dev/null || true; done
   fi
   return 0
 }
