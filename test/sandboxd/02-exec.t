@@ -53,12 +53,10 @@ for i in 1 2 3 4; do
     exec_json e1 '{"argv":["sh","-c","sleep 1; echo '$i'"],"exec_key":"c'$i'"}' > "$SD_DIR/conc.$i" &
     pids+=($!)
 done
-exec_json e1 '{"argv":["sleep","4"],"exec_key":"long"}' > /dev/null & pids+=($!)
-for _ in $(seq 1 100); do   # until the long exec is registered (a probe that runs frees its key)
-    r=$(exec_json e1 '{"argv":["true"],"exec_key":"long"}')
-    [ "$(err_code "$r")" = exec_key_in_use ] && break
-    sleep 0.05
-done
+LONG="4.$RANDOM"   # a unique duration to find this exec's process from the host
+exec_json e1 '{"argv":["sleep","'"$LONG"'"],"exec_key":"long"}' > /dev/null & pids+=($!)
+for _ in $(seq 1 200); do pgrep -u nobody -f "^sleep $LONG\$" >/dev/null && break; sleep 0.05; done
+r=$(exec_json e1 '{"argv":["true"],"exec_key":"long"}')
 is "$(err_code "$r")" "exec_key_in_use" "a running exec's key cannot be reused (409)"
 api POST /v1/workspaces/e1/execs/long/kill >/dev/null
 wait "${pids[@]}"

@@ -91,13 +91,29 @@ sd_kill_holders() {
         pid=$(jq -r '.holder_pid // 0' "$meta" 2>/dev/null)
         [ "${pid:-0}" -gt 0 ] && kill -KILL "$pid" 2>/dev/null
     done
+    return 0
+}
+
+# Kills every bubblewrap sandbox whose command line names DIR (and its sandbox process), also
+# those a daemon was still starting when it died.
+sd_kill_sandboxes_under() {
+    local pid
+    for pid in $(pgrep -f "bwrap .*$1/"); do
+        pkill -KILL -P "$pid" 2>/dev/null
+        kill -KILL "$pid" 2>/dev/null
+    done
+    return 0
 }
 
 # EXIT trap: daemons, holders, cgroups, directories.
 sd_cleanup() {
     local pid dir cg ctl
     for pid in "${SD_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
-    for dir in "${SD_DIRS[@]}"; do sd_kill_holders "$dir/state"; done
+    for dir in "${SD_DIRS[@]}"; do
+        sd_kill_holders "$dir/state"
+        sd_kill_holders "$dir/run/state"
+        sd_kill_sandboxes_under "$dir"
+    done
     sleep 0.2
     for cg in "${SD_CGROUPS[@]}"; do
         for ctl in memory pids cpu cpuacct; do
@@ -112,6 +128,7 @@ sd_cleanup() {
     for dir in "${SD_DIRS[@]}"; do rm -rf "$dir"; done
 }
 trap sd_cleanup EXIT
+trap "exit 130" INT TERM HUP   # run the EXIT trap on interruption too
 
 # --- HTTP ---
 # api METHOD PATH [BODY|@FILE] -> body on stdout; HTTP status kept for `status` (per shell:
