@@ -51,8 +51,9 @@ rc=$?
 ok $((rc == 0)) "a second daemon on the same state dir refuses to start"
 like "$(cat "$SD_DIR/second.log")" "lock" "and says why"
 
-exec_json l1 '{"argv":["sh","-c","sleep 1; echo drained"]}' > "$SD_DIR/drain" & ep=$!
-for _ in $(seq 1 100); do pgrep -u nobody -f '^sleep 1$' >/dev/null 2>&1 && break; sleep 0.05; done
+DRAIN="1.$RANDOM"   # a unique duration to find this exec's process from the host
+exec_json l1 '{"argv":["sh","-c","sleep '"$DRAIN"'; echo drained"]}' > "$SD_DIR/drain" & ep=$!
+for _ in $(seq 1 100); do pgrep -u nobody -f "^sleep $DRAIN\$" >/dev/null 2>&1 && break; sleep 0.05; done
 kill -TERM "$SD_PID"
 wait $ep
 is "$(stdout_of "$(cat "$SD_DIR/drain")")" drained "SIGTERM drains an exec in flight"
