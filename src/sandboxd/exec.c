@@ -5,7 +5,8 @@
  * fork, so the helpers share the daemon's memory with CLONE_VM instead of copying it):
  *
  *   daemon thread --clone(VM|FILES)--> outer: joins the workspace cgroups, becomes the sandbox
- *     user, setns(user, ipc, uts, net, mnt, pid), chroots into the holder's root
+ *     user, setns(user, ipc, uts, net, mnt, pid, cgroup, inner user), chroots into the
+ *     holder's root
  *   outer --clone(VM|FILES)--> pidns: in the workspace pid namespace; unshare(CLONE_NEWPID)
  *   pidns --clone(VM|PIDFD)--> init: pid 1 of a fresh per-exec pid namespace; wires
  *     stdio, drops every capability (bounding, ambient, effective, permitted), sets
@@ -258,6 +259,8 @@ static int exec_outer_stage(void *arg)
     for (int i = 0; i < 6; i++)
         if (setns(ws->ns_fds[i], ns_types[i]) != 0)
             helper_fail(run, "setns");
+    if (ws->ns_fds[7] >= 0 && setns(ws->ns_fds[7], CLONE_NEWCGROUP) != 0)
+        helper_fail(run, "setns(cgroup)");
     if (ws->ns_fds[6] >= 0 && setns(ws->ns_fds[6], CLONE_NEWUSER) != 0)
         helper_fail(run, "setns(inner user)");
     if (fchdir(ws->root_fd) != 0 || chroot(".") != 0)

@@ -352,6 +352,24 @@ static bool find_outer_user_ns(struct workspace *ws)
     return true;
 }
 
+/* Keeps the holder's cgroup namespace (rooted at the workspace's cgroups) in ns_fds[7] when
+ * bwrap could create one, so execs see "/" in /proc/self/cgroup, not the host's layout. */
+static bool open_cgroup_ns(struct workspace *ws)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/cgroup", (int)ws->holder_pid);
+    int holder = open(path, O_RDONLY | O_CLOEXEC);
+    int self = open("/proc/self/ns/cgroup", O_RDONLY | O_CLOEXEC);
+    bool own = holder >= 0 && self >= 0 && ns_inode(holder) != ns_inode(self);
+    if (self >= 0)
+        close(self);
+    if (own)
+        ws->ns_fds[7] = holder;
+    else if (holder >= 0)
+        close(holder);
+    return holder >= 0;
+}
+
 /* Opens the namespace and root descriptors of the holder so execs can join it. */
 static bool open_holder_fds(struct workspace *ws)
 {
@@ -365,13 +383,13 @@ static bool open_holder_fds(struct workspace *ws)
     }
     snprintf(path, sizeof path, "/proc/%d/root", (int)ws->holder_pid);
     ws->root_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    return ws->root_fd >= 0 && find_outer_user_ns(ws);
+    return ws->root_fd >= 0 && find_outer_user_ns(ws) && open_cgroup_ns(ws);
 }
 
 /* Closes the namespace and root descriptors (workspace stopped or freed). */
 void sandbox_close_fds(struct workspace *ws)
 {
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         if (ws->ns_fds[i] >= 0)
             close(ws->ns_fds[i]);
         ws->ns_fds[i] = -1;

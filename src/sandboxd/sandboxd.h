@@ -114,8 +114,9 @@ struct workspace {
     pid_t holder_pid;
     pid_t bwrap_pid;                  /* bwrap's outer process if this daemon started it */
     unsigned long long holder_start;  /* /proc/PID/stat field 22, to detect pid reuse */
-    int ns_fds[7];                    /* user (bwrap's outer), ipc, uts, net, mnt, pid, and the
-                                         holder's own user ns when bwrap nested one; -1 = none */
+    int ns_fds[8];                    /* user (bwrap's outer), ipc, uts, net, mnt, pid, the
+                                         holder's own user ns when bwrap nested one, and its
+                                         cgroup ns when it has its own; -1 = none */
     int root_fd;                      /* the holder's / (for chroot after setns) */
     int cgroup_fds[CG_COUNT];         /* cgroup.procs of each controller, -1 if none */
     int refcount;                     /* registry + in-flight requests */

@@ -56,7 +56,7 @@ static struct workspace *workspace_new(const char *id)
     ws->labels = json_object();
     ws->created_at = time(NULL);
     ws->state = WS_STOPPING;   /* not usable until started or loaded */
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
         ws->ns_fds[i] = -1;
     ws->root_fd = -1;
     for (int c = 0; c < CG_COUNT; c++)

@@ -2,10 +2,12 @@
 # Isolation of workspaces with a root daemon (sandboxes run as nobody).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/isolation_checks.sh"
-plan 17
+plan 18
 sd_start
 new_ws iso1
 new_ws iso2
 EXPECT_UID=$(id -u nobody)
 isolation_checks
+r=$(run_sh iso1 'cat /proc/self/cgroup')
+ok $(echo "$(stdout_of "$r")" | grep -q "$SD_CGROUP"; echo $((! $?))) "the host's cgroup layout is not visible (cgroup namespace)"
 finish
