@@ -14,7 +14,7 @@
 #define MESH_TOKEN_PATH ".mesh/run-token"
 #define MESH_BROKER_SOCKET_IN_SANDBOX "/run/mesh/broker.sock"
 
-/* A secret delivered into an exec's environment. */
+/* A secret an exec may meet: delivered into its environment, or (variable NULL) only redacted. */
 typedef struct MeshDelivered
 {
 	char	   *variable;

@@ -10,8 +10,10 @@
  * what it cannot enforce as that user (cgroup limits, for one).
  *
  * The daemon gets SIGTERM when this worker dies (PR_SET_PDEATHSIG), drains
- * and exits; its workspaces survive in its state directory and the next
- * daemon re-adopts them.  A daemon that exits is restarted with backoff.
+ * and exits, stopping its sandboxes but keeping their files
+ * (--hibernate-on-exit): nothing the server started runs on without it.
+ * The next daemon finds them in its state directory, and a run's next call
+ * wakes its workspace.  A daemon that exits is restarted with backoff.
  *
  *-------------------------------------------------------------------------
  */
@@ -41,11 +43,19 @@
 #define DAEMON_SOCKET "sandboxd.sock"
 #define MAX_BACKOFF_MS 30000
 
-/* Start the daemon; returns its pid, or 0 when it could not be forked. */
+/*
+ * Start the daemon; returns its pid, or 0 when it could not be forked.
+ * With the broker on, its directory is shown inside every sandbox.
+ */
 static pid_t
 spawn_daemon(const char *binary, const char *state_dir, const char *socket_path)
 {
-	pid_t		pid = fork();
+	char	   *broker_dir = psprintf("%s/mesh_broker", DataDir);
+	pid_t		pid;
+
+	if (mesh_broker_enabled && mkdir(broker_dir, 0755) != 0 && errno != EEXIST)
+		ereport(LOG, (errmsg("mesh: could not create %s: %m", broker_dir)));
+	pid = fork();
 
 	if (pid < 0)
 	{
@@ -54,8 +64,10 @@ spawn_daemon(const char *binary, const char *state_dir, const char *socket_path)
 	}
 	if (pid == 0)
 	{
+		/* no sandbox outlives the server: stopping it stops them, keeping their files */
 		char	   *argv[] = {"mesh-sandboxd", "--socket", (char *) socket_path,
-		"--state-dir", (char *) state_dir, NULL};
+			"--state-dir", (char *) state_dir, "--hibernate-on-exit",
+			mesh_broker_enabled ? "--broker-dir" : NULL, broker_dir, NULL};
 
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		if (getppid() == 1)

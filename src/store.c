@@ -624,25 +624,33 @@ static const char delivered_sql[] =
 "  RETURNING g.deliver_as, g.name, s.value) "
 "SELECT deliver_as, name, value FROM d";
 
+/*
+ * The other secrets the run may fetch from the broker: not delivered (and
+ * so not a read), but their values are redacted from the exec's output all
+ * the same, so no secret a run could see ever lands in an exec row.
+ */
+static const char redact_only_sql[] =
+"SELECT NULL, g.name, s.value FROM mesh.grants g "
+"  JOIN mesh.workspaces w ON w.run_id = g.run_id "
+"  JOIN mesh.secrets s ON s.agent_id = w.agent_id AND s.name = g.name "
+" WHERE g.run_id = $1 AND g.kind = 'secret' "
+"   AND NOT (g.deliver_as IS NOT NULL AND g.revoked_at IS NULL "
+"            AND (g.expires_at IS NULL OR g.expires_at > now()))";
+
 static const char delivered_event_sql[] =
 "INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
 "SELECT 'secret_read', $1, $2::bigint, $3, "
 "       jsonb_build_object('secret', x, 'delivered_as_env', true, 'exec_id', $4::bigint) "
 "  FROM unnest($5::text[]) x";
 
+/* Append the rows of the last statement to a->delivered (variable may be NULL). */
 static void
-fetch_delivered(ExecStartArgs *a)
+collect_secrets(ExecStartArgs *a, StringInfo names)
 {
-	const char *run[1] = {a->ws->run_id};
-	StringInfoData names;
-	MemoryContext old;
-
-	sql_run(delivered_sql, 1, run);
-	initStringInfo(&names);
-	appendStringInfoChar(&names, '{');
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		MeshDelivered *d = MemoryContextAllocZero(result_cxt, sizeof(MeshDelivered));
+		MemoryContext old;
 
 		d->variable = sql_value(r, 1);
 		d->name = sql_value(r, 2);
@@ -650,16 +658,31 @@ fetch_delivered(ExecStartArgs *a)
 		old = MemoryContextSwitchTo(result_cxt);
 		a->delivered = lappend(a->delivered, d);
 		MemoryContextSwitchTo(old);
-		appendStringInfo(&names, "%s\"%s\"", r > 0 ? "," : "", d->name);
+		if (names && d->variable)
+			appendStringInfo(names, "%s\"%s\"", names->len > 1 ? "," : "", d->name);
 	}
+}
+
+static void
+fetch_delivered(ExecStartArgs *a)
+{
+	const char *run[1] = {a->ws->run_id};
+	StringInfoData names;
+
+	initStringInfo(&names);
+	appendStringInfoChar(&names, '{');
+	sql_run(delivered_sql, 1, run);
+	collect_secrets(a, &names);
 	appendStringInfoChar(&names, '}');
-	if (a->delivered != NIL)
+	if (names.len > 2)
 	{
 		const char *ev[5] = {a->ws->run_id, int64_text(a->ws->id), a->ws->backend_kind,
 		int64_text(a->exec_id), names.data};
 
 		sql_run(delivered_event_sql, 5, ev);
 	}
+	sql_run(redact_only_sql, 1, run);
+	collect_secrets(a, NULL);
 }
 
 static const char exec_insert_sql[] =

@@ -84,6 +84,7 @@ typedef struct WorkerCall
 	bool		budget_bound;	/* the budget, not the caller, set the timeout */
 	List	   *delivered;		/* secrets delivered into this exec's environment */
 	char	   *secret_body;	/* a request body holding a secret, wiped once sent */
+	bool		woke_once;		/* already woke a stopped workspace for this call */
 } WorkerCall;
 
 static dlist_head calls = DLIST_STATIC_INIT(calls);
@@ -451,6 +452,23 @@ start_acquire(WorkerCall *call)
 	call->step = STEP_ACQUIRING;
 }
 
+/*
+ * The backend says the workspace is not running (its sandbox stopped: the
+ * server or the daemon restarted).  Acquire wakes it with its files; then
+ * the call starts over.  Once per call, so a failing wake cannot loop.
+ */
+static bool
+wake_and_retry(WorkerCall *call, const MeshError *merr)
+{
+	if (merr->failure != MESH_FAIL_NOT_RUNNING || call->woke_once)
+		return false;
+	call->woke_once = true;
+	ereport(LOG, (errmsg("mesh: the workspace of run \"%s\" was not running on backend \"%s\"; waking it",
+						 call->run_id, call->ws.backend_kind)));
+	start_acquire(call);
+	return true;
+}
+
 static void
 begin_materialize(WorkerCall *call)
 {
@@ -576,6 +594,17 @@ exec_response_limit(WorkerCall *call)
 	return (size_t) call->spec.max_output_bytes * 3 + 64 * 1024;
 }
 
+static bool
+list_has_variable(List *delivered)
+{
+	ListCell   *lc;
+
+	foreach(lc, delivered)
+		if (((MeshDelivered *) lfirst(lc))->variable)
+			return true;
+	return false;
+}
+
 /*
  * Secrets the run's grants deliver as environment ride in the exec request
  * body, over the caller's own variables; never in a URL, never in the row
@@ -587,14 +616,15 @@ deliver_environment(WorkerCall *call)
 	ListCell   *lc;
 	json_t	   *env;
 
-	if (call->delivered == NIL)
+	if (!list_has_variable(call->delivered))
 		return;
 	env = call->spec.env ? json_deep_copy(call->spec.env) : json_pack("{}");
 	foreach(lc, call->delivered)
 	{
 		MeshDelivered *d = lfirst(lc);
 
-		json_object_set_new(env, d->variable, json_string(d->value));
+		if (d->variable)
+			json_object_set_new(env, d->variable, json_string(d->value));
 	}
 	call->spec.env = env;
 	json_object_set_new(call->req, "delivered_env", env);	/* freed with the request */
@@ -610,8 +640,10 @@ redact_delivered(WorkerCall *call, MeshExecResult *result)
 	{
 		MeshDelivered *d = lfirst(lc);
 
-		mesh_redact(&result->stdout_data, &result->stdout_len, d->value, d->variable);
-		mesh_redact(&result->stderr_data, &result->stderr_len, d->value, d->variable);
+		const char *label = d->variable ? d->variable : d->name;
+
+		mesh_redact(&result->stdout_data, &result->stdout_len, d->value, label);
+		mesh_redact(&result->stderr_data, &result->stderr_len, d->value, label);
 		mesh_forget(d->value);
 	}
 }
@@ -721,11 +753,14 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	{
 		rec.status = "error";
 		rec.error = merr.message;
+		if (merr.failure == MESH_FAIL_NOT_RUNNING && !call->woke_once)
+			rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
 		rec.charged_seconds = seconds_since(call->op_started);
 		rec.charge_basis = "wall";
 		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
 			FreeErrorData(err);
-		reply_backend_error(call, &merr);
+		if (!wake_and_retry(call, &merr))
+			reply_backend_error(call, &merr);
 		return;
 	}
 	redact_delivered(call, &result);
@@ -815,6 +850,8 @@ finish_read(WorkerCall *call, const MeshHttpResponse *resp)
 
 	if (continue_op(call, r, (size_t) mesh_max_file_bytes + 1))
 		return;
+	if (!ok && wake_and_retry(call, &merr))
+		return;
 	if (!ok && resp->transport_error && resp->status == 0 &&
 		strstr(resp->transport_error, "limit") != NULL)
 		mesh_error_set(&merr, MESH_FAIL_TOO_LARGE, "file \"%s\" is larger than mesh.max_file_size (%d bytes)",
@@ -854,6 +891,8 @@ finish_write(WorkerCall *call, const MeshHttpResponse *resp)
 	bool		ok = r == MESH_STEP_DONE;
 
 	if (continue_op(call, r, 64 * 1024))
+		return;
+	if (!ok && wake_and_retry(call, &merr))
 		return;
 
 	if (!store_file_event(&call->ws, "file_write", path, (int64) call->blob_len,

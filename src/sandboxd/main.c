@@ -32,6 +32,8 @@ static void usage(int status)
             "  --socket PATH           unix socket listener, mode 0600\n"
             "  --state-dir DIR         workspaces, state and lock (required)\n"
             "  --rootfs DIR            read-only base instead of host /usr + curated /etc\n"
+            "  --broker-dir DIR        directory of the credential broker's socket, shown\n"
+            "                          read-only at /run/mesh inside every sandbox\n"
             "  --sandbox-user USER     uid running sandboxes (root default: nobody)\n"
             "  --release MODE          destroy (default) or hibernate\n"
             "  --max-body-bytes N      request body limit (default 67108864)\n"
@@ -103,7 +105,7 @@ static void parse_flags(int argc, char **argv)
         {"release", 1, 0, 'R'},        {"max-body-bytes", 1, 0, 'B'},
         {"max-file-bytes", 1, 0, 'F'}, {"max-output-bytes", 1, 0, 'O'},
         {"bwrap", 1, 0, 'w'},          {"cgroup-name", 1, 0, 'c'},  {"help", 0, 0, 'h'},
-        {"hibernate-on-exit", 0, 0, 'H'},
+        {"hibernate-on-exit", 0, 0, 'H'}, {"broker-dir", 1, 0, 'b'},
         {0, 0, 0, 0}};
     const char *token_file = NULL, *sandbox_user = NULL;
     int opt;
@@ -126,6 +128,7 @@ static void parse_flags(int argc, char **argv)
         case 's': g_config.socket_path = optarg; break;
         case 'd': g_config.state_dir = optarg; break;
         case 'r': g_config.rootfs = optarg; break;
+        case 'b': g_config.broker_dir = optarg; break;
         case 'u': sandbox_user = optarg; break;
         case 'R':
             if (strcmp(optarg, "destroy") != 0 && strcmp(optarg, "hibernate") != 0)

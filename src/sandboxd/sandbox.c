@@ -230,6 +230,9 @@ static void build_holder_cmd(struct bwrap_cmd *cmd, const char *files)
                                        "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
                                        "--hostname", "workspace", NULL});
     push_base_mounts(cmd);
+    /* the broker's directory, not its socket: a restarted broker's new socket shows up too */
+    if (g_config.broker_dir)
+        cmd_push_all(cmd, (const char *[]){"--ro-bind", g_config.broker_dir, "/run/mesh", NULL});
     cmd_push_all(cmd, (const char *[]){"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
                                        "--bind", files, "/workspace", "--chdir", "/workspace",
                                        "--info-fd", "3", "--", "sleep", "infinity", NULL});

@@ -30,6 +30,7 @@ struct config {
     char *socket_path;          /* --socket */
     char *state_dir;            /* --state-dir */
     char *rootfs;               /* --rootfs, NULL = curated host base */
+    char *broker_dir;           /* --broker-dir: shown read-only at /run/mesh in every sandbox */
     char *bwrap_path;           /* --bwrap */
     char *cgroup_name;          /* --cgroup-name: our subtree in every v1 hierarchy */
     uid_t sandbox_uid;          /* --sandbox-user */
