@@ -302,6 +302,10 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
         resp = workspace_describe(ws);
         json_object_set_new(resp, "created", json_boolean(created));
         json_object_set_new(resp, "woke", json_boolean(woke));
+        /* what this host enforces for the workspace, so a caller learns it in one round trip */
+        json_t *caps = caps_to_json();
+        json_object_set(resp, "capabilities", json_object_get(caps, "capabilities"));
+        json_decref(caps);
         log_event("workspace %s: acquired (%s)", ws->id,
                   created ? "created" : woke ? "woke" : "running");
     } else if (created) {
