@@ -1,15 +1,6 @@
 -- budgets: compute limits bound each exec and stop the run with a reason; the
 -- concurrency limit; spend is recorded with its basis; the operator's sweep.
 \set ON_ERROR_STOP 0
-CREATE FUNCTION pg_temp.try(sql text) RETURNS TABLE (state text, message text)
-LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE sql;
-  RETURN QUERY SELECT 'ok'::text, NULL::text;
-EXCEPTION WHEN OTHERS THEN
-  GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT;
-  RETURN NEXT;
-END $$;
 
 -- an agent with 1.5 compute-seconds per run
 SELECT mesh.agent_set_budget('frugal', max_compute_seconds => 1.5);
@@ -22,8 +13,8 @@ SELECT status, status_reason LIKE 'budget exhausted: stopped after 1.5 compute-s
        compute_seconds >= 1.5 AS charged
   FROM mesh.workspaces WHERE run_id = 'budget-1';
 SELECT state, message LIKE '%stopped after 1.5 compute-seconds (the run''s budget is 1.5)' AS says_why
-  FROM pg_temp.try($$SELECT mesh_exec('budget-1', ARRAY['true'])$$);
-SELECT state FROM pg_temp.try($$SELECT mesh_write_file('budget-1', 'x', 'y')$$);
+  FROM regress.try($$SELECT mesh_exec('budget-1', ARRAY['true'])$$);
+SELECT state FROM regress.try($$SELECT mesh_write_file('budget-1', 'x', 'y')$$);
 -- the worker released the sandbox itself; the harness's release finds it done
 SELECT mesh_release('budget-1');
 SELECT status, release_outcome FROM mesh.workspaces WHERE run_id = 'budget-1';
@@ -44,7 +35,7 @@ SELECT mesh.agent_set_budget('narrow', max_concurrent_workspaces => 1);
 SELECT status FROM mesh_acquire('narrow-1', 'narrow', 'henry');
 SELECT status FROM mesh_acquire('narrow-2', 'narrow', 'henry');
 SELECT exit_code FROM mesh_exec('narrow-1', ARRAY['true']);
-SELECT * FROM pg_temp.try($$SELECT mesh_exec('narrow-2', ARRAY['true'])$$);
+SELECT * FROM regress.try($$SELECT mesh_exec('narrow-2', ARRAY['true'])$$);
 SELECT status FROM mesh.workspaces WHERE run_id = 'narrow-2';
 SELECT mesh_release('narrow-1');
 SELECT exit_code FROM mesh_exec('narrow-2', ARRAY['true']);

@@ -1,28 +1,19 @@
 -- credentials: secrets are write-only, environments declare grants per run,
 -- "what could this run see" is one query, env delivery never stores a value.
 \set ON_ERROR_STOP 0
-CREATE FUNCTION pg_temp.try(sql text) RETURNS TABLE (state text, message text)
-LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE sql;
-  RETURN QUERY SELECT 'ok'::text, NULL::text;
-EXCEPTION WHEN OTHERS THEN
-  GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT;
-  RETURN NEXT;
-END $$;
 
 -- secrets belong to an agent; set returns the version, rotation bumps it
 SELECT mesh.secret_set('coder', 'github_pat', 'ghp_CANARY_0000111122223333');
 SELECT mesh.secret_set('coder', 'npm_token', 'npm_CANARY_4444');
 SELECT mesh.secret_set('coder', 'npm_token', 'npm_CANARY_5555');
 SELECT agent_id, name, version FROM mesh.secret_catalog ORDER BY name;
-SELECT * FROM pg_temp.try($$SELECT mesh.secret_set('coder', 'bad name', 'x')$$);
-SELECT * FROM pg_temp.try($$SELECT mesh.secret_set('coder', 'empty', '')$$);
+SELECT * FROM regress.try($$SELECT mesh.secret_set('coder', 'bad name', 'x')$$);
+SELECT * FROM regress.try($$SELECT mesh.secret_set('coder', 'empty', '')$$);
 
 -- environments are checked when declared
-SELECT * FROM pg_temp.try($$SELECT mesh.environment_set('broken', '{"kind": "secret"}')$$);
-SELECT * FROM pg_temp.try($$SELECT mesh.environment_set('broken', '[{"kind": "password", "name": "x"}]')$$);
-SELECT * FROM pg_temp.try($$SELECT mesh.environment_set('broken', '[{"kind": "secret", "name": "x", "as": "1BAD"}]')$$);
+SELECT * FROM regress.try($$SELECT mesh.environment_set('broken', '{"kind": "secret"}')$$);
+SELECT * FROM regress.try($$SELECT mesh.environment_set('broken', '[{"kind": "password", "name": "x"}]')$$);
+SELECT * FROM regress.try($$SELECT mesh.environment_set('broken', '[{"kind": "secret", "name": "x", "as": "1BAD"}]')$$);
 SELECT mesh.environment_set('github', '[{"kind": "secret", "name": "github_pat", "as": "GH_TOKEN", "ttl": "1 hour"},
                                         {"kind": "secret", "name": "npm_token"},
                                         {"kind": "repository", "name": "acme/widgets", "scope": "read"},
@@ -33,9 +24,9 @@ SELECT mesh.environment_set('needs-missing', '[{"kind": "secret", "name": "aws_k
 SELECT status, environment FROM mesh_acquire('cred-run', 'coder', 'olga', environment => 'github');
 SELECT kind, name, scope, delivered_as, expires_at > now() AS expires_later, uses, live
   FROM mesh.run_grants('cred-run');
-SELECT * FROM pg_temp.try($$SELECT mesh_acquire('cred-nope', 'coder', 'olga', environment => 'no-such-env')$$);
-SELECT * FROM pg_temp.try($$SELECT mesh_acquire('cred-miss', 'coder', 'olga', environment => 'needs-missing')$$);
-SELECT * FROM pg_temp.try($$SELECT mesh_acquire('cred-run', 'coder', 'olga', environment => 'other')$$);
+SELECT * FROM regress.try($$SELECT mesh_acquire('cred-nope', 'coder', 'olga', environment => 'no-such-env')$$);
+SELECT * FROM regress.try($$SELECT mesh_acquire('cred-miss', 'coder', 'olga', environment => 'needs-missing')$$);
+SELECT * FROM regress.try($$SELECT mesh_acquire('cred-run', 'coder', 'olga', environment => 'other')$$);
 -- a run without an environment sees nothing
 SELECT status FROM mesh_acquire('plain-run', 'coder', 'olga');
 SELECT count(*) AS grants FROM mesh.run_grants('plain-run');
@@ -65,11 +56,11 @@ SELECT count(*) FILTER (WHERE revoked_at IS NULL) AS live_tokens FROM mesh.run_t
 SELECT mesh.grant_revoke('cred-run', 'secret', 'github_pat', 'no longer needed');
 SELECT stdout FROM mesh_exec('cred-run', ARRAY['sh', '-c', 'echo "GH=$GH_TOKEN"']);
 SELECT name, live, revoked_reason FROM mesh.run_grants('cred-run') WHERE name = 'github_pat';
-SELECT * FROM pg_temp.try($$SELECT mesh.grant_revoke('cred-run', 'secret', 'github_pat')$$);
+SELECT * FROM regress.try($$SELECT mesh.grant_revoke('cred-run', 'secret', 'github_pat')$$);
 
 -- release kills the run's token
 SELECT mesh_release('cred-run');
 SELECT count(*) FILTER (WHERE revoked_at IS NULL) AS live_tokens FROM mesh.run_tokens WHERE run_id = 'cred-run';
 SELECT bool_or(live) AS anything_live FROM mesh.run_grants('cred-run');
 SELECT mesh_release('plain-run');
-SELECT * FROM pg_temp.try($$SELECT mesh.secret_delete('coder', 'nope')$$);
+SELECT * FROM regress.try($$SELECT mesh.secret_delete('coder', 'nope')$$);

@@ -9,3 +9,14 @@ SELECT proname FROM pg_proc
    AND pronamespace = 'public'::regnamespace ORDER BY proname;
 -- the worker pool is running
 SELECT count(*) >= 1 AS workers_running FROM pg_stat_activity WHERE backend_type = 'mesh worker';
+-- try(sql): what the later tests use to show an error's SQLSTATE, message and hint
+CREATE SCHEMA IF NOT EXISTS regress;
+CREATE OR REPLACE FUNCTION regress.try(sql text) RETURNS TABLE (state text, message text, hint text)
+LANGUAGE plpgsql AS $$
+BEGIN
+  EXECUTE sql;
+  RETURN QUERY SELECT 'ok'::text, NULL::text, NULL::text;
+EXCEPTION WHEN OTHERS THEN
+  GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+  RETURN NEXT;
+END $$;

@@ -241,6 +241,8 @@ extern const MeshDriver *mesh_driver_lookup(const char *name);
 
 /* Shared helpers for drivers (registry.c), so each driver stays small. */
 extern void mesh_http_add_header(MeshHttpRequest *req, const char *fmt,...);
+extern void mesh_http_json_body(MeshHttpRequest *req, json_t *body);
+extern char *mesh_url_encode(const char *s);
 extern bool mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend,
 									  MeshError *err);
 extern MeshStepResult mesh_step(bool ok);

@@ -266,38 +266,6 @@ docker_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method, co
 	req->timeout_ms = timeout ? (long) json_integer_value(timeout) : DOCKER_DEFAULT_REQUEST_TIMEOUT_MS;
 }
 
-/* Attach a JSON body (consumed), copied into the request's memory context. */
-static void
-docker_json_body(MeshHttpRequest *req, json_t *body)
-{
-	char	   *text = json_dumps(body, JSON_COMPACT);
-
-	req->body = pstrdup(text);
-	req->body_len = strlen(text);
-	free(text);
-	json_decref(body);
-	mesh_http_add_header(req, "Content-Type: application/json");
-}
-
-/* Percent-encode a query value so paths and filters travel intact. */
-static char *
-url_encode(const char *s)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	for (; *s; s++)
-	{
-		unsigned char c = (unsigned char) *s;
-
-		if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/')
-			appendStringInfoChar(&buf, (char) c);
-		else
-			appendStringInfo(&buf, "%%%02X", c);
-	}
-	return buf.data;
-}
-
 /* Docker's own error text ({"message": ...}), trimmed, or "". */
 static char *
 docker_message(const MeshHttpResponse *resp)
@@ -512,8 +480,8 @@ exec_create_request(const MeshBackend *be, const char *ref, json_t *cmd, json_t 
 
 	if (env)
 		json_object_set_new(body, "Env", env);
-	docker_begin(be, req, "POST", psprintf("/containers/%s/exec", url_encode(ref)));
-	docker_json_body(req, body);
+	docker_begin(be, req, "POST", psprintf("/containers/%s/exec", mesh_url_encode(ref)));
+	mesh_http_json_body(req, body);
 }
 
 /* ["sh", "-c", script, "mesh", args...] */
@@ -550,7 +518,7 @@ static void
 exec_start_request(const MeshBackend *be, DockerOp *op, long extra_ms, MeshHttpRequest *req)
 {
 	docker_begin(be, req, "POST", psprintf("/exec/%s/start", op->exec_id));
-	docker_json_body(req, json_pack("{s:b,s:b}", "Detach", 0, "Tty", 0));
+	mesh_http_json_body(req, json_pack("{s:b,s:b}", "Detach", 0, "Tty", 0));
 	req->timeout_ms += extra_ms;
 }
 
@@ -640,8 +608,8 @@ docker_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref, 
 
 	op->install_id = pstrdup(install_id);
 	op->phase = PH_CREATE;
-	docker_begin(be, req, "POST", psprintf("/containers/create?name=%s", url_encode(ref)));
-	docker_json_body(req, container_spec(be, size, install_id));
+	docker_begin(be, req, "POST", psprintf("/containers/create?name=%s", mesh_url_encode(ref)));
+	mesh_http_json_body(req, container_spec(be, size, install_id));
 }
 
 /* A create warning about a limit means the host does not enforce it. */
@@ -667,7 +635,7 @@ static void
 container_start_request(const MeshBackend *be, DockerOp *op, MeshHttpRequest *req)
 {
 	op->phase = PH_START;
-	docker_begin(be, req, "POST", psprintf("/containers/%s/start", url_encode(op->ref)));
+	docker_begin(be, req, "POST", psprintf("/containers/%s/start", mesh_url_encode(op->ref)));
 }
 
 /* Created, or the name is taken: inspect it to see whether it is ours. */
@@ -680,7 +648,7 @@ acquire_created(const MeshBackend *be, MeshOpState *st, DockerOp *op,
 	if (resp->status == 409)
 	{
 		op->phase = PH_INSPECT;
-		docker_begin(be, &st->next, "GET", psprintf("/containers/%s/json", url_encode(op->ref)));
+		docker_begin(be, &st->next, "GET", psprintf("/containers/%s/json", mesh_url_encode(op->ref)));
 		return MESH_STEP_NEXT;
 	}
 	if (resp->status == 404 && !resp->transport_error)
@@ -804,7 +772,7 @@ stdin_upload_request(const MeshBackend *be, DockerOp *op, const MeshExecSpec *sp
 			 spec->stdin_data, spec->stdin_len);
 	tar_end(&tar);
 	docker_begin(be, req, "PUT", psprintf("/containers/%s/archive?path=%s",
-										  url_encode(op->ref), DOCKER_SCRATCH));
+										  mesh_url_encode(op->ref), DOCKER_SCRATCH));
 	req->body = tar.data;
 	req->body_len = tar.len;
 	mesh_http_add_header(req, "Content-Type: application/x-tar");
@@ -1067,7 +1035,7 @@ read_archive_request(const MeshBackend *be, DockerOp *op, const char *resolved,
 					 MeshHttpRequest *req)
 {
 	docker_begin(be, req, "GET", psprintf("/containers/%s/archive?path=%s",
-										  url_encode(op->ref), url_encode(resolved)));
+										  mesh_url_encode(op->ref), mesh_url_encode(resolved)));
 }
 
 static void
@@ -1081,7 +1049,7 @@ write_archive_request(const MeshBackend *be, DockerOp *op, const char *parent,
 	tar_file(&tar, slash ? slash + 1 : op->rel, op->mode, config_user(be), op->data, op->len);
 	tar_end(&tar);
 	docker_begin(be, req, "PUT", psprintf("/containers/%s/archive?path=%s",
-										  url_encode(op->ref), url_encode(parent)));
+										  mesh_url_encode(op->ref), mesh_url_encode(parent)));
 	req->body = tar.data;
 	req->body_len = tar.len;
 	mesh_http_add_header(req, "Content-Type: application/x-tar");
@@ -1267,9 +1235,9 @@ docker_release_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 
 	op->keep = keeps_on_release(be, prefer_hibernate);
 	if (op->keep)
-		docker_begin(be, req, "POST", psprintf("/containers/%s/stop?t=2", url_encode(ref)));
+		docker_begin(be, req, "POST", psprintf("/containers/%s/stop?t=2", mesh_url_encode(ref)));
 	else
-		docker_begin(be, req, "DELETE", psprintf("/containers/%s?force=1&v=1", url_encode(ref)));
+		docker_begin(be, req, "DELETE", psprintf("/containers/%s?force=1&v=1", mesh_url_encode(ref)));
 	req->timeout_ms += 5000;
 }
 
@@ -1302,7 +1270,7 @@ docker_list_request(const MeshBackend *be, MeshOpState *st, const char *install_
 										psprintf(DOCKER_BACKEND_LABEL "=%s", be->name));
 	char	   *text = json_dumps(filters, JSON_COMPACT);
 
-	docker_begin(be, req, "GET", psprintf("/containers/json?all=1&filters=%s", url_encode(text)));
+	docker_begin(be, req, "GET", psprintf("/containers/json?all=1&filters=%s", mesh_url_encode(text)));
 	free(text);
 	json_decref(filters);
 }

@@ -15,6 +15,7 @@
 
 #include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -84,6 +85,38 @@ mesh_http_add_header(MeshHttpRequest *req, const char *fmt,...)
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
 	req->headers[req->nheaders++] = pstrdup(buf);
+}
+
+/* Attach a JSON body (consumed), copied into the request's memory context. */
+void
+mesh_http_json_body(MeshHttpRequest *req, json_t *body)
+{
+	char	   *text = json_dumps(body, JSON_COMPACT);
+
+	req->body = pstrdup(text);
+	req->body_len = strlen(text);
+	free(text);
+	json_decref(body);
+	mesh_http_add_header(req, "Content-Type: application/json");
+}
+
+/* Percent-encode a path or query value so it travels intact. */
+char *
+mesh_url_encode(const char *s)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (; *s; s++)
+	{
+		unsigned char c = (unsigned char) *s;
+
+		if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/')
+			appendStringInfoChar(&buf, (char) c);
+		else
+			appendStringInfo(&buf, "%%%02X", c);
+	}
+	return buf.data;
 }
 
 void

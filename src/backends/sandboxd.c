@@ -117,38 +117,6 @@ sandboxd_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method,
 		: SANDBOXD_DEFAULT_REQUEST_TIMEOUT_MS;
 }
 
-/* Attach a JSON body, owned by the request's memory context. */
-static void
-sandboxd_json_body(MeshHttpRequest *req, json_t *body)
-{
-	char	   *text = json_dumps(body, JSON_COMPACT);
-
-	req->body = pstrdup(text);
-	req->body_len = strlen(text);
-	free(text);
-	json_decref(body);
-	mesh_http_add_header(req, "Content-Type: application/json");
-}
-
-/* Percent-encode a query value so any path the caller gives travels intact. */
-static char *
-url_encode(const char *s)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	for (; *s; s++)
-	{
-		unsigned char c = (unsigned char) *s;
-
-		if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/')
-			appendStringInfoChar(&buf, (char) c);
-		else
-			appendStringInfo(&buf, "%%%02X", c);
-	}
-	return buf.data;
-}
-
 static json_t *
 parse_body(const MeshHttpResponse *resp, const MeshBackend *be, MeshError *err)
 {
@@ -170,7 +138,7 @@ sandboxd_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref
 						 const char *install_id, MeshHttpRequest *req)
 {
 	sandboxd_begin(be, req, "PUT", psprintf("/v1/workspaces/%s", ref));
-	sandboxd_json_body(req, json_pack("{s:s,s:s,s:{s:s}}",
+	mesh_http_json_body(req, json_pack("{s:s,s:s,s:{s:s}}",
 									  "size", mesh_size_name(size),
 									  "network", "none",
 									  "labels", "mesh.install", install_id));
@@ -234,7 +202,7 @@ sandboxd_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 	json_object_set_new(body, "timeout_ms", json_integer(spec->timeout_ms));
 	json_object_set_new(body, "exec_key", json_string(spec->exec_key));
 	json_object_set_new(body, "max_output_bytes", json_integer(spec->max_output_bytes));
-	sandboxd_json_body(req, body);
+	mesh_http_json_body(req, body);
 	/* the transport deadline must outlast the command's own timeout */
 	req->timeout_ms += spec->timeout_ms;
 }
@@ -294,7 +262,7 @@ sandboxd_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 					  const char *exec_key, MeshHttpRequest *req)
 {
 	sandboxd_begin(be, req, "POST",
-				   psprintf("/v1/workspaces/%s/execs/%s/kill", ref, url_encode(exec_key)));
+				   psprintf("/v1/workspaces/%s/execs/%s/kill", ref, mesh_url_encode(exec_key)));
 	req->timeout_ms = Min(req->timeout_ms, 10000);
 }
 
@@ -313,7 +281,7 @@ sandboxd_read_request(const MeshBackend *be, MeshOpState *st, const char *ref, c
 					  MeshHttpRequest *req)
 {
 	sandboxd_begin(be, req, "GET",
-				   psprintf("/v1/workspaces/%s/files?path=%s", ref, url_encode(path)));
+				   psprintf("/v1/workspaces/%s/files?path=%s", ref, mesh_url_encode(path)));
 }
 
 /* The body is the file: nothing to parse beyond the status. */
@@ -333,7 +301,7 @@ sandboxd_write_request(const MeshBackend *be, MeshOpState *st, const char *ref, 
 					   int mode, const char *data, size_t len, MeshHttpRequest *req)
 {
 	sandboxd_begin(be, req, "PUT",
-				   psprintf("/v1/workspaces/%s/files?path=%s&mode=%d", ref, url_encode(path), mode));
+				   psprintf("/v1/workspaces/%s/files?path=%s&mode=%d", ref, mesh_url_encode(path), mode));
 	req->body = data;
 	req->body_len = len;
 	mesh_http_add_header(req, "Content-Type: application/octet-stream");
@@ -354,9 +322,9 @@ sandboxd_release_request(const MeshBackend *be, MeshOpState *st, const char *ref
 
 	sandboxd_begin(be, req, "DELETE", psprintf("/v1/workspaces/%s", ref));
 	if (prefer_hibernate)
-		sandboxd_json_body(req, json_pack("{s:s}", "prefer", "hibernate"));
+		mesh_http_json_body(req, json_pack("{s:s}", "prefer", "hibernate"));
 	else if (release)
-		sandboxd_json_body(req, json_pack("{s:s}", "prefer", json_string_value(release)));
+		mesh_http_json_body(req, json_pack("{s:s}", "prefer", json_string_value(release)));
 }
 
 static MeshStepResult
@@ -392,7 +360,7 @@ sandboxd_list_request(const MeshBackend *be, MeshOpState *st, const char *instal
 					  MeshHttpRequest *req)
 {
 	sandboxd_begin(be, req, "GET",
-				   psprintf("/v1/workspaces?label=%s", url_encode(psprintf("mesh.install=%s", install_id))));
+				   psprintf("/v1/workspaces?label=%s", mesh_url_encode(psprintf("mesh.install=%s", install_id))));
 }
 
 static MeshStepResult
