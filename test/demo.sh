@@ -27,7 +27,7 @@ SELECT exit_code, stdout, status FROM mesh_exec('demo-run', ARRAY['uname', '-a']
 SELECT mesh_write_file('demo-run', 'hello.py', convert_to(E'print("hello from the sandbox")\n', 'UTF8'));
 SELECT stdout FROM mesh_exec('demo-run', ARRAY['sh', '-c', 'python3 hello.py 2>/dev/null || cat hello.py']);
 -- Isolated: no network, no host home, an unprivileged user with no capabilities.
-SELECT stdout FROM mesh_exec('demo-run', ARRAY['sh', '-c',
+SELECT stdout FROM mesh_exec('demo-run', ARRAY['bash', '-c',
   'id -u; grep CapEff /proc/self/status; ls /root /home 2>&1 | head -2; (echo > /dev/tcp/127.0.0.1/5499) 2>&1 | head -1']);
 -- Every command is a row.
 SELECT exec_id, argv, status, exit_code, round(wall_seconds::numeric, 4) AS wall_s FROM mesh.exec_log WHERE run_id = 'demo-run';
