@@ -50,12 +50,13 @@ void caps_detect(void)
     g_caps.resource_limits = cgroup_available(CG_MEMORY) && cgroup_available(CG_PIDS) &&
                              cgroup_available(CG_CPU);
     g_caps.compute_metering = cgroup_available(CG_CPUACCT);
-    g_caps.egress_control = false;   /* network "none" only for now */
+    g_caps.egress_control = egress_detect();   /* the per-workspace proxy can be set up */
     g_caps.snapshot = false;
     g_caps.hibernate = true;
     g_caps.caller_chosen_id = true;
-    log_event("capabilities: shell=%d resource_limits=%d compute_metering=%d", g_caps.shell,
-              g_caps.resource_limits, g_caps.compute_metering);
+    log_event("capabilities: shell=%d resource_limits=%d compute_metering=%d egress_control=%d",
+              g_caps.shell, g_caps.resource_limits, g_caps.compute_metering,
+              g_caps.egress_control);
 }
 
 /* The GET /v1/capabilities document. */

@@ -384,8 +384,21 @@ static void exec_request_free(struct exec_request *req)
     free(req->stdin_data);
 }
 
+/* The egress proxy's variables (network open or allowlist): proxy-aware clients reach the
+ * outside through it; localhost stays direct (the sandbox's own loopback). */
+static void add_proxy_env(json_t *merged)
+{
+    static const char *names[] = {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"};
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", EGRESS_PORT);
+    for (size_t i = 0; i < 4; i++)
+        json_object_set_new(merged, names[i], json_string(url));
+    json_object_set_new(merged, "NO_PROXY", json_string("localhost,127.0.0.1,::1"));
+    json_object_set_new(merged, "no_proxy", json_string("localhost,127.0.0.1,::1"));
+}
+
 /* Builds envp: the protocol's base environment overlaid with the request's env. */
-static bool build_env(struct exec_request *req, json_t *env, struct api_error *err)
+static bool build_env(struct exec_request *req, json_t *env, bool proxy, struct api_error *err)
 {
     static const char *base[][2] = {{"PATH", "/usr/local/bin:/usr/bin:/bin"},
                                     {"HOME", "/workspace"},
@@ -394,6 +407,8 @@ static bool build_env(struct exec_request *req, json_t *env, struct api_error *e
     json_t *merged = json_object();
     for (size_t i = 0; i < 4; i++)
         json_object_set_new(merged, base[i][0], json_string(base[i][1]));
+    if (proxy)
+        add_proxy_env(merged);
     if (env) {
         const char *name;
         json_t *value;
@@ -433,7 +448,8 @@ static bool parse_exec_key(json_t *body, struct exec_request *req, struct api_er
 }
 
 /* Validates the exec body against protocol.md; fills REQ or ERR. */
-static bool exec_parse(json_t *body, struct exec_request *req, struct api_error *err)
+static bool exec_parse(struct workspace *ws, json_t *body, struct exec_request *req,
+                       struct api_error *err)
 {
     json_t *argv = json_object_get(body, "argv"), *env = NULL;
     const char *stdin_b64 = NULL;
@@ -460,7 +476,8 @@ static bool exec_parse(json_t *body, struct exec_request *req, struct api_error 
         !json_get_string(body, "stdin_b64", &stdin_b64, err) ||
         !json_get_uint(body, "timeout_ms", &req->timeout_ms, err) ||
         !parse_exec_key(body, req, err) ||
-        !json_get_uint(body, "max_output_bytes", &max_output, err) || !build_env(req, env, err))
+        !json_get_uint(body, "max_output_bytes", &max_output, err) ||
+        !build_env(req, env, egress_wanted(ws), err))
         return false;
     if (!*req->dir)
         req->dir = ".";
@@ -706,7 +723,9 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
     struct exec_request req;
     struct exec_run *run;
     json_t *resp = NULL;
-    if (!exec_parse(body, &req, err)) {
+    uint64_t denial_seq = 0;
+    struct egress *eg;
+    if (!exec_parse(ws, body, &req, err)) {
         exec_request_free(&req);
         return NULL;
     }
@@ -719,10 +738,16 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
     run->path_env = req.path_env;
     run->outer_pidfd = run->init_pidfd = -1;
     run->child_stdin = run->child_stdout = run->child_stderr = -1;
+    eg = egress_mark(ws, &denial_seq);
     if (exec_register(ws, run, err)) {
         resp = exec_spawn_and_wait(ws, run, &req, err);
         exec_unregister(ws, run);
     }
+    /* the proxy's refusals while this exec ran (also those of concurrent execs) */
+    json_t *denials = egress_denials_since(eg, denial_seq);
+    if (resp)
+        json_object_set(resp, "egress_denials", denials);
+    json_decref(denials);
     close_fd(&run->outer_pidfd);
     close_fd(&run->init_pidfd);
     free(run->key);

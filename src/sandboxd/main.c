@@ -106,6 +106,7 @@ static void parse_flags(int argc, char **argv)
         {"max-file-bytes", 1, 0, 'F'}, {"max-output-bytes", 1, 0, 'O'},
         {"bwrap", 1, 0, 'w'},          {"cgroup-name", 1, 0, 'c'},  {"help", 0, 0, 'h'},
         {"hibernate-on-exit", 0, 0, 'H'}, {"broker-dir", 1, 0, 'b'},
+        {"test-resolve", 1, 0, 'T'},
         {0, 0, 0, 0}};
     const char *token_file = NULL, *sandbox_user = NULL;
     int opt;
@@ -142,6 +143,11 @@ static void parse_flags(int argc, char **argv)
         case 'w': g_config.bwrap_path = optarg; break;
         case 'c': g_config.cgroup_name = optarg; break;
         case 'H': g_config.hibernate_on_exit = true; break;
+        case 'T':   /* TEST ONLY: the egress proxy resolves NAME to ADDR without DNS */
+            if (!egress_add_test_name(optarg))
+                die("--test-resolve takes NAME=IPADDRESS");
+            fprintf(stderr, "mesh-sandboxd: --test-resolve %s is for tests only\n", optarg);
+            break;
         case 'h': usage(0); break;
         default: usage(2);
         }

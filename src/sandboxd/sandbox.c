@@ -392,6 +392,7 @@ static bool open_holder_fds(struct workspace *ws)
 /* Closes the namespace and root descriptors (workspace stopped or freed). */
 void sandbox_close_fds(struct workspace *ws)
 {
+    egress_stop(ws);   /* its listener lives in the namespace these fds name */
     for (int i = 0; i < 8; i++) {
         if (ws->ns_fds[i] >= 0)
             close(ws->ns_fds[i]);
@@ -454,7 +455,7 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
     }
     ok = ok && child > 0 && ws->holder_pid > 0 &&
          process_start_time(ws->holder_pid, &ws->holder_start, NULL) &&
-         wait_holder_ready(ws->holder_pid) && open_holder_fds(ws);
+         wait_holder_ready(ws->holder_pid) && open_holder_fds(ws) && egress_start(ws);
     if (!ok) {
         log_holder_failure(ws);
         if (ws->holder_pid > 0)
@@ -484,7 +485,7 @@ bool sandbox_adopt(struct workspace *ws)
     if (ws->holder_pid <= 0 || !process_start_time(ws->holder_pid, &start, &state) ||
         start != ws->holder_start || state == 'Z')
         return false;
-    if (!open_holder_fds(ws)) {
+    if (!open_holder_fds(ws) || !egress_start(ws)) {
         sandbox_close_fds(ws);
         return false;
     }

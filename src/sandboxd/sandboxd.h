@@ -107,7 +107,9 @@ struct exec_run;
 struct workspace {
     char id[WORKSPACE_ID_MAX + 1];
     const struct size_tier *tier;
-    char network[16];
+    char network[16];                 /* none, open or allowlist (creation-time) */
+    json_t *allow;                    /* allowlist patterns, NULL unless allowlist */
+    struct egress *egress;            /* the running proxy, NULL when none (egress.c) */
     json_t *labels;
     time_t created_at;
     enum ws_state state;
@@ -154,6 +156,18 @@ void exec_init(void);
 json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *err);
 bool exec_kill_by_key(struct workspace *ws, const char *key);
 void exec_kill_all(struct workspace *ws);
+
+/* ---- workspace network access (egress.c) ---- */
+#define EGRESS_PORT 3128          /* the proxy's address inside every sandbox: 127.0.0.1:3128 */
+struct egress;
+bool egress_detect(void);
+bool egress_pattern_valid(const char *pattern);
+bool egress_add_test_name(const char *spec);
+bool egress_wanted(struct workspace *ws);
+bool egress_start(struct workspace *ws);
+void egress_stop(struct workspace *ws);
+struct egress *egress_mark(struct workspace *ws, uint64_t *seq);
+json_t *egress_denials_since(struct egress *eg, uint64_t seq);
 
 /* ---- files (files.c) ---- */
 struct file_data {

@@ -72,6 +72,7 @@ static void workspace_free(struct workspace *ws)
     sandbox_close_fds(ws);
     cgroup_close_fds(ws->cgroup_fds);
     json_decref(ws->labels);
+    json_decref(ws->allow);
     pthread_mutex_destroy(&ws->lock);
     pthread_mutex_destroy(&ws->lifecycle);
     free(ws);
@@ -140,9 +141,13 @@ json_t *workspace_describe(struct workspace *ws)
 {
     char created[32];
     format_time(ws->created_at, created, sizeof created);
-    return json_pack("{s:s,s:s,s:s,s:s,s:s,s:O}", "id", ws->id, "state",
-                     ws->state == WS_RUNNING ? "running" : "hibernated", "size", ws->tier->name,
-                     "network", ws->network, "created_at", created, "labels", ws->labels);
+    json_t *doc = json_pack("{s:s,s:s,s:s,s:s,s:s,s:O}", "id", ws->id, "state",
+                            ws->state == WS_RUNNING ? "running" : "hibernated", "size",
+                            ws->tier->name, "network", ws->network, "created_at", created,
+                            "labels", ws->labels);
+    if (ws->allow)
+        json_object_set(doc, "allow", ws->allow);
+    return doc;
 }
 
 /* Writes meta.json for WS (atomic replace). */
@@ -157,6 +162,8 @@ static bool workspace_persist(struct workspace *ws)
                              ws->state == WS_RUNNING ? "running" : "hibernated", "holder_pid",
                              (json_int_t)ws->holder_pid, "holder_start",
                              (json_int_t)ws->holder_start);
+    if (ws->allow)
+        json_object_set(meta, "allow", ws->allow);
     char *text = json_dumps(meta, JSON_COMPACT);
     bool ok = write_file_atomic(path, text, strlen(text), 0600);
     if (!ok)
@@ -222,25 +229,64 @@ static void workspace_stop(struct workspace *ws)
     pthread_mutex_unlock(&ws->lock);
 }
 
+/* Network settings of an acquire body: "network" none|open|allowlist and, for allowlist,
+ * "allow" (domain patterns). Open and allowlist need the egress_control capability. */
+static bool parse_network(json_t *body, const char **network, json_t **allow,
+                          struct api_error *err)
+{
+    *network = "none";
+    *allow = NULL;
+    if (body && !json_get_string(body, "network", network, err))
+        return false;
+    if (strcmp(*network, "none") != 0 && strcmp(*network, "open") != 0 &&
+        strcmp(*network, "allowlist") != 0) {
+        api_error_set(err, 400, "bad_request", "network must be none, open or allowlist");
+        return false;
+    }
+    if (strcmp(*network, "none") != 0 && !g_caps.egress_control) {
+        api_error_set(err, 400, "egress_unsupported",
+                      "network \"%s\" cannot be enforced here (egress_control is false)", *network);
+        return false;
+    }
+    json_t *list = body ? json_object_get(body, "allow") : NULL;
+    if (list && strcmp(*network, "allowlist") != 0) {
+        api_error_set(err, 400, "bad_request", "field \"allow\" needs network \"allowlist\"");
+        return false;
+    }
+    if (strcmp(*network, "allowlist") != 0)
+        return true;
+    size_t i;
+    json_t *p;
+    if (list && (!json_is_array(list) || json_array_size(list) > 4096)) {
+        api_error_set(err, 400, "bad_request", "field \"allow\" must be an array of domains");
+        return false;
+    }
+    json_array_foreach(list, i, p)
+        if (!json_is_string(p) || !egress_pattern_valid(json_string_value(p))) {
+            api_error_set(err, 400, "bad_domain",
+                          "allow[%zu] is not a domain (lower case, \"*.\" only as first label)", i);
+            return false;
+        }
+    *allow = list ? list : json_array();
+    if (!list)
+        return true;   /* the fresh empty array is already ours */
+    json_incref(*allow);
+    return true;
+}
+
 /* Parses the acquire body into WS's settings (used only when the workspace is created). */
 static bool parse_acquire_body(json_t *body, const struct size_tier **tier, json_t **labels,
                                struct api_error *err)
 {
-    const char *size = "standard", *network = "none";
+    const char *size = "standard";
     *labels = NULL;
     if (body && (!json_get_string(body, "size", &size, err) ||
-                 !json_get_string(body, "network", &network, err) ||
                  !json_get_object(body, "labels", labels, err) ||
                  (*labels && !json_string_map_valid(*labels, "labels", err))))
         return false;
     *tier = tier_by_name(size);
     if (!*tier) {
         api_error_set(err, 400, "unknown_tier", "size \"%s\" is not a tier", size);
-        return false;
-    }
-    if (strcmp(network, "none") != 0) {
-        api_error_set(err, 400, "bad_request",
-                      "network \"%s\" is not supported here (egress_control is false)", network);
         return false;
     }
     return true;
@@ -267,24 +313,29 @@ static struct workspace *find_or_register(const char *id, bool *created)
 json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
 {
     const struct size_tier *tier;
-    json_t *labels, *resp = NULL;
+    json_t *labels, *resp = NULL, *allow;
+    const char *network;
     bool created, woke = false;
     if (!workspace_id_valid(id)) {
         api_error_set(err, 400, "bad_workspace_id", "workspace id is not valid");
         return NULL;
     }
-    if (!parse_acquire_body(body, &tier, &labels, err))
+    if (!parse_acquire_body(body, &tier, &labels, err) ||
+        !parse_network(body, &network, &allow, err))
         return NULL;
     struct workspace *ws = find_or_register(id, &created);
     pthread_mutex_lock(&ws->lifecycle);
     if (ws->removed) {   /* released while we waited: start over */
         pthread_mutex_unlock(&ws->lifecycle);
         workspace_put(ws);
+        json_decref(allow);
         return workspace_acquire(id, body, err);
     }
     bool fresh = created;
-    if (fresh) {
+    if (fresh) {   /* creation-time settings: a later acquire never changes them */
         ws->tier = tier;
+        snprintf(ws->network, sizeof ws->network, "%s", network);
+        ws->allow = json_incref(allow);
         if (labels)
             json_object_update(ws->labels, labels);
     }
@@ -318,6 +369,7 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
     if (!ok && created)
         registry_remove(ws);
     workspace_put(ws);
+    json_decref(allow);
     return resp;
 }
 
@@ -388,6 +440,20 @@ json_t *workspace_list(const char *label_filter, struct api_error *err)
     return json_pack("{s:o}", "workspaces", list);
 }
 
+/* The creation-time network of a loaded workspace. Anything unexpected becomes "none"
+ * (loopback only): a damaged file must never widen access. */
+static void load_network(struct workspace *ws, json_t *meta)
+{
+    const char *network = json_string_value(json_object_get(meta, "network"));
+    json_t *allow = json_object_get(meta, "allow");
+    if (network && strcmp(network, "open") == 0) {
+        snprintf(ws->network, sizeof ws->network, "open");
+    } else if (network && strcmp(network, "allowlist") == 0 && json_is_array(allow)) {
+        snprintf(ws->network, sizeof ws->network, "allowlist");
+        ws->allow = json_incref(allow);
+    }
+}
+
 /* Loads one meta.json into a new workspace object; NULL if unreadable. */
 static struct workspace *workspace_load(const char *id)
 {
@@ -406,6 +472,7 @@ static struct workspace *workspace_load(const char *id)
     if (json_is_object(json_object_get(meta, "labels")))
         json_object_update(ws->labels, json_object_get(meta, "labels"));
     ws->created_at = (time_t)json_integer_value(json_object_get(meta, "created_at"));
+    load_network(ws, meta);
     const char *state = json_string_value(json_object_get(meta, "state"));
     ws->state = state && strcmp(state, "running") == 0 ? WS_RUNNING : WS_HIBERNATED;
     ws->holder_pid = (pid_t)json_integer_value(json_object_get(meta, "holder_pid"));
