@@ -270,7 +270,8 @@ static const char load_sql[] =
 "       w.compute_seconds, coalesce(l.max_compute_seconds, -1), w.release_outcome, "
 "       EXISTS (SELECT 1 FROM mesh.grants g WHERE g.run_id = w.run_id AND g.revoked_at IS NULL), "
 "       EXISTS (SELECT 1 FROM mesh.run_tokens t WHERE t.run_id = w.run_id AND t.revoked_at IS NULL "
-"               AND t.expires_at > now() + interval '1 minute') "
+"               AND t.expires_at > now() + interval '1 minute'), "
+"       w.egress::text "
 "  FROM mesh.workspaces w "
 "  JOIN mesh.run_limits l ON l.workspace_id = w.id "
 "  LEFT JOIN mesh.backends b ON b.name = w.backend_kind "
@@ -306,6 +307,7 @@ fill_workspace(MeshWorkspace *ws)
 	ws->release_outcome = sql_value(0, 18);
 	ws->has_grants = strcmp(sql_value(0, 19), "t") == 0;
 	ws->token_valid = strcmp(sql_value(0, 20), "t") == 0;
+	ws->egress = sql_value(0, 21);
 }
 
 static void
@@ -368,8 +370,13 @@ static const char select_sql[] =
 
 static const char mark_acquiring_sql[] =
 "UPDATE mesh.workspaces SET status = 'acquiring', backend_kind = $2, external_ref = $3, "
-"       size = $4::mesh.size_tier, capabilities = $5::jsonb, status_reason = NULL "
+"       size = $4::mesh.size_tier, capabilities = $5::jsonb, egress = $6::jsonb, "
+"       status_reason = NULL "
 " WHERE id = $1::bigint";
+
+/* The workspace's network policy, decided by SQL (it raises on a refusal). */
+static const char egress_sql[] =
+"SELECT mesh.workspace_egress($1, $2::jsonb)::text";
 
 static const char event_sql[] =
 "INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
@@ -499,14 +506,21 @@ materialize_body(void *arg)
 										   be.driver->workspace_ref(&be, a->install_id, ws->id));
 	json_decref(be.config);
 	{
-		const char *args[5] = {int64_text(ws->id), ws->backend_kind, ws->external_ref,
-		ws->size, ws->capabilities};
+		const char *eargs[2] = {ws->backend_kind, ws->capabilities};
 
-		sql_run(mark_acquiring_sql, 5, args);
+		/* before anything exists on the backend: a refusal leaves the row pending */
+		sql_run(egress_sql, 2, eargs);
+		ws->egress = sql_value(0, 1);
 	}
 	{
-		char	   *detail = psprintf("{\"size\": \"%s\", \"implicit_selection\": %s}",
-									  ws->size, implicit ? "true" : "false");
+		const char *args[6] = {int64_text(ws->id), ws->backend_kind, ws->external_ref,
+		ws->size, ws->capabilities, ws->egress};
+
+		sql_run(mark_acquiring_sql, 6, args);
+	}
+	{
+		char	   *detail = psprintf("{\"size\": \"%s\", \"implicit_selection\": %s, \"egress\": %s}",
+									  ws->size, implicit ? "true" : "false", ws->egress);
 		const char *args[5] = {"acquiring", ws->run_id, int64_text(ws->id), ws->backend_kind,
 		detail};
 
@@ -823,6 +837,27 @@ mesh_sanitize_text(const char *data, size_t len)
 	return out.data;
 }
 
+static const char egress_denied_sql[] =
+"INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
+"SELECT 'egress_denied', $1, $2::bigint, $3, "
+"       jsonb_build_object('host', d->>'host', 'port', (d->>'port')::integer, "
+"                          'reason', d->>'reason', 'at', d->>'at', 'exec_id', $5::bigint) "
+"  FROM jsonb_array_elements($4::jsonb) d";
+
+/*
+ * Each outbound connection the backend refused during the exec becomes one
+ * event, in the transaction that records the exec's end, so a denial is
+ * never just a connection error inside the sandbox.
+ */
+static void
+record_egress_denials(MeshWorkspace *ws, int64 exec_id, const char *denials)
+{
+	const char *args[5] = {ws->run_id, int64_text(ws->id), ws->backend_kind, denials,
+	int64_text(exec_id)};
+
+	sql_run(egress_denied_sql, 5, args);
+}
+
 static void
 exec_finish_body(void *arg)
 {
@@ -842,6 +877,8 @@ exec_finish_body(void *arg)
 	args[9] = a->rec->charge_basis;
 	args[10] = a->rec->error;
 	sql_run(exec_finish_sql, 11, args);
+	if (r && r->egress_denials)
+		record_egress_denials(a->ws, a->exec_id, r->egress_denials);
 	{
 		const char *charge[2] = {int64_text(a->ws->id), args[8]};
 

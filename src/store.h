@@ -28,6 +28,7 @@ typedef struct MeshWorkspace
 	char	   *external_ref;
 	char	   *size;
 	char	   *capabilities;	/* JSON text or NULL */
+	char	   *egress;			/* network policy captured at creation: JSON text or NULL */
 	char	   *release_outcome;
 	double		compute_seconds;	/* charged so far */
 	double		budget_seconds;	/* max compute-seconds in force; < 0: none */

@@ -442,11 +442,15 @@ start_acquire(WorkerCall *call)
 {
 	MeshHttpRequest req;
 	MeshSize	size = MESH_SIZE_STANDARD;
+	MeshOpState *st;
 
 	if (!load_backend(call))
 		return;
 	(void) mesh_size_parse(call->ws.size ? call->ws.size : "standard", &size);
-	call->be.driver->acquire_request(&call->be, begin_op(call), call->ws.external_ref, size,
+	st = begin_op(call);
+	/* the creation-time policy, also on a wake: policy changes never retrofit */
+	st->egress = call->ws.egress;
+	call->be.driver->acquire_request(&call->be, st, call->ws.external_ref, size,
 									 install_id, &req);
 	start_transfer(call, &req, 1024 * 1024);
 	call->step = STEP_ACQUIRING;

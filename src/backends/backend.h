@@ -133,6 +133,12 @@ typedef struct MeshExecResult
 	double		wall_seconds;
 	double		cpu_seconds;
 	bool		cpu_metered;	/* false: cpu_seconds is not measured */
+	/*
+	 * Outbound connections the backend refused during this exec, as JSON
+	 * text: [{"host", "port", "reason", "at"}], palloc'd; NULL when none
+	 * (or the backend does not report them).
+	 */
+	char	   *egress_denials;
 } MeshExecResult;
 
 typedef enum MeshReleaseOutcome
@@ -168,6 +174,13 @@ typedef struct MeshOpState
 	int			step;			/* responses parsed so far */
 	void	   *data;			/* the driver's own, palloc'd */
 	MeshHttpRequest next;		/* filled when a parser returns MESH_STEP_NEXT */
+	/*
+	 * Set by the worker before acquire_request: the workspace's network
+	 * policy captured at creation (mesh.workspace_egress), JSON text
+	 * {"mode": "open"|"allowlist", "domains": [...], "enforced": bool};
+	 * NULL for rows recorded before policies existed (network "none").
+	 */
+	const char *egress;
 } MeshOpState;
 
 typedef struct MeshDriver

@@ -32,6 +32,7 @@ sandboxd_validate_config(json_t *config)
 	json_t	   *embedded = json_object_get(config, "embedded");
 	json_t	   *release = json_object_get(config, "release");
 	json_t	   *timeout = json_object_get(config, "request_timeout_ms");
+	json_t	   *egress = json_object_get(config, "egress_control");
 	const char *key;
 	json_t	   *value;
 	int			endpoints = (socket != NULL) + (url != NULL) + (embedded != NULL);
@@ -40,8 +41,8 @@ sandboxd_validate_config(json_t *config)
 	{
 		if (strcmp(key, "socket") != 0 && strcmp(key, "url") != 0 &&
 			strcmp(key, "embedded") != 0 && strcmp(key, "release") != 0 &&
-			strcmp(key, "request_timeout_ms") != 0)
-			return psprintf("%s: unknown field (expected socket, url, embedded, release, request_timeout_ms)", key);
+			strcmp(key, "request_timeout_ms") != 0 && strcmp(key, "egress_control") != 0)
+			return psprintf("%s: unknown field (expected socket, url, embedded, release, request_timeout_ms, egress_control)", key);
 	}
 	if (endpoints != 1)
 		return "socket/url/embedded: exactly one of them must be given";
@@ -61,6 +62,8 @@ sandboxd_validate_config(json_t *config)
 		return "release: must be \"destroy\" or \"hibernate\"";
 	if (timeout && (!json_is_integer(timeout) || json_integer_value(timeout) < 100))
 		return "request_timeout_ms: must be an integer of at least 100";
+	if (egress && !json_is_boolean(egress))
+		return "egress_control: must be true or false";
 	return NULL;
 }
 
@@ -70,14 +73,24 @@ sandboxd_needs_credential(json_t *config)
 	return json_object_get(config, "url") != NULL;
 }
 
-/* What the protocol promises everywhere; acquire refines it from the host. */
+/*
+ * What the protocol promises everywhere; acquire refines it from the host.
+ * egress_control is declared (the network policy is decided before the
+ * daemon is asked): daemons of this protocol enforce it, and a daemon that
+ * cannot refuses network "open"/"allowlist" with egress_unsupported, so a
+ * wrong declaration fails closed.  Config "egress_control": false declares
+ * an older or incapable daemon.
+ */
 static void
 sandboxd_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 {
+	json_t	   *egress = be->config ? json_object_get(be->config, "egress_control") : NULL;
+
 	memset(caps, 0, sizeof(*caps));
 	caps->shell = true;
 	caps->hibernate = true;
 	caps->caller_chosen_id = true;
+	caps->egress_control = egress == NULL || json_is_true(egress);
 }
 
 static char *
@@ -133,15 +146,44 @@ parse_body(const MeshHttpResponse *resp, const MeshBackend *be, MeshError *err)
 	return doc;
 }
 
+/*
+ * The acquire body's network fields from the workspace's captured policy:
+ * "allowlist" with its domains, "open" when the policy is open and enforced
+ * here, else "none" (loopback only: rows from before policies, or a daemon
+ * declared without egress_control).
+ */
+static void
+set_network(json_t *body, const char *egress_text)
+{
+	json_t	   *egress = egress_text ? json_loads(egress_text, 0, NULL) : NULL;
+	const char *mode = egress ? json_string_value(json_object_get(egress, "mode")) : NULL;
+	bool		enforced = egress && json_is_true(json_object_get(egress, "enforced"));
+
+	if (mode && strcmp(mode, "allowlist") == 0)
+	{
+		json_t	   *domains = json_object_get(egress, "domains");
+
+		json_object_set_new(body, "network", json_string("allowlist"));
+		json_object_set(body, "allow", json_is_array(domains) ? domains : json_array());
+	}
+	else if (mode && strcmp(mode, "open") == 0 && enforced)
+		json_object_set_new(body, "network", json_string("open"));
+	else
+		json_object_set_new(body, "network", json_string("none"));
+	if (egress)
+		json_decref(egress);
+}
+
 static void
 sandboxd_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref, MeshSize size,
 						 const char *install_id, MeshHttpRequest *req)
 {
+	json_t	   *body = json_pack("{s:s,s:{s:s}}", "size", mesh_size_name(size),
+								 "labels", "mesh.install", install_id);
+
 	sandboxd_begin(be, req, "PUT", psprintf("/v1/workspaces/%s", ref));
-	mesh_http_json_body(req, json_pack("{s:s,s:s,s:{s:s}}",
-									  "size", mesh_size_name(size),
-									  "network", "none",
-									  "labels", "mesh.install", install_id));
+	set_network(body, st->egress);
+	mesh_http_json_body(req, body);
 }
 
 /* Take what the host says it enforces, where it says anything. */
@@ -177,6 +219,7 @@ sandboxd_acquire_response(const MeshBackend *be, MeshOpState *st, const MeshHttp
 		return MESH_STEP_FAILED;
 	sandboxd_declared_capabilities(be, caps);
 	refine_capabilities(json_object_get(doc, "capabilities"), caps);
+	/* a daemon without egress_control either refused or was sent "none" */
 	json_decref(doc);
 	return MESH_STEP_DONE;
 }
@@ -221,6 +264,44 @@ decode_stream(json_t *doc, const char *field, char **data, size_t *len)
 	return json_is_string(value) && mesh_base64_decode(json_string_value(value), data, len);
 }
 
+/*
+ * The daemon's egress_denials, kept as JSON text for the events: only
+ * well-formed entries, only the four documented fields.  NULL when none.
+ */
+static char *
+parse_denials(json_t *list)
+{
+	json_t	   *out;
+	json_t	   *d;
+	size_t		i;
+	char	   *text;
+	char	   *result;
+
+	if (!json_is_array(list) || json_array_size(list) == 0)
+		return NULL;
+	out = json_array();
+	json_array_foreach(list, i, d)
+	{
+		if (!json_is_string(json_object_get(d, "host")) ||
+			!json_is_integer(json_object_get(d, "port")) ||
+			!json_is_string(json_object_get(d, "reason")))
+			continue;
+		json_array_append_new(out, json_pack("{s:O,s:O,s:O,s:o}",
+											 "host", json_object_get(d, "host"),
+											 "port", json_object_get(d, "port"),
+											 "reason", json_object_get(d, "reason"),
+											 "at", json_is_string(json_object_get(d, "at"))
+											 ? json_incref(json_object_get(d, "at")) : json_null()));
+	}
+	text = json_array_size(out) ? json_dumps(out, JSON_COMPACT) : NULL;
+	json_decref(out);
+	if (text == NULL)
+		return NULL;
+	result = pstrdup(text);
+	free(text);
+	return result;
+}
+
 static MeshStepResult
 sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 					   MeshExecResult *result, MeshError *err)
@@ -253,6 +334,7 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	cpu = json_object_get(doc, "cpu_ms");
 	result->cpu_metered = json_is_number(cpu);
 	result->cpu_seconds = result->cpu_metered ? json_number_value(cpu) / 1000.0 : 0;
+	result->egress_denials = parse_denials(json_object_get(doc, "egress_denials"));
 	json_decref(doc);
 	return MESH_STEP_DONE;
 }
