@@ -48,7 +48,8 @@ SELECT status FROM mesh_acquire('egress-2', 'netagent', 'grace');
 SELECT exit_code FROM mesh_exec('egress-2', ARRAY['true']);
 SELECT n->>'mode' AS mode, n->>'policy_mode' AS policy, n->>'enforced' AS enforced FROM mesh.run_network('egress-2') n;
 -- open mode: still no host loopback or private destination
-SELECT stdout FROM mesh_exec('egress-2', ARRAY['curl', '-s', '-m', '5', '--noproxy', '', '-o', '/dev/null', '-w', '%{http_code}', 'http://127.0.0.1:' || current_setting('port') || '/']);
+SELECT stdout FROM mesh_exec('egress-2', ARRAY['curl', '-s', '-m', '5', '--noproxy', '', '-o', '/dev/null', '-w', '%{http_code}', 'http://127.0.0.1:5432/']);
+SELECT stdout FROM mesh_exec('egress-2', ARRAY['curl', '-s', '-m', '5', '--noproxy', '', '-o', '/dev/null', '-w', '%{http_code}', 'http://localhost:5432/']);
 SELECT detail->>'host' AS host, detail->>'reason' AS reason FROM mesh.events WHERE run_id = 'egress-2' AND kind = 'egress_denied';
 -- back to an allowlist for the incapable-backend cases
 SELECT mesh.set_egress_policy('{"mode": "allowlist"}') - 'default_domains';

@@ -741,6 +741,45 @@ charge_budget(WorkerCall *call, double charged)
 	spawn_internal_release(call->run_id, call->ws.status_reason);
 }
 
+/*
+ * Tell the caller when the workspace's network policy refused connections
+ * during the exec, so a connection error in the output is not mistaken for
+ * a flaky network (the events hold every detail).
+ */
+static void
+notice_egress_denials(WorkerCall *call, const char *denials_text)
+{
+	json_t	   *denials = denials_text ? json_loads(denials_text, 0, NULL) : NULL;
+	StringInfoData msg;
+	size_t		i;
+	json_t	   *d;
+
+	if (!json_is_array(denials) || json_array_size(denials) == 0)
+	{
+		if (denials)
+			json_decref(denials);
+		return;
+	}
+	initStringInfo(&msg);
+	appendStringInfo(&msg, "mesh: the workspace network policy of run \"%s\" refused %zu connection(s):",
+					 call->run_id, json_array_size(denials));
+	json_array_foreach(denials, i, d)
+	{
+		if (i == 3)
+		{
+			appendStringInfoString(&msg, " ...");
+			break;
+		}
+		appendStringInfo(&msg, "%s %s:%lld (%s)", i ? "," : "",
+						 json_string_value(json_object_get(d, "host")),
+						 (long long) json_integer_value(json_object_get(d, "port")),
+						 json_string_value(json_object_get(d, "reason")));
+	}
+	appendStringInfoString(&msg, "; see mesh.run_network() and the egress_denied events");
+	json_decref(denials);
+	queue_message(call, json_pack("{s:s}", "notice", msg.data), NULL, 0);
+}
+
 static void
 finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 {
@@ -782,6 +821,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 		return;
 	}
 	charge_budget(call, rec.charged_seconds);
+	notice_egress_denials(call, result.egress_denials);
 	reply_ok(call, json_pack("{s:i,s:s,s:s,s:s,s:b,s:I}",
 							 "exit_code", result.exit_code,
 							 "stdout", result.stdout_data,
