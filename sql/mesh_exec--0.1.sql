@@ -626,7 +626,7 @@ SELECT agent_id, name, version, created_at, rotated_at FROM mesh.secrets;
 
 -- The broker's exchange: a run token and a secret name for the value, or a
 -- refusal with its reason.  Every call, granted or refused, is an event.
-CREATE FUNCTION mesh.broker_exchange(p_token_sha256 bytea, p_name text,
+CREATE FUNCTION mesh.broker_exchange(p_token_sha256 bytea, p_name text, p_workspace_ref text,
                                      OUT granted boolean, OUT value text, OUT reason text)
 LANGUAGE plpgsql SET search_path = mesh, pg_catalog AS $$
 DECLARE
@@ -647,6 +647,9 @@ BEGIN
         SELECT * INTO ws FROM mesh.workspaces w WHERE w.run_id = tok.run_id;
         IF ws.status IN ('released', 'failed') THEN
             reason := 'the run''s workspace is ' || ws.status;
+        ELSIF ws.external_ref IS DISTINCT FROM p_workspace_ref THEN
+            -- the broker knows which workspace's socket the request came in on
+            reason := 'the token belongs to another workspace';
         END IF;
     END IF;
     IF reason IS NULL THEN

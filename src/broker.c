@@ -4,20 +4,25 @@
  *	  The credential broker: a sandbox exchanges its run token for one
  *	  named secret it was granted, and every exchange is a row.
  *
- * A background worker serves HTTP on a unix socket in the data directory
- * (mesh_broker/broker.sock), which mesh-sandboxd binds into each workspace
- * at /run/mesh/broker.sock.  The socket is world-connectable on purpose:
- * the run token is the authentication, and the database keeps only its
- * hash.
+ * A background worker serves HTTP on one unix socket per workspace that
+ * holds a live run token: mesh_broker/<workspace>/broker.sock in the data
+ * directory.  mesh-sandboxd shows each workspace only its own directory, at
+ * /run/mesh, so the socket a request arrives on says which workspace asks,
+ * and a token presented from any other workspace is refused.  The sockets
+ * are world-connectable: the token is the authentication, and the database
+ * keeps only its hash.
  *
  *	  POST /v1/secrets/{name}     Authorization: Bearer <run token>
  *	  200 {"name": ..., "value": ...}
  *	  401 {"error": {"code": "no_token", ...}}
  *	  403 {"error": {"code": "refused", "message": <why>}}
  *
- * libmicrohttpd runs without threads of its own: its epoll descriptor
- * joins this worker's wait set, and requests are handled on this thread,
- * inside PG_TRY, so no PostgreSQL error ever unwinds through the library.
+ * libmicrohttpd runs without threads or listening sockets of its own: this
+ * worker accepts, hands each connection over with the workspace as its
+ * client address, and drives the library from its wait loop; requests are
+ * handled on this thread, inside PG_TRY, so no PostgreSQL error ever
+ * unwinds through the library.  The set of sockets is refreshed when a
+ * worker mints a token (it sets this worker's latch) and every half minute.
  *
  *-------------------------------------------------------------------------
  */
@@ -40,6 +45,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -47,11 +53,25 @@
 #include "utils/snapmgr.h"
 
 #include "credentials.h"
+#include "handoff.h"
 #include "mesh_exec.h"
 
 #define BROKER_DIR "mesh_broker"
 #define BROKER_SOCKET "broker.sock"
 #define SECRETS_PREFIX "/v1/secrets/"
+#define MAX_WORKSPACE_SOCKETS 1024
+#define REFRESH_MS 30000
+
+/* One listening socket, for one workspace. */
+typedef struct WorkspaceSocket
+{
+	char	   *ref;
+	int			fd;
+} WorkspaceSocket;
+
+static WorkspaceSocket sockets[MAX_WORKSPACE_SOCKETS];
+static int	nsockets = 0;
+static char *broker_root;
 
 /* What one exchange decided. */
 typedef struct Exchange
@@ -97,7 +117,7 @@ send_error(struct MHD_Connection *conn, unsigned int status, const char *code, c
  * a transaction of its own, committed durably (a read is a row).
  */
 static void
-exchange(const char *token, const char *name, Exchange *out)
+exchange(const char *token, const char *name, const char *ref, Exchange *out)
 {
 	MemoryContext outer = CurrentMemoryContext;
 	char	   *hash = mesh_token_hash_hex(token);
@@ -105,16 +125,17 @@ exchange(const char *token, const char *name, Exchange *out)
 	memset(out, 0, sizeof(*out));
 	PG_TRY();
 	{
-		Oid			types[2] = {TEXTOID, TEXTOID};
-		Datum		values[2] = {CStringGetTextDatum(hash), CStringGetTextDatum(name)};
+		Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+		Datum		values[3] = {CStringGetTextDatum(hash), CStringGetTextDatum(name),
+		CStringGetTextDatum(ref)};
 
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		SPI_connect();
 		pgstat_report_activity(STATE_RUNNING, "mesh broker: exchange");
-		if (SPI_execute_with_args("SELECT granted, value, reason FROM mesh.broker_exchange(decode($1, 'hex'), $2)",
-								  2, types, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		if (SPI_execute_with_args("SELECT granted, value, reason FROM mesh.broker_exchange(decode($1, 'hex'), $2, $3)",
+								  3, types, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "mesh broker: exchange failed");
 		{
 			HeapTuple	tuple = SPI_tuptable->vals[0];
@@ -150,6 +171,16 @@ exchange(const char *token, const char *name, Exchange *out)
 	MemoryContextSwitchTo(outer);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	pgstat_report_stat(false);
+}
+
+/* The workspace whose socket the connection came in on (its client address). */
+static const char *
+workspace_of(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *info =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+
+	return ((const struct sockaddr_un *) info->client_addr)->sun_path;
 }
 
 /* The token from "Authorization: Bearer <token>", or NULL. */
@@ -194,7 +225,7 @@ handle_request(void *cls, struct MHD_Connection *conn, const char *url, const ch
 		return send_error(conn, MHD_HTTP_UNAUTHORIZED, "no_token",
 						  "send the run token as Authorization: Bearer <token>");
 
-	exchange(token, name, &ex);
+	exchange(token, name, workspace_of(conn), &ex);
 	if (!ex.granted)
 		return send_error(conn, MHD_HTTP_FORBIDDEN, "refused", ex.reason ? ex.reason : "refused");
 	ret = send_json(conn, MHD_HTTP_OK, json_pack("{s:s,s:s}", "name", name, "value", ex.value));
@@ -208,28 +239,168 @@ static int
 listen_on_socket(const char *path)
 {
 	struct sockaddr_un addr;
-	int			fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	int			fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 
 	if (fd < 0)
-		ereport(ERROR, (errmsg("mesh broker: could not create a socket: %m")));
+		return -1;
 	memset(&addr, 0, sizeof(addr));
 	addr.sun_family = AF_UNIX;
 	if (strlen(path) >= sizeof(addr.sun_path))
-		ereport(ERROR, (errmsg("mesh broker: socket path \"%s\" is too long", path)));
+	{
+		close(fd);
+		return -1;
+	}
 	strlcpy(addr.sun_path, path, sizeof(addr.sun_path));
 	unlink(path);
 	if (bind(fd, (struct sockaddr *) &addr, sizeof(addr)) != 0 || chmod(path, 0666) != 0 ||
 		listen(fd, 64) != 0)
-		ereport(ERROR, (errmsg("mesh broker: could not listen on %s: %m", path)));
+	{
+		close(fd);
+		return -1;
+	}
 	return fd;
 }
 
-static struct MHD_Daemon *
-start_http(int listen_fd)
+static char *
+socket_path_of(const char *ref)
 {
-	struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_TURBO, 0, NULL, NULL,
-											handle_request, NULL,
-											MHD_OPTION_LISTEN_SOCKET, listen_fd,
+	return psprintf("%s/%s/%s", broker_root, ref, BROKER_SOCKET);
+}
+
+/* Start listening for one workspace (its directory may already exist: the daemon makes it). */
+static void
+open_workspace_socket(const char *ref)
+{
+	char	   *dir = psprintf("%s/%s", broker_root, ref);
+	int			fd;
+
+	if (nsockets >= MAX_WORKSPACE_SOCKETS)
+		return;
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+		return;
+	fd = listen_on_socket(socket_path_of(ref));
+	if (fd < 0)
+	{
+		ereport(LOG, (errmsg("mesh broker: could not listen for workspace %s: %m", ref)));
+		return;
+	}
+	sockets[nsockets].ref = MemoryContextStrdup(TopMemoryContext, ref);
+	sockets[nsockets].fd = fd;
+	nsockets++;
+}
+
+/* Stop listening for a workspace whose tokens are all dead; keep its directory. */
+static void
+close_workspace_socket(int i)
+{
+	close(sockets[i].fd);
+	unlink(socket_path_of(sockets[i].ref));
+	pfree(sockets[i].ref);
+	sockets[i] = sockets[--nsockets];
+}
+
+static const char live_refs_sql[] =
+"SELECT DISTINCT w.external_ref FROM mesh.run_tokens t JOIN mesh.workspaces w ON w.run_id = t.run_id "
+" WHERE t.revoked_at IS NULL AND t.expires_at > now() AND w.external_ref IS NOT NULL "
+"   AND w.status NOT IN ('released', 'failed')";
+
+/* The workspaces that hold a live token right now (NIL when the query failed). */
+static List *
+live_workspaces(bool *ok)
+{
+	MemoryContext outer = CurrentMemoryContext;
+	List	   *volatile refs = NIL;
+
+	*ok = true;
+	PG_TRY();
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		SPI_connect();
+		if (SPI_execute(live_refs_sql, true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "mesh broker: could not list live tokens");
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			char	   *ref = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+			MemoryContext spi = MemoryContextSwitchTo(outer);
+
+			refs = lappend(refs, pstrdup(ref));
+			MemoryContextSwitchTo(spi);
+		}
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(outer);
+		FlushErrorState();
+		AbortCurrentTransaction();
+		*ok = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(outer);
+	return refs;
+}
+
+static bool
+ref_in(List *refs, const char *ref)
+{
+	ListCell   *lc;
+
+	foreach(lc, refs)
+		if (strcmp((char *) lfirst(lc), ref) == 0)
+			return true;
+	return false;
+}
+
+/* Listen exactly for the workspaces that hold a live token. */
+static void
+refresh_sockets(void)
+{
+	bool		ok;
+	List	   *refs = live_workspaces(&ok);
+	ListCell   *lc;
+
+	if (!ok)
+		return;					/* e.g. the extension is not installed yet */
+	for (int i = nsockets - 1; i >= 0; i--)
+		if (!ref_in(refs, sockets[i].ref))
+			close_workspace_socket(i);
+	foreach(lc, refs)
+	{
+		bool		have = false;
+
+		for (int i = 0; i < nsockets && !have; i++)
+			have = strcmp(sockets[i].ref, (char *) lfirst(lc)) == 0;
+		if (!have)
+			open_workspace_socket((char *) lfirst(lc));
+	}
+	list_free_deep(refs);
+}
+
+/* Hand a new connection to the library, with its workspace as the client address. */
+static void
+accept_connection(struct MHD_Daemon *http, const WorkspaceSocket *ws)
+{
+	struct sockaddr_un from;
+	int			fd = accept4(ws->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+	if (fd < 0)
+		return;
+	memset(&from, 0, sizeof(from));
+	from.sun_family = AF_UNIX;
+	strlcpy(from.sun_path, ws->ref, sizeof(from.sun_path));
+	if (MHD_add_connection(http, fd, (struct sockaddr *) &from, sizeof(from)) != MHD_YES)
+		close(fd);
+}
+
+static struct MHD_Daemon *
+start_http(void)
+{
+	struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET,
+											0, NULL, NULL, handle_request, NULL,
 											MHD_OPTION_CONNECTION_LIMIT, (unsigned int) 256,
 											MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) 10,
 											MHD_OPTION_END);
@@ -239,13 +410,28 @@ start_http(int listen_fd)
 	return d;
 }
 
+/*
+ * Where a workspace's broker socket lives, for the worker that must not let
+ * a command run before the broker listens for it.
+ */
+char *
+mesh_broker_socket_path(const char *ref)
+{
+	return psprintf("%s/%s/%s/%s", DataDir, BROKER_DIR, ref, BROKER_SOCKET);
+}
+
+static void
+broker_exit(int code, Datum arg)
+{
+	mesh_shared->broker_procno = -1;
+}
+
 void
 mesh_broker_main(Datum arg)
 {
-	char	   *dir;
-	char	   *path;
 	struct MHD_Daemon *http;
 	int			epoll_fd;
+	TimestampTz next_refresh = 0;
 
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -253,21 +439,23 @@ mesh_broker_main(Datum arg)
 	BackgroundWorkerInitializeConnection(mesh_database, NULL, 0);
 	pgstat_report_appname("mesh broker");
 
-	dir = psprintf("%s/%s", DataDir, BROKER_DIR);
-	path = psprintf("%s/%s", dir, BROKER_SOCKET);
-	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-		ereport(ERROR, (errmsg("mesh broker: could not create %s: %m", dir)));
-	chmod(dir, 0755);
-	http = start_http(listen_on_socket(path));
+	broker_root = psprintf("%s/%s", DataDir, BROKER_DIR);
+	if (mkdir(broker_root, 0755) != 0 && errno != EEXIST)
+		ereport(ERROR, (errmsg("mesh broker: could not create %s: %m", broker_root)));
+	chmod(broker_root, 0755);
+	http = start_http();
 	epoll_fd = MHD_get_daemon_info(http, MHD_DAEMON_INFO_EPOLL_FD)->epoll_fd;
-	ereport(LOG, (errmsg("mesh broker listening on %s", path)));
+	mesh_shared->broker_procno = MyProc->pgprocno;
+	before_shmem_exit(broker_exit, (Datum) 0);
+	ereport(LOG, (errmsg("mesh broker serving workspaces under %s", broker_root)));
 
 	for (;;)
 	{
 		WaitEventSet *set;
-		WaitEvent	events[4];
+		WaitEvent	events[16];
 		MHD_UNSIGNED_LONG_LONG mhd_timeout;
-		long		timeout = -1;
+		long		timeout = REFRESH_MS;
+		int			n;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -275,14 +463,28 @@ mesh_broker_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
+		if (GetCurrentTimestamp() >= next_refresh)
+		{
+			refresh_sockets();
+			next_refresh = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REFRESH_MS);
+		}
 		MHD_run(http);
 		if (MHD_get_timeout(http, &mhd_timeout) == MHD_YES)
-			timeout = (long) Min(mhd_timeout, (MHD_UNSIGNED_LONG_LONG) 60000);
-		set = CreateWaitEventSet(CurrentMemoryContext, 3);
+			timeout = (long) Min(mhd_timeout, (MHD_UNSIGNED_LONG_LONG) REFRESH_MS);
+		set = CreateWaitEventSet(CurrentMemoryContext, nsockets + 3);
 		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 		AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 		AddWaitEventToSet(set, WL_SOCKET_READABLE, epoll_fd, NULL, NULL);
-		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
+		for (int i = 0; i < nsockets; i++)
+			AddWaitEventToSet(set, WL_SOCKET_READABLE, sockets[i].fd, NULL, &sockets[i]);
+		n = WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
+		for (int i = 0; i < n; i++)
+		{
+			if (events[i].events & WL_LATCH_SET)
+				next_refresh = 0;	/* a worker minted a token: listen for it now */
+			else if (events[i].user_data != NULL)
+				accept_connection(http, (WorkspaceSocket *) events[i].user_data);
+		}
 		FreeWaitEventSet(set);
 		ResetLatch(MyLatch);
 	}

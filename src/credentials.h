@@ -27,4 +27,7 @@ extern char *mesh_token_hash_hex(const char *token);
 extern void mesh_redact(char **data, size_t *len, const char *secret, const char *label);
 extern void mesh_forget(char *secret);
 
+/* src/broker.c */
+extern char *mesh_broker_socket_path(const char *ref);
+
 #endif							/* MESH_CREDENTIALS_H */

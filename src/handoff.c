@@ -69,6 +69,7 @@ mesh_shmem_startup(void)
 		memset(mesh_shared, 0, sizeof(MeshShared));
 		mesh_shared->nworkers = mesh_worker_count;
 		pg_atomic_init_u64(&mesh_shared->next_exec_key, 1);
+		mesh_shared->broker_procno = -1;
 		for (int i = 0; i <= MESH_MAX_WORKERS; i++)
 			SpinLockInit(&mesh_shared->workers[i].mutex);
 	}

@@ -63,6 +63,7 @@ typedef struct MeshShared
 	int			nworkers;
 	pg_atomic_uint64 next_exec_key;
 	pid_t		sandboxd_pid;	/* the embedded daemon, 0 when not running */
+	int			broker_procno;	/* the broker's PGPROC number, -1 when not running */
 	MeshWorkerSlot workers[MESH_MAX_WORKERS + 1];	/* workers, then the reaper */
 } MeshShared;
 

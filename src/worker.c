@@ -26,6 +26,7 @@
 #include "mesh_json.h"
 
 #include <math.h>
+#include <sys/stat.h>
 
 #include "access/xlog.h"
 #include "lib/ilist.h"
@@ -1123,6 +1124,34 @@ refuse_unreachable(WorkerCall *call)
 	return false;
 }
 
+/* A token was minted: the broker starts listening for its workspace. */
+static void
+wake_broker(void)
+{
+	int			procno = mesh_shared->broker_procno;
+
+	if (procno >= 0)
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+}
+
+/*
+ * The broker listens for a workspace a moment after its token is minted;
+ * the command must not run before it does.  Bounded: a broker that is down
+ * only means the sandbox's exchange is refused, visibly.
+ */
+static void
+wait_for_broker_socket(const char *ref)
+{
+	char	   *path;
+	struct stat st;
+
+	if (mesh_shared->broker_procno < 0)
+		return;
+	path = mesh_broker_socket_path(ref);
+	for (int i = 0; i < 500 && stat(path, &st) != 0; i++)
+		pg_usleep(1000L);
+}
+
 /*
  * A run with grants needs a live run token in its workspace before it works
  * there: minted (only its hash stored), then written through the backend's
@@ -1148,6 +1177,7 @@ deliver_token_first(WorkerCall *call)
 	}
 	content = psprintf("%s\n", token);
 	mesh_forget(token);
+	wake_broker();
 	call->be.driver->write_request(&call->be, begin_op(call), call->ws.external_ref,
 								   MESH_TOKEN_PATH, 0600, content, strlen(content), &req);
 	start_transfer(call, &req, 64 * 1024);
@@ -1174,6 +1204,7 @@ finish_token_delivery(WorkerCall *call, const MeshHttpResponse *resp)
 		return;
 	}
 	call->ws.token_valid = true;
+	wait_for_broker_socket(call->ws.external_ref);
 	call->step = STEP_START;	/* now the operation itself */
 }
 

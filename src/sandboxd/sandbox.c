@@ -218,8 +218,21 @@ static void push_base_mounts(struct bwrap_cmd *cmd)
     cmd_push_all(cmd, (const char *[]){"--ro-bind", curated_etc_dir, "/etc", NULL});
 }
 
-/* The whole holder command line for workspace directory FILES. */
-static void build_holder_cmd(struct bwrap_cmd *cmd, const char *files)
+/*
+ * The broker directory of one workspace, <broker-dir>/<id>, created for it: the credential
+ * broker listens there for this workspace alone, so it knows which workspace is asking.
+ */
+static char *workspace_broker_dir(const char *id)
+{
+    char *dir = xasprintf("%s/%s", g_config.broker_dir, id);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        log_event("workspace %s: cannot create broker directory: %s", id, strerror(errno));
+    chmod(dir, 0755);
+    return dir;
+}
+
+/* The whole holder command line for workspace ID with directory FILES. */
+static void build_holder_cmd(struct bwrap_cmd *cmd, const char *id, const char *files)
 {
     cmd->argc = 0;
     cmd->stored = 0;
@@ -230,9 +243,14 @@ static void build_holder_cmd(struct bwrap_cmd *cmd, const char *files)
                                        "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
                                        "--hostname", "workspace", NULL});
     push_base_mounts(cmd);
-    /* the broker's directory, not its socket: a restarted broker's new socket shows up too */
-    if (g_config.broker_dir)
-        cmd_push_all(cmd, (const char *[]){"--ro-bind", g_config.broker_dir, "/run/mesh", NULL});
+    /* the workspace's own broker directory, not a socket: a re-created socket shows up too */
+    if (g_config.broker_dir) {
+        char *dir = workspace_broker_dir(id);
+        cmd_push(cmd, "--ro-bind");
+        cmd_push_copy(cmd, dir);
+        cmd_push(cmd, "/run/mesh");
+        free(dir);
+    }
     cmd_push_all(cmd, (const char *[]){"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
                                        "--bind", files, "/workspace", "--chdir", "/workspace",
                                        "--info-fd", "3", "--", "sleep", "infinity", NULL});
@@ -442,7 +460,7 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
     char *files = workspace_files_dir(ws->id);
     struct bwrap_cmd *cmd = calloc(1, sizeof *cmd);
     int info[2];
-    build_holder_cmd(cmd, files);
+    build_holder_cmd(cmd, ws->id, files);
     bool ok = pipe2(info, O_CLOEXEC) == 0;
     pid_t child = ok ? fork() : -1;
     if (child == 0)

@@ -3,13 +3,14 @@
 # granted secret; anything else is refused and recorded; rotation, revocation and
 # release cut a token off; the canary never reaches a log, a row or pg_stat_activity.
 . "$(dirname "$0")/lib.sh"
-plan 14
+plan 16
 canary="CANARY-$RANDOM$RANDOM-broker"
 q "SELECT mesh.secret_set('broker-agent', 'api_key', '$canary')" >/dev/null
 q "SELECT mesh.secret_set('broker-agent', 'other_key', 'OTHER-$canary')" >/dev/null
 q "SELECT mesh.environment_set('broker-env', '[{\"kind\": \"secret\", \"name\": \"api_key\"}]')" >/dev/null
 q "SELECT 1 FROM mesh_acquire('brk-a', 'broker-agent', 'pat', environment => 'broker-env')" >/dev/null
-q "SELECT 1 FROM mesh_acquire('brk-b', 'broker-agent', 'pat')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('brk-b', 'broker-agent', 'pat', environment => 'broker-env')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('brk-c', 'broker-agent', 'pat')" >/dev/null
 
 # fetch NAME [TOKEN-EXPR]: what the broker answers a sandbox, from inside run $run
 fetch() {
@@ -27,14 +28,20 @@ fetch brk-a other_key | grep -q '"refused"'; ok $? "a secret the run was not gra
 is "$(q "SELECT detail->>'reason' FROM mesh.events WHERE run_id = 'brk-a' AND kind = 'secret_refused' ORDER BY id DESC LIMIT 1")" \
    "the run has no grant for this secret" "the refusal is an event with its reason"
 fetch brk-b api_key 'nonsense-token' | grep -q '"unknown token"'; ok $? "a forged token is refused"
-# a run without grants has no token at all
-is "$(q "SELECT stdout FROM mesh_exec('brk-b', ARRAY['sh', '-c', 'test -e /workspace/.mesh/run-token && echo yes || echo no'])")" no \
-   "a run without grants gets no token"
+# another run's valid token, presented from this run's sandbox
+tok_a=$(q "SELECT stdout FROM mesh_exec('brk-a', ARRAY['cat', '/workspace/.mesh/run-token'])" | tr -d '\n')
+fetch brk-b api_key "$tok_a" | grep -q 'the token belongs to another workspace'
+ok $? "another run's token is refused in this run's sandbox"
+fetch brk-b api_key | grep -q '"value"'; ok $? "while this run's own token works"
+# a run without grants has no token and no broker
+is "$(q "SELECT stdout FROM mesh_exec('brk-c', ARRAY['sh', '-c', 'test -e /workspace/.mesh/run-token && echo token; test -S /run/mesh/broker.sock && echo broker; echo done'])")" done \
+   "a run without grants gets no token and no broker socket"
 
 # rotation: the old token is refused at once, the next call delivers a fresh one
 old=$(q "SELECT stdout FROM mesh_exec('brk-a', ARRAY['cat', '/workspace/.mesh/run-token'])" | tr -d '\n')
 q "SELECT mesh.secret_set('broker-agent', 'api_key', 'ROTATED-$canary')" >/dev/null
-fetch brk-b api_key "$old" | grep -q 'token revoked'; ok $? "after rotation the old token is refused (even from another sandbox)"
+q "SELECT stdout FROM mesh_exec('brk-a', ARRAY['cp', '/workspace/.mesh/run-token', '/workspace/new-token'])" >/dev/null
+fetch brk-a api_key "$old" | grep -q 'token revoked'; ok $? "after rotation the old token is refused"
 fetch brk-a api_key | grep -q '"value"'; ok $? "the run's next call carries a fresh token that works"
 
 # revocation of the grant: refused from then on
@@ -52,5 +59,5 @@ is "$(q "SELECT count(*) FROM mesh.execs WHERE concat(stdout, stderr, error) LIK
    "0 0" "nor in exec rows or events"
 is "$(q "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%$canary%' AND pid <> pg_backend_pid()")" 0 \
    "nor in pg_stat_activity"
-q "SELECT mesh_release('brk-b')" >/dev/null
+q "SELECT mesh_release('brk-b'), mesh_release('brk-c')" >/dev/null
 done_testing
