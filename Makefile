@@ -8,6 +8,7 @@ OBJS = \
 	src/worker.o \
 	src/worker_http.o \
 	src/store.o \
+	src/txn.o \
 	src/launcher.o \
 	src/reaper.o \
 	src/credentials.o \

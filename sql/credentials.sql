@@ -6,7 +6,7 @@
 SELECT mesh.secret_set('coder', 'github_pat', 'ghp_CANARY_0000111122223333');
 SELECT mesh.secret_set('coder', 'npm_token', 'npm_CANARY_4444');
 SELECT mesh.secret_set('coder', 'npm_token', 'npm_CANARY_5555');
-SELECT agent_id, name, version FROM mesh.secret_catalog ORDER BY name;
+SELECT agent_id, name, version FROM mesh.secret_catalog WHERE agent_id = 'coder' ORDER BY name;
 SELECT * FROM regress.try($$SELECT mesh.secret_set('coder', 'bad name', 'x')$$);
 SELECT * FROM regress.try($$SELECT mesh.secret_set('coder', 'empty', '')$$);
 

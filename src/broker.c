@@ -55,6 +55,7 @@
 #include "credentials.h"
 #include "handoff.h"
 #include "mesh_exec.h"
+#include "txn.h"
 
 #define BROKER_DIR "mesh_broker"
 #define BROKER_SOCKET "broker.sock"
@@ -112,6 +113,33 @@ send_error(struct MHD_Connection *conn, unsigned int status, const char *code, c
 	return send_json(conn, status, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message));
 }
 
+typedef struct ExchangeArgs
+{
+	const char *args[3];
+	Exchange   *out;
+} ExchangeArgs;
+
+static const char exchange_sql[] =
+"SELECT granted, value, reason FROM mesh.broker_exchange(decode($1, 'hex'), $2, $3)";
+
+static void
+exchange_body(void *arg)
+{
+	ExchangeArgs *a = (ExchangeArgs *) arg;
+	char	   *granted;
+	char	   *value;
+
+	if (mesh_sql(exchange_sql, 3, a->args) != 1)
+		elog(ERROR, "mesh broker: exchange failed");
+	granted = mesh_sql_value(0, 1);
+	value = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	a->out->granted = granted && strcmp(granted, "t") == 0;
+	a->out->value = value ? strdup(value) : NULL;
+	a->out->reason = mesh_sql_value(0, 3);
+	if (value)
+		explicit_bzero(value, strlen(value));
+}
+
 /*
  * Ask the database: mesh.broker_exchange decides and records the event, in
  * a transaction of its own, committed durably (a read is a row).
@@ -119,58 +147,17 @@ send_error(struct MHD_Connection *conn, unsigned int status, const char *code, c
 static void
 exchange(const char *token, const char *name, const char *ref, Exchange *out)
 {
-	MemoryContext outer = CurrentMemoryContext;
-	char	   *hash = mesh_token_hash_hex(token);
+	ExchangeArgs a = {{mesh_token_hash_hex(token), name, ref}, out};
+	ErrorData  *err;
 
 	memset(out, 0, sizeof(*out));
-	PG_TRY();
+	if (!mesh_txn("mesh broker: exchange", exchange_body, &a, true, &err))
 	{
-		Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
-		Datum		values[3] = {CStringGetTextDatum(hash), CStringGetTextDatum(name),
-		CStringGetTextDatum(ref)};
-
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		SPI_connect();
-		pgstat_report_activity(STATE_RUNNING, "mesh broker: exchange");
-		if (SPI_execute_with_args("SELECT granted, value, reason FROM mesh.broker_exchange(decode($1, 'hex'), $2, $3)",
-								  3, types, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "mesh broker: exchange failed");
-		{
-			HeapTuple	tuple = SPI_tuptable->vals[0];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			char	   *granted = SPI_getvalue(tuple, desc, 1);
-			char	   *value = SPI_getvalue(tuple, desc, 2);
-			char	   *reason = SPI_getvalue(tuple, desc, 3);
-
-			out->granted = granted && strcmp(granted, "t") == 0;
-			out->value = value ? strdup(value) : NULL;
-			out->reason = reason ? MemoryContextStrdup(outer, reason) : NULL;
-			if (value)
-				explicit_bzero(value, strlen(value));
-		}
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *err;
-
-		MemoryContextSwitchTo(outer);
-		err = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
 		ereport(LOG, (errmsg("mesh broker: %s", err->message)));
 		FreeErrorData(err);
 		out->granted = false;
 		out->reason = pstrdup("internal error; see the server log");
 	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(outer);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	pgstat_report_stat(false);
 }
 
 /* The workspace whose socket the connection came in on (its client address). */
@@ -304,44 +291,37 @@ static const char live_refs_sql[] =
 " WHERE t.revoked_at IS NULL AND t.expires_at > now() AND w.external_ref IS NOT NULL "
 "   AND w.status NOT IN ('released', 'failed')";
 
-/* The workspaces that hold a live token right now (NIL when the query failed). */
+typedef struct LiveArgs
+{
+	List	   *refs;
+} LiveArgs;
+
+static void
+live_body(void *arg)
+{
+	LiveArgs   *a = (LiveArgs *) arg;
+	uint64		n = mesh_sql(live_refs_sql, 0, NULL);
+
+	for (uint64 r = 0; r < n; r++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(mesh_txn_result_cxt());
+
+		a->refs = lappend(a->refs, mesh_sql_value(r, 1));
+		MemoryContextSwitchTo(old);
+	}
+}
+
+/* The workspaces that hold a live token right now; *ok false when that is unknown. */
 static List *
 live_workspaces(bool *ok)
 {
-	MemoryContext outer = CurrentMemoryContext;
-	List	   *volatile refs = NIL;
+	LiveArgs	a = {NIL};
+	ErrorData  *err;
 
-	*ok = true;
-	PG_TRY();
-	{
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		SPI_connect();
-		if (SPI_execute(live_refs_sql, true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "mesh broker: could not list live tokens");
-		for (uint64 r = 0; r < SPI_processed; r++)
-		{
-			char	   *ref = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
-			MemoryContext spi = MemoryContextSwitchTo(outer);
-
-			refs = lappend(refs, pstrdup(ref));
-			MemoryContextSwitchTo(spi);
-		}
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(outer);
-		FlushErrorState();
-		AbortCurrentTransaction();
-		*ok = false;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(outer);
-	return refs;
+	*ok = mesh_txn("mesh broker: refresh", live_body, &a, false, &err);
+	if (!*ok)
+		FreeErrorData(err);		/* e.g. the extension is not installed yet */
+	return a.refs;
 }
 
 static bool
@@ -432,6 +412,7 @@ mesh_broker_main(Datum arg)
 	struct MHD_Daemon *http;
 	int			epoll_fd;
 	TimestampTz next_refresh = 0;
+	MemoryContext loop_cxt;
 
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -448,6 +429,8 @@ mesh_broker_main(Datum arg)
 	mesh_shared->broker_procno = MyProc->pgprocno;
 	before_shmem_exit(broker_exit, (Datum) 0);
 	ereport(LOG, (errmsg("mesh broker serving workspaces under %s", broker_root)));
+	/* what one turn of the loop allocates (requests, refreshes) is freed with it */
+	loop_cxt = AllocSetContextCreate(TopMemoryContext, "mesh broker loop", ALLOCSET_DEFAULT_SIZES);
 
 	for (;;)
 	{
@@ -458,6 +441,8 @@ mesh_broker_main(Datum arg)
 		int			n;
 
 		CHECK_FOR_INTERRUPTS();
+		MemoryContextReset(loop_cxt);
+		MemoryContextSwitchTo(loop_cxt);
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;

@@ -50,6 +50,7 @@
 #include "handoff.h"
 #include "mesh_exec.h"
 #include "store.h"
+#include "txn.h"
 #include "worker_http.h"
 
 PG_FUNCTION_INFO_V1(mesh_sweep);
@@ -66,75 +67,51 @@ note(json_t *rows, const char *action, const char *run_id, const char *backend,
 										  "detail", detail));
 }
 
-static char *
-copy_value(HeapTuple tuple, TupleDesc desc, int col, MemoryContext cxt)
+typedef struct QueryArgs
 {
-	char	   *v = SPI_getvalue(tuple, desc, col);
+	const char *sql;
+	int			nargs;
+	const char **args;
+	int			ncols;
+	List	   *rows;
+} QueryArgs;
 
-	return v ? MemoryContextStrdup(cxt, v) : NULL;
+static void
+query_body(void *arg)
+{
+	QueryArgs  *q = (QueryArgs *) arg;
+	uint64		n = mesh_sql(q->sql, q->nargs, q->args);
+
+	for (uint64 r = 0; SPI_tuptable != NULL && r < n; r++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(mesh_txn_result_cxt());
+		char	  **row = palloc(sizeof(char *) * Max(q->ncols, 1));
+
+		for (int c = 0; c < q->ncols; c++)
+			row[c] = mesh_sql_value(r, c + 1);
+		q->rows = lappend(q->rows, row);
+		MemoryContextSwitchTo(old);
+	}
 }
 
 /*
  * Run one statement in a transaction of the reaper's own and return its
- * rows as a list of char*[ncols] arrays in the caller's memory context.
- * Errors are logged and yield NIL: one failing step never stops a sweep.
+ * rows as a list of char*[ncols] arrays.  Errors are logged and yield NIL:
+ * one failing step never stops a sweep.
  */
 static List *
 reaper_query(const char *sql, int nargs, const char **args, int ncols)
 {
-	MemoryContext outer = CurrentMemoryContext;
-	List	   *volatile result = NIL;
+	QueryArgs	q = {sql, nargs, args, ncols, NIL};
+	ErrorData  *err;
 
-	PG_TRY();
+	if (!mesh_txn("mesh reaper: sweeping", query_body, &q, true, &err))
 	{
-		Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID};
-		Datum		values[4];
-		char		nulls[4];
-
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		SPI_connect();
-		for (int i = 0; i < nargs; i++)
-		{
-			values[i] = args[i] ? CStringGetTextDatum(args[i]) : (Datum) 0;
-			nulls[i] = args[i] ? ' ' : 'n';
-		}
-		if (SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0) < 0)
-			elog(ERROR, "mesh reaper: statement failed");
-		for (uint64 r = 0; SPI_tuptable != NULL && r < SPI_processed; r++)
-		{
-			char	  **row = MemoryContextAlloc(outer, sizeof(char *) * ncols);
-
-			MemoryContext spi_cxt;
-
-			for (int c = 0; c < ncols; c++)
-				row[c] = copy_value(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1, outer);
-			/* the list must outlive the transaction, like its rows */
-			spi_cxt = MemoryContextSwitchTo(outer);
-			result = lappend(result, row);
-			MemoryContextSwitchTo(spi_cxt);
-		}
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *err;
-
-		MemoryContextSwitchTo(outer);
-		err = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
 		ereport(LOG, (errmsg("mesh reaper: %s", err->message)));
 		FreeErrorData(err);
-		result = NIL;
+		return NIL;
 	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(outer);
-	pgstat_report_stat(false);
-	return result;
+	return q.rows;
 }
 
 /*--------------------------------------------------------------------------

@@ -33,120 +33,7 @@
 
 #include "credentials.h"
 #include "store.h"
-
-#define MAX_PLANS 64
-#define MAX_ARGS 16
-
-typedef struct MeshPlan
-{
-	const char *sql;			/* identity: the static string's address */
-	SPIPlanPtr	plan;
-	int			nargs;
-} MeshPlan;
-
-static MeshPlan plans[MAX_PLANS];
-static int	nplans = 0;
-
-/* Where results of the running transaction are copied to. */
-static MemoryContext result_cxt = NULL;
-
-typedef void (*TxnBody) (void *arg);
-
-/*
- * Run body in a transaction of its own.  durable=false commits
- * asynchronously: for intent whose loss in a crash loses nothing real.
- */
-static bool
-run_txn(const char *what, TxnBody body, void *arg, bool durable, ErrorData **err)
-{
-	MemoryContext outer = CurrentMemoryContext;
-	volatile bool ok = true;
-
-	result_cxt = outer;
-	PG_TRY();
-	{
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "mesh: SPI_connect failed");
-		if (!durable)
-			(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
-									 GUC_ACTION_LOCAL, true, 0, false);
-		pgstat_report_activity(STATE_RUNNING, what);
-		body(arg);
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(outer);
-		*err = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		ok = false;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(outer);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	pgstat_report_stat(false);
-	return ok;
-}
-
-/*
- * Execute one statement, all parameters text (cast in SQL).  Plans are
- * prepared once per worker, keyed by the statement's address.
- */
-static uint64
-sql_run(const char *sql, int nargs, const char *const *args)
-{
-	SPIPlanPtr	plan = NULL;
-	Datum		values[MAX_ARGS];
-	char		nulls[MAX_ARGS];
-	int			rc;
-
-	Assert(nargs <= MAX_ARGS);
-	for (int i = 0; i < nplans; i++)
-		if (plans[i].sql == sql)
-			plan = plans[i].plan;
-	if (plan == NULL)
-	{
-		Oid			types[MAX_ARGS];
-
-		for (int i = 0; i < nargs; i++)
-			types[i] = TEXTOID;
-		plan = SPI_prepare(sql, nargs, types);
-		if (plan == NULL)
-			elog(ERROR, "mesh: could not prepare statement: %s", SPI_result_code_string(SPI_result));
-		if (nplans < MAX_PLANS)
-		{
-			SPI_keepplan(plan);
-			plans[nplans].sql = sql;
-			plans[nplans].plan = plan;
-			plans[nplans].nargs = nargs;
-			nplans++;
-		}
-	}
-	for (int i = 0; i < nargs; i++)
-	{
-		values[i] = args[i] ? CStringGetTextDatum(args[i]) : (Datum) 0;
-		nulls[i] = args[i] ? ' ' : 'n';
-	}
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
-	if (rc < 0)
-		elog(ERROR, "mesh: statement failed: %s", SPI_result_code_string(rc));
-	return SPI_processed;
-}
-
-/* Column col (1-based) of result row, copied out of SPI memory; NULL stays NULL. */
-static char *
-sql_value(uint64 row, int col)
-{
-	char	   *v = SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col);
-
-	return v ? MemoryContextStrdup(result_cxt, v) : NULL;
-}
+#include "txn.h"
 
 static char *
 int64_text(int64 v)
@@ -198,20 +85,20 @@ declare_grants(DeclareArgs *a)
 	const char *grant[2] = {a->args[0], a->args[4]};
 	char	   *missing;
 
-	sql_run(environment_check_sql, 2, check);
-	if (strcmp(sql_value(0, 1), "t") != 0)
+	mesh_sql(environment_check_sql, 2, check);
+	if (strcmp(mesh_sql_value(0, 1), "t") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("environment \"%s\" is not declared", a->args[4]),
 				 errhint("An admin declares it with mesh.environment_set(name, needs).")));
-	missing = sql_value(0, 2);
+	missing = mesh_sql_value(0, 2);
 	if (missing)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("environment \"%s\" needs secret(s) %s, which agent \"%s\" does not have",
 						a->args[4], missing, a->args[1]),
 				 errhint("An admin sets them with mesh.secret_set(agent_id, name, value).")));
-	sql_run(grants_insert_sql, 2, grant);
+	mesh_sql(grants_insert_sql, 2, grant);
 }
 
 static void
@@ -219,23 +106,23 @@ declare_body(void *arg)
 {
 	DeclareArgs *a = (DeclareArgs *) arg;
 
-	if (sql_run(declare_insert_sql, 5, a->args) == 1)
+	if (mesh_sql(declare_insert_sql, 5, a->args) == 1)
 	{
-		a->row_json = sql_value(0, 1);
+		a->row_json = mesh_sql_value(0, 1);
 		if (a->args[4])
 			declare_grants(a);
 		return;
 	}
-	sql_run(declare_existing_sql, 5, a->args);
-	if (strcmp(sql_value(0, 5), "t") != 0)
+	mesh_sql(declare_existing_sql, 5, a->args);
+	if (strcmp(mesh_sql_value(0, 5), "t") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
 				 errmsg("run \"%s\" is already declared with a different agent, actor, parent or environment",
 						a->args[0]),
 				 errdetail("It was declared by agent \"%s\" for actor \"%s\" with parent run %s and environment %s.",
-						   sql_value(0, 2), sql_value(0, 3), sql_value(0, 4), sql_value(0, 6)),
+						   mesh_sql_value(0, 2), mesh_sql_value(0, 3), mesh_sql_value(0, 4), mesh_sql_value(0, 6)),
 				 errhint("A run has one workspace; use a new run_id for different work.")));
-	a->row_json = sql_value(0, 1);
+	a->row_json = mesh_sql_value(0, 1);
 }
 
 bool
@@ -245,7 +132,7 @@ store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id, environment}, NULL};
 
 	/* with grants the declaration is more than intent: commit it durably */
-	if (!run_txn("mesh worker: declare run", declare_body, &a, environment == NULL, err))
+	if (!mesh_txn("mesh worker: declare run", declare_body, &a, environment == NULL, err))
 		return false;
 	*row_json = a.row_json;
 	return true;
@@ -286,28 +173,28 @@ fill_workspace(MeshWorkspace *ws)
 {
 	char	   *v;
 
-	ws->id = pg_strtoint64(sql_value(0, 1));
-	ws->run_id = sql_value(0, 2);
-	ws->agent_id = sql_value(0, 3);
-	ws->actor_id = sql_value(0, 4);
-	ws->status = sql_value(0, 5);
-	ws->status_reason = sql_value(0, 6);
-	ws->backend_kind = sql_value(0, 7);
-	ws->external_ref = sql_value(0, 8);
-	ws->size = sql_value(0, 9);
-	ws->capabilities = sql_value(0, 10);
-	ws->backend_found = strcmp(sql_value(0, 11), "t") == 0;
-	v = sql_value(0, 12);
+	ws->id = pg_strtoint64(mesh_sql_value(0, 1));
+	ws->run_id = mesh_sql_value(0, 2);
+	ws->agent_id = mesh_sql_value(0, 3);
+	ws->actor_id = mesh_sql_value(0, 4);
+	ws->status = mesh_sql_value(0, 5);
+	ws->status_reason = mesh_sql_value(0, 6);
+	ws->backend_kind = mesh_sql_value(0, 7);
+	ws->external_ref = mesh_sql_value(0, 8);
+	ws->size = mesh_sql_value(0, 9);
+	ws->capabilities = mesh_sql_value(0, 10);
+	ws->backend_found = strcmp(mesh_sql_value(0, 11), "t") == 0;
+	v = mesh_sql_value(0, 12);
 	ws->backend_enabled = v && strcmp(v, "t") == 0;
-	ws->driver = sql_value(0, 13);
-	ws->config = sql_value(0, 14);
-	ws->credential = sql_value(0, 15);
-	ws->compute_seconds = strtod(sql_value(0, 16), NULL);
-	ws->budget_seconds = strtod(sql_value(0, 17), NULL);
-	ws->release_outcome = sql_value(0, 18);
-	ws->has_grants = strcmp(sql_value(0, 19), "t") == 0;
-	ws->token_valid = strcmp(sql_value(0, 20), "t") == 0;
-	ws->egress = sql_value(0, 21);
+	ws->driver = mesh_sql_value(0, 13);
+	ws->config = mesh_sql_value(0, 14);
+	ws->credential = mesh_sql_value(0, 15);
+	ws->compute_seconds = strtod(mesh_sql_value(0, 16), NULL);
+	ws->budget_seconds = strtod(mesh_sql_value(0, 17), NULL);
+	ws->release_outcome = mesh_sql_value(0, 18);
+	ws->has_grants = strcmp(mesh_sql_value(0, 19), "t") == 0;
+	ws->token_valid = strcmp(mesh_sql_value(0, 20), "t") == 0;
+	ws->egress = mesh_sql_value(0, 21);
 }
 
 static void
@@ -316,9 +203,9 @@ load_body(void *arg)
 	LoadArgs   *a = (LoadArgs *) arg;
 	const char *args[1] = {a->run_id};
 
-	if (a->for_update && sql_run(lock_sql, 1, args) == 0)
+	if (a->for_update && mesh_sql(lock_sql, 1, args) == 0)
 		return;
-	a->found = sql_run(load_sql, 1, args) == 1;
+	a->found = mesh_sql(load_sql, 1, args) == 1;
 	if (a->found)
 		fill_workspace(a->ws);
 }
@@ -330,7 +217,7 @@ store_load(const char *run_id, MeshWorkspace *ws, ErrorData **err)
 	LoadArgs	a = {run_id, ws, false, false};
 
 	memset(ws, 0, sizeof(*ws));
-	if (!run_txn("mesh worker: load run", load_body, &a, false, err))
+	if (!mesh_txn("mesh worker: load run", load_body, &a, false, err))
 		return false;
 	if (!a.found)
 	{
@@ -435,14 +322,14 @@ check_concurrency_limit(MeshWorkspace *ws)
 	char	   *limit;
 	int64		live;
 
-	sql_run(agent_ensure_sql, 1, agent);
-	sql_run(agent_lock_sql, 1, agent);
-	limit = SPI_processed > 0 ? sql_value(0, 1) : NULL;
+	mesh_sql(agent_ensure_sql, 1, agent);
+	mesh_sql(agent_lock_sql, 1, agent);
+	limit = SPI_processed > 0 ? mesh_sql_value(0, 1) : NULL;
 	if (limit == NULL)
 		return;
 	/* a fresh statement, so a snapshot taken after the lock was granted */
-	sql_run(agent_live_sql, 2, args);
-	live = pg_strtoint64(sql_value(0, 1));
+	mesh_sql(agent_live_sql, 2, args);
+	live = pg_strtoint64(mesh_sql_value(0, 1));
 	if (live >= pg_strtoint64(limit))
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
@@ -463,13 +350,13 @@ materialize_body(void *arg)
 	char	   *caps_text;
 	bool		implicit;
 
-	sql_run(lock_sql, 1, run);
+	mesh_sql(lock_sql, 1, run);
 	backend_arg[0] = ws->agent_id;
 	check_concurrency_limit(ws);
-	sql_run(select_sql, 1, backend_arg);
-	ws->backend_kind = sql_value(0, 1);
-	implicit = strcmp(sql_value(0, 2), "t") == 0;
-	ws->size = sql_value(0, 3);
+	mesh_sql(select_sql, 1, backend_arg);
+	ws->backend_kind = mesh_sql_value(0, 1);
+	implicit = strcmp(mesh_sql_value(0, 2), "t") == 0;
+	ws->size = mesh_sql_value(0, 3);
 
 	/* re-read the row so the catalog entry of the chosen backend is loaded */
 	{
@@ -479,12 +366,12 @@ materialize_body(void *arg)
 		"  FROM mesh.backends b LEFT JOIN mesh.backend_credentials c ON c.backend = b.name "
 		" WHERE b.name = $2 AND $1 IS NOT NULL";
 
-		sql_run(backend_sql, 2, args);
+		mesh_sql(backend_sql, 2, args);
 		ws->backend_found = true;
 		ws->backend_enabled = true;
-		ws->driver = sql_value(0, 3);
-		ws->config = sql_value(0, 4);
-		ws->credential = sql_value(0, 5);
+		ws->driver = mesh_sql_value(0, 3);
+		ws->config = mesh_sql_value(0, 4);
+		ws->credential = mesh_sql_value(0, 5);
 	}
 	if (!mesh_backend_from_workspace(ws, &be))
 		ereport(ERROR,
@@ -500,23 +387,23 @@ materialize_body(void *arg)
 
 	be.driver->declared_capabilities(&be, &caps);
 	caps_text = json_dumps(mesh_capabilities_to_json(&caps), JSON_COMPACT);
-	ws->capabilities = MemoryContextStrdup(result_cxt, caps_text);
+	ws->capabilities = MemoryContextStrdup(mesh_txn_result_cxt(), caps_text);
 	free(caps_text);
-	ws->external_ref = MemoryContextStrdup(result_cxt,
+	ws->external_ref = MemoryContextStrdup(mesh_txn_result_cxt(),
 										   be.driver->workspace_ref(&be, a->install_id, ws->id));
 	json_decref(be.config);
 	{
 		const char *eargs[2] = {ws->backend_kind, ws->capabilities};
 
 		/* before anything exists on the backend: a refusal leaves the row pending */
-		sql_run(egress_sql, 2, eargs);
-		ws->egress = sql_value(0, 1);
+		mesh_sql(egress_sql, 2, eargs);
+		ws->egress = mesh_sql_value(0, 1);
 	}
 	{
 		const char *args[6] = {int64_text(ws->id), ws->backend_kind, ws->external_ref,
 		ws->size, ws->capabilities, ws->egress};
 
-		sql_run(mark_acquiring_sql, 6, args);
+		mesh_sql(mark_acquiring_sql, 6, args);
 	}
 	{
 		char	   *detail = psprintf("{\"size\": \"%s\", \"implicit_selection\": %s, \"egress\": %s}",
@@ -524,13 +411,13 @@ materialize_body(void *arg)
 		const char *args[5] = {"acquiring", ws->run_id, int64_text(ws->id), ws->backend_kind,
 		detail};
 
-		sql_run(event_sql, 5, args);
+		mesh_sql(event_sql, 5, args);
 	}
 	if (implicit)
 		ereport(LOG,
 				(errmsg("mesh: run \"%s\" of agent \"%s\" uses backend \"%s\", the instance default (the agent has no pin)",
 						ws->run_id, ws->agent_id, ws->backend_kind)));
-	ws->status = MemoryContextStrdup(result_cxt, "acquiring");
+	ws->status = MemoryContextStrdup(mesh_txn_result_cxt(), "acquiring");
 }
 
 /* Record the choice of backend and the move to acquiring, durably. */
@@ -539,7 +426,7 @@ store_begin_materialize(MeshWorkspace *ws, const char *install_id, ErrorData **e
 {
 	MaterializeArgs a = {ws, install_id};
 
-	return run_txn("mesh worker: materialize", materialize_body, &a, true, err);
+	return mesh_txn("mesh worker: materialize", materialize_body, &a, true, err);
 }
 
 typedef struct ReadyArgs
@@ -559,8 +446,8 @@ ready_body(void *arg)
 	const char *args[2] = {int64_text(a->ws->id), a->caps};
 	const char *ev[5] = {"acquired", a->ws->run_id, args[0], a->ws->backend_kind, NULL};
 
-	sql_run(mark_ready_sql, 2, args);
-	sql_run(event_sql, 5, ev);
+	mesh_sql(mark_ready_sql, 2, args);
+	mesh_sql(event_sql, 5, ev);
 }
 
 bool
@@ -570,7 +457,7 @@ store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, ErrorData **
 	ReadyArgs	a = {ws, pstrdup(text)};
 
 	free(text);
-	if (!run_txn("mesh worker: workspace ready", ready_body, &a, true, err))
+	if (!mesh_txn("mesh worker: workspace ready", ready_body, &a, true, err))
 		return false;
 	ws->status = "ready";
 	ws->capabilities = (char *) a.caps;
@@ -596,8 +483,8 @@ fail_body(void *arg)
 	char	   *detail = psprintf("{\"retryable\": %s}", a->retryable ? "true" : "false");
 	const char *ev[5] = {"acquire_failed", a->ws->run_id, args[0], a->ws->backend_kind, detail};
 
-	sql_run(mark_failed_sql, 3, args);
-	sql_run(event_sql, 5, ev);
+	mesh_sql(mark_failed_sql, 3, args);
+	mesh_sql(event_sql, 5, ev);
 }
 
 /*
@@ -611,7 +498,7 @@ store_materialize_failed(MeshWorkspace *ws, bool retryable, const char *reason, 
 {
 	FailArgs	a = {ws, retryable, reason};
 
-	return run_txn("mesh worker: acquire failed", fail_body, &a, true, err);
+	return mesh_txn("mesh worker: acquire failed", fail_body, &a, true, err);
 }
 
 /*--------------------------------------------------------------------------
@@ -663,13 +550,13 @@ collect_secrets(ExecStartArgs *a, StringInfo names)
 {
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		MeshDelivered *d = MemoryContextAllocZero(result_cxt, sizeof(MeshDelivered));
+		MeshDelivered *d = MemoryContextAllocZero(mesh_txn_result_cxt(), sizeof(MeshDelivered));
 		MemoryContext old;
 
-		d->variable = sql_value(r, 1);
-		d->name = sql_value(r, 2);
-		d->value = sql_value(r, 3);
-		old = MemoryContextSwitchTo(result_cxt);
+		d->variable = mesh_sql_value(r, 1);
+		d->name = mesh_sql_value(r, 2);
+		d->value = mesh_sql_value(r, 3);
+		old = MemoryContextSwitchTo(mesh_txn_result_cxt());
 		a->delivered = lappend(a->delivered, d);
 		MemoryContextSwitchTo(old);
 		if (names && d->variable)
@@ -685,7 +572,7 @@ fetch_delivered(ExecStartArgs *a)
 
 	initStringInfo(&names);
 	appendStringInfoChar(&names, '{');
-	sql_run(delivered_sql, 1, run);
+	mesh_sql(delivered_sql, 1, run);
 	collect_secrets(a, &names);
 	appendStringInfoChar(&names, '}');
 	if (names.len > 2)
@@ -693,9 +580,9 @@ fetch_delivered(ExecStartArgs *a)
 		const char *ev[5] = {a->ws->run_id, int64_text(a->ws->id), a->ws->backend_kind,
 		int64_text(a->exec_id), names.data};
 
-		sql_run(delivered_event_sql, 5, ev);
+		mesh_sql(delivered_event_sql, 5, ev);
 	}
-	sql_run(redact_only_sql, 1, run);
+	mesh_sql(redact_only_sql, 1, run);
 	collect_secrets(a, NULL);
 }
 
@@ -726,9 +613,9 @@ exec_start_body(void *arg)
 	args[6] = psprintf("%ld", a->spec->timeout_ms);
 	free(argv_text);
 	free(env_text);
-	sql_run(exec_insert_sql, 7, args);
-	a->exec_id = pg_strtoint64(sql_value(0, 1));
-	sql_run(touch_sql, 1, args);
+	mesh_sql(exec_insert_sql, 7, args);
+	a->exec_id = pg_strtoint64(mesh_sql_value(0, 1));
+	mesh_sql(touch_sql, 1, args);
 	if (a->ws->has_grants)
 		fetch_delivered(a);
 }
@@ -745,7 +632,7 @@ store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
 {
 	ExecStartArgs a = {ws, spec, 0, NIL};
 
-	if (!run_txn("mesh worker: exec started", exec_start_body, &a, false, err))
+	if (!mesh_txn("mesh worker: exec started", exec_start_body, &a, false, err))
 		return false;
 	*exec_id = a.exec_id;
 	*commit_lsn = XactLastCommitEnd;
@@ -772,8 +659,8 @@ mint_body(void *arg)
 	const char *args[2] = {a->ws->run_id, a->hash_hex};
 	const char *ev[5] = {"token_minted", a->ws->run_id, int64_text(a->ws->id), a->ws->backend_kind, NULL};
 
-	sql_run(mint_sql, 2, args);
-	sql_run(event_sql, 5, ev);
+	mesh_sql(mint_sql, 2, args);
+	mesh_sql(event_sql, 5, ev);
 }
 
 /* Record a new run token (its hash) before it is handed to the workspace. */
@@ -782,7 +669,7 @@ store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err)
 {
 	MintArgs	a = {ws, hash_hex};
 
-	return run_txn("mesh worker: mint run token", mint_body, &a, true, err);
+	return mesh_txn("mesh worker: mint run token", mint_body, &a, true, err);
 }
 
 /* Make an asynchronously committed row durable. */
@@ -855,7 +742,7 @@ record_egress_denials(MeshWorkspace *ws, int64 exec_id, const char *denials)
 	const char *args[5] = {ws->run_id, int64_text(ws->id), ws->backend_kind, denials,
 	int64_text(exec_id)};
 
-	sql_run(egress_denied_sql, 5, args);
+	mesh_sql(egress_denied_sql, 5, args);
 }
 
 static void
@@ -876,13 +763,13 @@ exec_finish_body(void *arg)
 	args[8] = psprintf("%.6f", a->rec->charged_seconds);
 	args[9] = a->rec->charge_basis;
 	args[10] = a->rec->error;
-	sql_run(exec_finish_sql, 11, args);
+	mesh_sql(exec_finish_sql, 11, args);
 	if (r && r->egress_denials)
 		record_egress_denials(a->ws, a->exec_id, r->egress_denials);
 	{
 		const char *charge[2] = {int64_text(a->ws->id), args[8]};
 
-		sql_run(charge_sql, 2, charge);
+		mesh_sql(charge_sql, 2, charge);
 	}
 }
 
@@ -895,7 +782,7 @@ store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
 {
 	ExecFinishArgs a = {ws, exec_id, rec};
 
-	return run_txn("mesh worker: exec finished", exec_finish_body, &a, true, err);
+	return mesh_txn("mesh worker: exec finished", exec_finish_body, &a, true, err);
 }
 
 /*--------------------------------------------------------------------------
@@ -929,8 +816,8 @@ file_body(void *arg)
 	ev[3] = a->ws->backend_kind;
 	ev[4] = pstrdup(text);
 	free(text);
-	sql_run(event_sql, 5, ev);
-	sql_run(touch_sql, 1, &ev[2]);
+	mesh_sql(event_sql, 5, ev);
+	mesh_sql(touch_sql, 1, &ev[2]);
 }
 
 bool
@@ -939,7 +826,7 @@ store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 by
 {
 	FileArgs	a = {ws, kind, path, bytes, failure};
 
-	return run_txn("mesh worker: file event", file_body, &a, true, err);
+	return mesh_txn("mesh worker: file event", file_body, &a, true, err);
 }
 
 /*--------------------------------------------------------------------------
@@ -983,8 +870,8 @@ exhaust_body(void *arg)
 								  a->used, a->ws->budget_seconds);
 	const char *ev[5] = {"budget_exhausted", a->ws->run_id, args[0], a->ws->backend_kind, detail};
 
-	sql_run(mark_exhausted_sql, 2, args);
-	sql_run(event_sql, 5, ev);
+	mesh_sql(mark_exhausted_sql, 2, args);
+	mesh_sql(event_sql, 5, ev);
 }
 
 static const char mark_idle_hibernated_sql[] =
@@ -1001,8 +888,8 @@ idle_hibernated_body(void *arg)
 	const char *args[1] = {int64_text(ws->id)};
 	const char *ev[5] = {"hibernated", ws->run_id, args[0], ws->backend_kind, "{\"idle\": true}"};
 
-	sql_run(mark_idle_hibernated_sql, 1, args);
-	sql_run(event_sql, 5, ev);
+	mesh_sql(mark_idle_hibernated_sql, 1, args);
+	mesh_sql(event_sql, 5, ev);
 }
 
 /*
@@ -1012,7 +899,7 @@ idle_hibernated_body(void *arg)
 bool
 store_idle_hibernated(MeshWorkspace *ws, ErrorData **err)
 {
-	if (!run_txn("mesh worker: hibernated", idle_hibernated_body, ws, true, err))
+	if (!mesh_txn("mesh worker: hibernated", idle_hibernated_body, ws, true, err))
 		return false;
 	ws->status = "pending";
 	return true;
@@ -1026,16 +913,16 @@ waking_body(void *arg)
 	const char *args[1] = {int64_text(ws->id)};
 	const char *ev[5] = {"waking", ws->run_id, args[0], ws->backend_kind, NULL};
 
-	sql_run(lock_sql, 1, run);
-	sql_run(mark_waking_sql, 1, args);
-	sql_run(event_sql, 5, ev);
+	mesh_sql(lock_sql, 1, run);
+	mesh_sql(mark_waking_sql, 1, args);
+	mesh_sql(event_sql, 5, ev);
 }
 
 /* A hibernated workspace is about to be woken: acquiring, durably, first. */
 bool
 store_begin_wake(MeshWorkspace *ws, ErrorData **err)
 {
-	if (!run_txn("mesh worker: waking", waking_body, ws, true, err))
+	if (!mesh_txn("mesh worker: waking", waking_body, ws, true, err))
 		return false;
 	ws->status = "acquiring";
 	return true;
@@ -1052,7 +939,7 @@ store_budget_exhausted(MeshWorkspace *ws, double used, ErrorData **err)
 								  used, ws->budget_seconds);
 	ExhaustArgs a = {ws, reason, used};
 
-	if (!run_txn("mesh worker: budget exhausted", exhaust_body, &a, true, err))
+	if (!mesh_txn("mesh worker: budget exhausted", exhaust_body, &a, true, err))
 		return false;
 	ws->status = "failed";
 	ws->status_reason = reason;
@@ -1069,8 +956,8 @@ releasing_body(void *arg)
 	const char *run[1] = {a->ws->run_id};
 	const char *args[2] = {int64_text(a->ws->id), a->reason};
 
-	sql_run(lock_sql, 1, run);
-	sql_run(mark_releasing_sql, 2, args);
+	mesh_sql(lock_sql, 1, run);
+	mesh_sql(mark_releasing_sql, 2, args);
 }
 
 /* The move to releasing is committed before the backend is asked. */
@@ -1079,7 +966,7 @@ store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err)
 {
 	ReleaseArgs a = {ws, NULL, reason};
 
-	if (!run_txn("mesh worker: releasing", releasing_body, &a, true, err))
+	if (!mesh_txn("mesh worker: releasing", releasing_body, &a, true, err))
 		return false;
 	if (strcmp(ws->status, "failed") != 0)
 		ws->status = "releasing";
@@ -1099,9 +986,9 @@ released_body(void *arg)
 	char	   *detail = psprintf("{\"outcome\": \"%s\"}", a->outcome);
 	const char *ev[5] = {"released", a->ws->run_id, args[0], a->ws->backend_kind, detail};
 
-	sql_run(mark_released_sql, 3, args);
-	sql_run(revoke_run_tokens_sql, 1, run);
-	sql_run(event_sql, 5, ev);
+	mesh_sql(mark_released_sql, 3, args);
+	mesh_sql(revoke_run_tokens_sql, 1, run);
+	mesh_sql(event_sql, 5, ev);
 }
 
 bool
@@ -1109,7 +996,7 @@ store_released(MeshWorkspace *ws, const char *outcome, const char *reason, Error
 {
 	ReleaseArgs a = {ws, outcome, reason};
 
-	if (!run_txn("mesh worker: released", released_body, &a, true, err))
+	if (!mesh_txn("mesh worker: released", released_body, &a, true, err))
 		return false;
 	if (strcmp(ws->status, "failed") != 0)
 		ws->status = "released";
@@ -1129,8 +1016,8 @@ stuck_body(void *arg)
 
 	free(text);
 	json_decref(detail);
-	sql_run(mark_stuck_sql, 3, args);
-	sql_run(event_sql, 5, ev);
+	mesh_sql(mark_stuck_sql, 3, args);
+	mesh_sql(event_sql, 5, ev);
 }
 
 /*
@@ -1144,7 +1031,7 @@ store_release_stuck(MeshWorkspace *ws, const char *why, ErrorData **err)
 	ReleaseArgs a = {ws, ws->backend_found ? "retry" : "must be released by hand",
 	ws->backend_found ? psprintf("%s; must be released by hand unless the backend comes back", why) : why};
 
-	return run_txn("mesh worker: release failed", stuck_body, &a, true, err);
+	return mesh_txn("mesh worker: release failed", stuck_body, &a, true, err);
 }
 
 /*--------------------------------------------------------------------------
@@ -1180,23 +1067,23 @@ recover_body(void *arg)
 {
 	RecoverArgs *a = (RecoverArgs *) arg;
 
-	sql_run(recover_execs_sql, 2, a->args);
+	mesh_sql(recover_execs_sql, 2, a->args);
 	if (SPI_processed > 0)
 		ereport(LOG,
 				(errmsg("mesh: marked %llu interrupted exec(s) as failed",
 						(unsigned long long) SPI_processed)));
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		MeshInterruptedExec *ie = MemoryContextAllocZero(result_cxt, sizeof(MeshInterruptedExec));
+		MeshInterruptedExec *ie = MemoryContextAllocZero(mesh_txn_result_cxt(), sizeof(MeshInterruptedExec));
 		MemoryContext old;
 
-		ie->exec_id = pg_strtoint64(sql_value(r, 1));
-		ie->ref = sql_value(r, 2);
-		ie->backend = sql_value(r, 3);
-		ie->driver = sql_value(r, 4);
-		ie->config = sql_value(r, 5);
-		ie->credential = sql_value(r, 6);
-		old = MemoryContextSwitchTo(result_cxt);
+		ie->exec_id = pg_strtoint64(mesh_sql_value(r, 1));
+		ie->ref = mesh_sql_value(r, 2);
+		ie->backend = mesh_sql_value(r, 3);
+		ie->driver = mesh_sql_value(r, 4);
+		ie->config = mesh_sql_value(r, 5);
+		ie->credential = mesh_sql_value(r, 6);
+		old = MemoryContextSwitchTo(mesh_txn_result_cxt());
 		a->interrupted = lappend(a->interrupted, ie);
 		MemoryContextSwitchTo(old);
 	}
@@ -1213,7 +1100,7 @@ store_recover_after_restart(int worker_index, int nworkers, List **interrupted, 
 {
 	RecoverArgs a = {{psprintf("%d", worker_index), psprintf("%d", nworkers)}, NIL};
 
-	if (!run_txn("mesh worker: recovery", recover_body, &a, true, err))
+	if (!mesh_txn("mesh worker: recovery", recover_body, &a, true, err))
 		return false;
 	*interrupted = a.interrupted;
 	return true;

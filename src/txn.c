@@ -1,0 +1,144 @@
+/*-------------------------------------------------------------------------
+ *
+ * txn.c
+ *	  Short transactions of a background worker's own, and the statements
+ *	  run in them: the one way every mesh background worker (the pool, the
+ *	  reaper, the broker) changes or reads rows.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "pgstat.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "txn.h"
+
+#define MAX_PLANS 64
+#define MAX_ARGS 16
+
+typedef struct MeshPlan
+{
+	const char *sql;			/* identity: the static string's address */
+	SPIPlanPtr	plan;
+	int			nargs;
+} MeshPlan;
+
+static MeshPlan plans[MAX_PLANS];
+static int	nplans = 0;
+
+/* Where results of the running transaction are copied to. */
+static MemoryContext result_cxt = NULL;
+
+/*
+ * Run body in a transaction of its own: a worker never writes in anybody
+ * else's.  durable=false commits asynchronously, for intent whose loss in a
+ * crash loses nothing real.  On error the transaction is rolled back and
+ * *err says why; the caller decides what the error means.
+ */
+bool
+mesh_txn(const char *what, MeshTxnBody body, void *arg, bool durable, ErrorData **err)
+{
+	MemoryContext outer = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	result_cxt = outer;
+	PG_TRY();
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "mesh: SPI_connect failed");
+		if (!durable)
+			(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
+									 GUC_ACTION_LOCAL, true, 0, false);
+		pgstat_report_activity(STATE_RUNNING, what);
+		body(arg);
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(outer);
+		*err = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		ok = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(outer);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	pgstat_report_stat(false);
+	return ok;
+}
+
+/*
+ * Execute one statement, all parameters text (cast in SQL).  Plans are
+ * prepared once per process, keyed by the statement's address, so callers
+ * pass static strings.
+ */
+uint64
+mesh_sql(const char *sql, int nargs, const char *const *args)
+{
+	SPIPlanPtr	plan = NULL;
+	Datum		values[MAX_ARGS];
+	char		nulls[MAX_ARGS];
+	int			rc;
+
+	Assert(nargs <= MAX_ARGS);
+	for (int i = 0; i < nplans; i++)
+		if (plans[i].sql == sql)
+			plan = plans[i].plan;
+	if (plan == NULL)
+	{
+		Oid			types[MAX_ARGS];
+
+		for (int i = 0; i < nargs; i++)
+			types[i] = TEXTOID;
+		plan = SPI_prepare(sql, nargs, types);
+		if (plan == NULL)
+			elog(ERROR, "mesh: could not prepare statement: %s", SPI_result_code_string(SPI_result));
+		if (nplans < MAX_PLANS)
+		{
+			SPI_keepplan(plan);
+			plans[nplans].sql = sql;
+			plans[nplans].plan = plan;
+			plans[nplans].nargs = nargs;
+			nplans++;
+		}
+	}
+	for (int i = 0; i < nargs; i++)
+	{
+		values[i] = args[i] ? CStringGetTextDatum(args[i]) : (Datum) 0;
+		nulls[i] = args[i] ? ' ' : 'n';
+	}
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc < 0)
+		elog(ERROR, "mesh: statement failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/* Column col (1-based) of result row, copied out of SPI memory; NULL stays NULL. */
+char *
+mesh_sql_value(uint64 row, int col)
+{
+	char	   *v = SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col);
+
+	return v ? MemoryContextStrdup(result_cxt, v) : NULL;
+}
+
+
+/* Where mesh_sql_value copies results: the caller's context at mesh_txn. */
+MemoryContext
+mesh_txn_result_cxt(void)
+{
+	return result_cxt;
+}

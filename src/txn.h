@@ -1,0 +1,21 @@
+/*-------------------------------------------------------------------------
+ *
+ * txn.h
+ *	  Short transactions of a background worker's own, and the statements
+ *	  run in them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MESH_TXN_H
+#define MESH_TXN_H
+
+#include "postgres.h"
+
+typedef void (*MeshTxnBody) (void *arg);
+
+extern bool mesh_txn(const char *what, MeshTxnBody body, void *arg, bool durable, ErrorData **err);
+extern uint64 mesh_sql(const char *sql, int nargs, const char *const *args);
+extern char *mesh_sql_value(uint64 row, int col);
+extern MemoryContext mesh_txn_result_cxt(void);
+
+#endif							/* MESH_TXN_H */
