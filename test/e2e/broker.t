@@ -3,7 +3,7 @@
 # granted secret; anything else is refused and recorded; rotation, revocation and
 # release cut a token off; the canary never reaches a log, a row or pg_stat_activity.
 . "$(dirname "$0")/lib.sh"
-plan 16
+plan 17
 canary="CANARY-$RANDOM$RANDOM-broker"
 q "SELECT mesh.secret_set('broker-agent', 'api_key', '$canary')" >/dev/null
 q "SELECT mesh.secret_set('broker-agent', 'other_key', 'OTHER-$canary')" >/dev/null
@@ -43,6 +43,15 @@ q "SELECT mesh.secret_set('broker-agent', 'api_key', 'ROTATED-$canary')" >/dev/n
 q "SELECT stdout FROM mesh_exec('brk-a', ARRAY['cp', '/workspace/.mesh/run-token', '/workspace/new-token'])" >/dev/null
 fetch brk-a api_key "$old" | grep -q 'token revoked'; ok $? "after rotation the old token is refused"
 fetch brk-a api_key | grep -q '"value"'; ok $? "the run's next call carries a fresh token that works"
+
+# an expired token is refused (expiry is the run's longest lifetime: age this one, and ask
+# the broker from the host side of brk-b's own socket, since a call would mint a fresh token)
+tok_b=$(q "SELECT stdout FROM mesh_exec('brk-b', ARRAY['cat', '/workspace/.mesh/run-token'])" | tr -d '\n')
+q "UPDATE mesh.run_tokens SET expires_at = now() - interval '1 second' WHERE run_id = 'brk-b' AND revoked_at IS NULL" >/dev/null
+sock="$PGDIR/data/mesh_broker/$(q "SELECT external_ref FROM mesh.workspaces WHERE run_id = 'brk-b'")/broker.sock"
+curl -s -m 5 --unix-socket "$sock" -X POST -H "Authorization: Bearer $tok_b" http://mesh/v1/secrets/api_key \
+  | grep -q 'token expired'
+ok $? "an expired token is refused"
 
 # revocation of the grant: refused from then on
 q "SELECT mesh.grant_revoke('brk-a', 'secret', 'api_key', 'test revocation')" >/dev/null
