@@ -19,6 +19,10 @@ cleanup() {   # destroy what the test daemon still holds (it keeps workspaces ac
     curl -sf -m 10 -X DELETE -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/workspaces/$id" >/dev/null
   done
   kill -TERM $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$sd"
+  # the daemon leaves its (now empty) cgroup subtree behind: remove it, children first
+  for h in /sys/fs/cgroup/*/"mesh-e2e-$$"; do
+    [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null
+  done
 }
 trap cleanup EXIT
 for _ in $(seq 1 100); do curl -sf -m 2 -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/capabilities" >/dev/null && break; sleep 0.1; done
