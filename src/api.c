@@ -187,7 +187,11 @@ argv_to_json(FunctionCallInfo fcinfo)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("argv[1], the program, must not be empty"),
 					 errhint("argv[1] names the program to run, e.g. ARRAY['ls', '-l'].")));
-		json_array_append_new(argv, json_string(arg));
+		if (json_array_append_new(argv, json_string(arg)) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+					 errmsg("argv[%d] is not valid UTF-8", i + 1),
+					 errhint("Use a database with UTF8 encoding.")));
 	}
 	return argv;
 }

@@ -290,12 +290,17 @@ void
 mesh_call_slot(int w, MeshOp op, json_t *request,
 			   const char *blob, Size blob_len, MeshReply *reply)
 {
-	char	   *json = json_dumps(request, JSON_COMPACT);
+	char	   *json = request ? json_dumps(request, JSON_COMPACT) : NULL;
 	dsm_segment *seg;
 	shm_mq	   *mq;
 	shm_mq_handle *mqh;
 	uint64		generation = 0;
 
+	if (json == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+				 errmsg("mesh_exec arguments must be valid UTF-8"),
+				 errhint("Use a database with UTF8 encoding; pass binary data as bytea (stdin, file content).")));
 	seg = create_call_segment(op, json, blob, blob_len);
 	free(json);
 	mq = shm_mq_create((char *) dsm_segment_address(seg) +

@@ -1317,6 +1317,9 @@ advance_all(void)
 			else if (call->step == STEP_PARKED || call->step == STEP_START)
 				call->step = STEP_FINISHED;
 		}
+		/* a caller that left while its workspace was being set up gets no command run */
+		if (call->step == STEP_START && call->hdr != NULL && call->caller_gone)
+			call->step = STEP_FINISHED;
 		if (call->step == STEP_START)
 			advance_call(call);
 		if (call->transfer && mesh_http_is_done(call->transfer))
