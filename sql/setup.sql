@@ -10,7 +10,9 @@ SELECT proname FROM pg_proc
 -- the worker pool is running
 SELECT count(*) >= 1 AS workers_running FROM pg_stat_activity WHERE backend_type = 'mesh worker';
 -- try(sql): what the later tests use to show an error's SQLSTATE, message and hint
+SET client_min_messages = warning;
 CREATE SCHEMA IF NOT EXISTS regress;
+RESET client_min_messages;
 CREATE OR REPLACE FUNCTION regress.try(sql text) RETURNS TABLE (state text, message text, hint text)
 LANGUAGE plpgsql AS $$
 BEGIN
