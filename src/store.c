@@ -586,7 +586,9 @@ fetch_delivered(ExecStartArgs *a)
 	collect_secrets(a, NULL);
 }
 
+/* The exec row, and the workspace's last use, in one statement. */
 static const char exec_insert_sql[] =
+"WITH touched AS (UPDATE mesh.workspaces SET last_used_at = now() WHERE id = $1::bigint) "
 "INSERT INTO mesh.execs (workspace_id, run_id, argv, dir, env_names, stdin_bytes, timeout_ms) "
 "VALUES ($1::bigint, $2, ARRAY(SELECT json_array_elements_text($3::json)), $4, "
 "        ARRAY(SELECT json_object_keys($5::json)), $6::int, $7::bigint) RETURNING id";
@@ -615,7 +617,6 @@ exec_start_body(void *arg)
 	free(env_text);
 	mesh_sql(exec_insert_sql, 7, args);
 	a->exec_id = pg_strtoint64(mesh_sql_value(0, 1));
-	mesh_sql(touch_sql, 1, args);
 	if (a->ws->has_grants)
 		fetch_delivered(a);
 }
@@ -687,15 +688,15 @@ typedef struct ExecFinishArgs
 	const MeshExecRecord *rec;
 } ExecFinishArgs;
 
+/* The exec's end and the run's charge, in one statement: the result path is hot. */
 static const char exec_finish_sql[] =
-"UPDATE mesh.execs SET status = $2::mesh.exec_status, exit_code = $3::int, stdout = $4, stderr = $5, "
-"       truncated = coalesce($6::boolean, false), wall_seconds = $7::float8, cpu_seconds = $8::float8, "
-"       charged_seconds = $9::float8, charge_basis = $10, error = $11, finished_at = clock_timestamp() "
-" WHERE id = $1::bigint";
-
-static const char charge_sql[] =
-"UPDATE mesh.workspaces SET compute_seconds = compute_seconds + $2::float8, last_used_at = now() "
-" WHERE id = $1::bigint";
+"WITH e AS ("
+"  UPDATE mesh.execs SET status = $2::mesh.exec_status, exit_code = $3::int, stdout = $4, stderr = $5, "
+"         truncated = coalesce($6::boolean, false), wall_seconds = $7::float8, cpu_seconds = $8::float8, "
+"         charged_seconds = $9::float8, charge_basis = $10, error = $11, finished_at = clock_timestamp() "
+"   WHERE id = $1::bigint RETURNING workspace_id) "
+"UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + $9::float8, last_used_at = now() "
+"  FROM e WHERE w.id = e.workspace_id";
 
 /* Text a PostgreSQL text column can hold: invalid UTF-8 and NUL become U+FFFD. */
 char *
@@ -766,11 +767,6 @@ exec_finish_body(void *arg)
 	mesh_sql(exec_finish_sql, 11, args);
 	if (r && r->egress_denials)
 		record_egress_denials(a->ws, a->exec_id, r->egress_denials);
-	{
-		const char *charge[2] = {int64_text(a->ws->id), args[8]};
-
-		mesh_sql(charge_sql, 2, charge);
-	}
 }
 
 /*
