@@ -259,7 +259,6 @@ create_call_segment(MeshOp op, const char *json, const char *blob, Size blob_len
 	call->database = MyDatabaseId;
 	call->user = GetUserId();
 	pg_atomic_init_u32(&call->cancelled, 0);
-	pg_atomic_init_u32(&call->taken, 0);
 	call->json_off = json_off;
 	call->json_len = json_len;
 	call->blob_off = blob_off;
@@ -401,7 +400,6 @@ mesh_attach_call(dsm_handle handle, MeshCall **hdr, shm_mq_handle **mqh)
 		dsm_detach(seg);
 		return NULL;
 	}
-	pg_atomic_write_u32(&(*hdr)->taken, 1);
 	mq = (shm_mq *) (base + (*hdr)->mq_off);
 	shm_mq_set_sender(mq, MyProc);
 	*mqh = shm_mq_attach(mq, seg, NULL);

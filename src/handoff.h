@@ -62,7 +62,6 @@ typedef struct MeshShared
 {
 	int			nworkers;
 	pg_atomic_uint64 next_exec_key;
-	pid_t		sandboxd_pid;	/* the embedded daemon, 0 when not running */
 	int			broker_procno;	/* the broker's PGPROC number, -1 when not running */
 	MeshWorkerSlot workers[MESH_MAX_WORKERS + 1];	/* workers, then the reaper */
 } MeshShared;
@@ -78,7 +77,6 @@ typedef struct MeshCall
 	Oid			database;
 	Oid			user;
 	pg_atomic_uint32 cancelled; /* set by the caller when it stops waiting */
-	pg_atomic_uint32 taken;		/* set by the worker that attached */
 	Size		json_off;
 	Size		json_len;
 	Size		blob_off;

@@ -103,7 +103,6 @@ static void
 launcher_on_exit(int code, Datum arg)
 {
 	stop_daemon(daemon_pid);
-	mesh_shared->sandboxd_pid = 0;
 }
 
 void
@@ -149,14 +148,12 @@ mesh_launcher_main(Datum arg)
 							(int) daemon_pid, WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status),
 							backoff_ms)));
 			daemon_pid = 0;
-			mesh_shared->sandboxd_pid = 0;
 			next_start = GetCurrentTimestamp() + backoff_ms * 1000;
 			backoff_ms = Min(backoff_ms * 2, MAX_BACKOFF_MS);
 		}
 		if (daemon_pid == 0 && GetCurrentTimestamp() >= next_start && access(binary, X_OK) == 0)
 		{
 			daemon_pid = spawn_daemon(binary, state_dir, socket_path);
-			mesh_shared->sandboxd_pid = daemon_pid;
 		}
 		/* the daemon's exit is noticed within a second; nothing here reads tables */
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

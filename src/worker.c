@@ -871,6 +871,17 @@ finish_cancel(WorkerCall *call, const MeshHttpResponse *resp)
 	call->step = STEP_FINISHED;
 }
 
+/*
+ * The file operation is not over yet: the driver asked for another request,
+ * or the workspace had stopped and is being woken for a retry.
+ */
+static bool
+op_continues(WorkerCall *call, MeshStepResult r, const MeshError *merr, size_t max_response)
+{
+	return continue_op(call, r, max_response) ||
+		(r == MESH_STEP_FAILED && wake_and_retry(call, merr));
+}
+
 static void
 start_read(WorkerCall *call)
 {
@@ -893,9 +904,7 @@ finish_read(WorkerCall *call, const MeshHttpResponse *resp)
 	MeshStepResult r = call->be.driver->read_response(&call->be, &call->opstate, resp, &data, &len, &merr);
 	bool		ok = r == MESH_STEP_DONE;
 
-	if (continue_op(call, r, (size_t) mesh_max_file_bytes + 1))
-		return;
-	if (!ok && wake_and_retry(call, &merr))
+	if (op_continues(call, r, &merr, (size_t) mesh_max_file_bytes + 1))
 		return;
 	if (!ok && resp->transport_error && resp->status == 0 &&
 		strstr(resp->transport_error, "limit") != NULL)
@@ -935,11 +944,8 @@ finish_write(WorkerCall *call, const MeshHttpResponse *resp)
 	MeshStepResult r = call->be.driver->write_response(&call->be, &call->opstate, resp, &merr);
 	bool		ok = r == MESH_STEP_DONE;
 
-	if (continue_op(call, r, 64 * 1024))
+	if (op_continues(call, r, &merr, 64 * 1024))
 		return;
-	if (!ok && wake_and_retry(call, &merr))
-		return;
-
 	if (!store_file_event(&call->ws, "file_write", path, (int64) call->blob_len,
 						  ok ? NULL : merr.message, &err))
 	{

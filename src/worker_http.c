@@ -214,12 +214,6 @@ mesh_http_free(MeshTransfer *t)
 	free(t);
 }
 
-int
-mesh_http_in_flight(void)
-{
-	return nrunning;
-}
-
 /*
  * A wait set over the latch, postmaster death and curl's sockets.  Built per
  * loop turn because the socket set changes as transfers come and go; the

@@ -25,7 +25,6 @@ extern bool mesh_http_is_done(MeshTransfer *t);
 extern void mesh_http_response(MeshTransfer *t, MeshHttpResponse *resp);
 extern void mesh_http_free(MeshTransfer *t);
 extern WaitEventSet *mesh_http_wait_set(long *timeout_ms);
-extern int	mesh_http_in_flight(void);
 extern void mesh_http_blocking(const MeshHttpRequest *req, long timeout_ms, MeshHttpResponse *resp);
 
 #endif							/* MESH_WORKER_HTTP_H */
