@@ -8,13 +8,16 @@
  * because every workspace has its own listener. Clients use it through HTTP_PROXY/HTTPS_PROXY
  * (CONNECT for https, absolute-URI requests for http). The proxy resolves names itself,
  * refuses raw IP destinations in allowlist mode, refuses destinations that are (or resolve
- * to) loopback, private, CGNAT, link-local, multicast or unspecified addresses in every mode,
+ * to) loopback, private, CGNAT, link-local (169.254.169.254, the cloud metadata service,
+ * included), multicast or unspecified addresses, or any address of the host itself (every
+ * local interface's, public ones too), in every mode,
  * enforces the allowlist, and records each refusal so the exec that caused it reports it.
  */
 #include "sandboxd.h"
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -146,6 +149,18 @@ bool egress_pattern_valid(const char *p)
     return labels >= 2;
 }
 
+/* The IPv4 address inside an IPv4-mapped or IPv4-compatible IPv6 address; false for other
+ * IPv6 addresses. */
+static bool ipv6_embedded_ipv4(const struct in6_addr *a6, uint32_t *a4)
+{
+    const unsigned char *b = a6->s6_addr;
+    static const unsigned char zeros[10] = {0};
+    if (memcmp(b, zeros, 10) != 0 || !((b[10] == 0xff && b[11] == 0xff) || (b[10] == 0 && b[11] == 0)))
+        return false;
+    *a4 = (uint32_t)b[12] << 24 | (uint32_t)b[13] << 16 | (uint32_t)b[14] << 8 | b[15];
+    return true;
+}
+
 /* True for IPv4 addresses the proxy never connects to: this-network, RFC 1918, CGNAT,
  * loopback, link-local, multicast, reserved and broadcast. */
 static bool ipv4_forbidden(uint32_t a)
@@ -166,12 +181,42 @@ static bool address_forbidden(const struct sockaddr *sa)
         return ipv4_forbidden(ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));
     if (sa->sa_family != AF_INET6)
         return true;
-    const unsigned char *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
-    static const unsigned char zeros[10] = {0};
-    if (memcmp(b, zeros, 10) == 0 && ((b[10] == 0xff && b[11] == 0xff) || (b[10] == 0 && b[11] == 0)))
-        return ipv4_forbidden((uint32_t)b[12] << 24 | (uint32_t)b[13] << 16 |
-                              (uint32_t)b[14] << 8 | b[15]);   /* mapped, compat, ::, ::1 */
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    const unsigned char *b = a6->s6_addr;
+    uint32_t a4;
+    if (ipv6_embedded_ipv4(a6, &a4))
+        return ipv4_forbidden(a4);   /* mapped, compat, ::, ::1 */
     return (b[0] & 0xfe) == 0xfc || (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || b[0] == 0xff;
+}
+
+/* True when SA is one of this host's own addresses (any interface, any family), read from
+ * the kernel at each decision so an address added a moment ago counts too. The proxy
+ * connects from the host, so a service on the host's public address would otherwise answer
+ * a sandbox as if it were the internet. Fails closed: when the list cannot be read, every
+ * destination counts as the host's. */
+static bool address_is_host(const struct sockaddr *sa)
+{
+    struct ifaddrs *list;
+    uint32_t want4 = 0;
+    bool v4 = sa->sa_family == AF_INET, found = false;
+    const struct in6_addr *want6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    if (v4)
+        want4 = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
+    else if (sa->sa_family == AF_INET6 && ipv6_embedded_ipv4(want6, &want4))
+        v4 = true;
+    if (getifaddrs(&list) != 0)
+        return true;
+    for (struct ifaddrs *i = list; i && !found; i = i->ifa_next) {
+        if (!i->ifa_addr)
+            continue;
+        if (v4 && i->ifa_addr->sa_family == AF_INET)
+            found = ntohl(((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr) == want4;
+        else if (!v4 && i->ifa_addr->sa_family == AF_INET6)
+            found = memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, want6,
+                           sizeof *want6) == 0;
+    }
+    freeifaddrs(list);
+    return found;
 }
 
 /* True when HOST is an IP address in any numeric form the resolver would accept. */
@@ -228,12 +273,13 @@ static struct addrinfo *decide(struct egress *eg, const char *host, int port, co
         return NULL;
     }
     struct addrinfo *res = resolve(host, port);
-    for (struct addrinfo *a = res; a; a = a->ai_next)
-        if (address_forbidden(a->ai_addr)) {
-            *reason = "private_address";
-            freeaddrinfo(res);
-            return NULL;
-        }
+    for (struct addrinfo *a = res; a && !*reason; a = a->ai_next)
+        *reason = address_forbidden(a->ai_addr) ? "private_address"
+                  : address_is_host(a->ai_addr) ? "host_address" : NULL;
+    if (*reason) {
+        freeaddrinfo(res);
+        return NULL;
+    }
     return res;
 }
 
