@@ -373,6 +373,27 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
     return resp;
 }
 
+/* Removes a stopped workspace's files, then its directory (meta.json last, so a workspace
+ * whose files could not all be removed keeps its state and stays releasable). False with
+ * release_incomplete: the outcome must not say destroyed while files remain. */
+static bool workspace_remove_dirs(struct workspace *ws, struct api_error *err)
+{
+    char *files = workspace_files_dir(ws->id);
+    char *dir = workspace_dir(ws->id);
+    bool ok = remove_tree(files) && remove_tree(dir);
+    if (!ok) {
+        int error = errno;
+        log_event("workspace %s: release incomplete, could not remove %s: %s", ws->id, dir,
+                  strerror(error));
+        api_error_set(err, 500, "release_incomplete",
+                      "the workspace's processes are gone but some of its files could not be "
+                      "removed (%s); release it again to retry", strerror(error));
+    }
+    free(files);
+    free(dir);
+    return ok;
+}
+
 /* DELETE /v1/workspaces/{id}: destroy or hibernate after killing every process. */
 json_t *workspace_release(const char *id, json_t *body, struct api_error *err)
 {
@@ -395,15 +416,14 @@ json_t *workspace_release(const char *id, json_t *body, struct api_error *err)
         return NULL;
     }
     workspace_stop(ws);
-    if (hibernate) {
+    bool removed = hibernate || workspace_remove_dirs(ws, err);
+    if (!removed || hibernate)
         workspace_persist(ws);
-    } else {
-        char *dir = workspace_dir(ws->id);
-        if (!remove_tree(dir))
-            log_event("workspace %s: could not remove %s completely", ws->id, dir);
-        free(dir);
-    }
     pthread_mutex_unlock(&ws->lifecycle);
+    if (!removed) {
+        workspace_put(ws);
+        return NULL;
+    }
     if (!hibernate)
         registry_remove(ws);
     log_event("workspace %s: released (%s)", id, hibernate ? "hibernated" : "destroyed");
