@@ -68,6 +68,8 @@ struct exec_run {
     int init_status;                 /* tells why the command never started (127) */
     bool command_done;               /* init reaped the command: its status is known */
     int command_status;
+    int spawn_errno;                 /* the command never started: why (0 = it started) */
+    bool spawn_in_dir;               /* ... because its working directory failed, not execve */
 };
 
 /* Records which setup step failed so the daemon can answer spawn_failed with a reason. */
@@ -128,7 +130,8 @@ static bool drop_all_capabilities(void)
 }
 
 /* execve with a PATH search (argv[0] without '/'); returns only on failure, with errno of the
- * most telling attempt (EACCES beats ENOENT). */
+ * most telling attempt: a failure that is not about the file's absence (E2BIG, ENOEXEC, ...)
+ * ends the search at once and is what the caller reports; EACCES beats ENOENT. */
 static void exec_with_path(struct exec_run *run)
 {
     const char *file = run->argv[0];
@@ -148,6 +151,8 @@ static void exec_with_path(struct exec_run *run)
             execve(candidate, run->argv, run->envp);
             if (errno == EACCES)
                 best_errno = EACCES;
+            else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE)
+                return;
         }
         dir = *end ? end + 1 : end;
     }
@@ -159,6 +164,7 @@ static int exec_command_stage(void *arg)
 {
     struct exec_run *run = arg;
     exec_with_path(run);
+    run->spawn_errno = errno;
     init_report(run->argv[0], errno == ENOENT ? "command not found" : strerror(errno));
     _exit(127);
 }
@@ -181,6 +187,8 @@ static int exec_init_stage(void *arg)
     signal(SIGPIPE, SIG_DFL);
     setsid();
     if (chdir("/workspace") != 0 || chdir(run->dir) != 0) {
+        run->spawn_errno = errno;
+        run->spawn_in_dir = true;
         init_report(run->dir, strerror(errno));
         _exit(127);
     }
@@ -613,6 +621,43 @@ static void exec_supervise(struct exec_run *run, struct exec_request *req, int s
     close_fd(&stdin_w);
 }
 
+/* Total bytes execve copies for argv and envp (strings with their NULs, plus pointers). */
+static size_t exec_args_bytes(struct exec_run *run)
+{
+    size_t total = 0;
+    for (char **a = run->argv; *a; a++)
+        total += strlen(*a) + 1 + sizeof(char *);
+    for (char **e = run->envp; *e; e++)
+        total += strlen(*e) + 1 + sizeof(char *);
+    return total;
+}
+
+/* The response's spawn_error: the command never started, and why, with a stable code, so
+ * exit 127 is never mistaken for the command's own status (E2BIG is not "command not found"). */
+static json_t *spawn_error_json(struct exec_run *run)
+{
+    char message[512];
+    const char *code;
+    int e = run->spawn_errno;
+    if (run->spawn_in_dir) {
+        code = "bad_dir";
+        snprintf(message, sizeof message, "working directory \"%.200s\": %s", run->dir,
+                 strerror(e));
+    } else if (e == E2BIG) {
+        code = "argument_list_too_long";
+        snprintf(message, sizeof message,
+                 "argument list too long: the arguments and environment of \"%.64s\" (%zu bytes) "
+                 "exceed the kernel's limit (%d bytes for one argument, about a quarter of the "
+                 "stack limit in all)", run->argv[0], exec_args_bytes(run), 32 * 4096);
+    } else {
+        code = e == ENOENT ? "command_not_found" : e == EACCES ? "permission_denied"
+               : e == ENOEXEC ? "exec_format_error" : "exec_failed";
+        snprintf(message, sizeof message, "cannot execute \"%.64s\": %s", run->argv[0],
+                 e == ENOENT ? "command not found" : strerror(e));
+    }
+    return json_pack("{s:s,s:s}", "code", code, "message", message);
+}
+
 /* Turns the finished run into the protocol's exec response. */
 static json_t *exec_response(struct exec_run *run, struct capture *out, struct capture *errc,
                              double wall_ms, bool oom_killed)
@@ -647,6 +692,8 @@ static json_t *exec_response(struct exec_run *run, struct capture *out, struct c
         reason == KILL_REQUEST || reason == KILL_RELEASE);
     free(out_b64);
     free(err_b64);
+    if (run->spawn_errno)
+        json_object_set_new(resp, "spawn_error", spawn_error_json(run));
     return resp;
 }
 

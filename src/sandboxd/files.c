@@ -99,14 +99,22 @@ static void restore_fs_user(void)
     }
 }
 
-/* Maps a resolution errno to the protocol's error. */
+/* Maps a resolution errno to the protocol's error. Permissions and name lengths get codes of
+ * their own: they say what is wrong with a file that is inside the workspace. */
 static void path_error(int error, const char *path, struct api_error *err)
 {
     if (error == ENOENT || error == ENOTDIR)
         api_error_set(err, 404, "file_not_found", "no file \"%s\"", path);
     else if (error == EISDIR)
         api_error_set(err, 400, "is_a_directory", "\"%s\" is a directory", path);
-    else if (error == EXDEV || error == ELOOP || error == EACCES || error == EPERM)
+    else if (error == EACCES || error == EPERM)
+        api_error_set(err, 403, "permission_denied",
+                      "permission denied: the file modes in the workspace do not let the sandbox "
+                      "user do this to \"%s\"", path);
+    else if (error == ENAMETOOLONG)
+        api_error_set(err, 400, "name_too_long",
+                      "a name in the path is longer than 255 bytes, or the path longer than 4095");
+    else if (error == EXDEV || error == ELOOP)
         api_error_set(err, 400, "path_refused", "path \"%s\" is refused (%s)", path,
                       error == EXDEV ? "escapes /workspace" : strerror(error));
     else
@@ -152,6 +160,22 @@ static bool read_all(int fd, size_t size, unsigned char **out, size_t *len)
     return true;
 }
 
+/* A file that exists but whose mode forbids reading it (the sandbox's own permissions apply):
+ * permission_denied naming the mode, so "mode 0000" is not taken for a missing or refused
+ * path. Leaves ERR unset when the file itself cannot be reached (a directory above it). */
+static void unreadable_file_error(struct sandbox_view *view, const char *target, const char *path,
+                                  struct api_error *err)
+{
+    struct stat st;
+    int fd = open_confined(view, target, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+        api_error_set(err, 403, "permission_denied",
+                      "permission denied: \"%s\" has mode %04o, which does not let the sandbox "
+                      "user read it", path, (unsigned)(st.st_mode & 07777));
+    if (fd >= 0)
+        close(fd);
+}
+
 /* GET files: the file's bytes and mode, confined to the workspace. */
 bool files_read(struct workspace *ws, const char *path, struct file_data *out,
                 struct api_error *err)
@@ -166,11 +190,14 @@ bool files_read(struct workspace *ws, const char *path, struct file_data *out,
     become_sandbox_fs_user();
     int fd = open_confined(&view, target, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     int error = errno;
+    if (fd < 0 && error == EACCES)
+        unreadable_file_error(&view, target, path, err);
     restore_fs_user();
     close(view.root);
     free(target);
     if (fd < 0) {
-        path_error(error, path, err);
+        if (!err->http_status)
+            path_error(error, path, err);
         return false;
     }
     bool ok = fstat(fd, &st) == 0;
