@@ -10,7 +10,7 @@
  *   outer --clone(VM|FILES)--> pidns: in the workspace pid namespace; unshare(CLONE_NEWPID)
  *   pidns --clone(VM|PIDFD)--> init: pid 1 of a fresh per-exec pid namespace; wires
  *     stdio, drops every capability (bounding, ambient, effective, permitted), sets
- *     no_new_privs
+ *     no_new_privs, installs the system-call filter (seccomp.c)
  *   init --clone(VM|VFORK)--> command: execs argv (pid 2), init reaps until it exits.
  *
  * A per-exec pid namespace gives the protocol's tree semantics for free: when its init exits
@@ -194,6 +194,10 @@ static int exec_init_stage(void *arg)
     }
     if (!drop_all_capabilities()) {
         init_report("cannot drop privileges", strerror(errno));
+        _exit(127);
+    }
+    if (!seccomp_apply()) {   /* after no_new_privs; the command inherits it */
+        init_report("cannot install the system-call filter", strerror(errno));
         _exit(127);
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);

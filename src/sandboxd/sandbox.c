@@ -253,11 +253,15 @@ static void build_holder_cmd(struct bwrap_cmd *cmd, const char *id, const char *
     }
     cmd_push_all(cmd, (const char *[]){"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
                                        "--bind", files, "/workspace", "--chdir", "/workspace",
-                                       "--info-fd", "3", "--", "sleep", "infinity", NULL});
+                                       "--info-fd", "3", NULL});
+    if (g_caps.seccomp)   /* fd 4 of the holder child: seccomp_program_fd() */
+        cmd_push_all(cmd, (const char *[]){"--seccomp", "4", NULL});
+    cmd_push_all(cmd, (const char *[]){"--", "sleep", "infinity", NULL});
 }
 
 /* In the forked child: join the workspace cgroups, become the sandbox user, exec bwrap with
- * the info pipe as fd 3 and nothing else inherited. Never returns. */
+ * the info pipe as fd 3, the system-call filter as fd 4 (when there is one) and nothing else
+ * inherited. Never returns. */
 static void holder_child_exec(struct workspace *ws, int info_write_fd, char **argv)
 {
     sigset_t none;
@@ -274,7 +278,10 @@ static void holder_child_exec(struct workspace *ws, int info_write_fd, char **ar
     setsid();
     if (dup2(info_write_fd, 3) != 3)
         _exit(125);
-    close_range(4, ~0U, 0);
+    int filter = g_caps.seccomp ? seccomp_program_fd() : -1;
+    if (g_caps.seccomp && (filter < 0 || dup2(filter, 4) != 4))
+        _exit(125);
+    close_range(g_caps.seccomp ? 5 : 4, ~0U, 0);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);

@@ -4,7 +4,8 @@
  * The daemon serves docs/protocol.md over HTTP. Each workspace is a directory under the state
  * dir plus a long-lived bubblewrap "holder" whose namespaces every exec joins (setns), so a
  * warm exec costs about one process creation. This header is the one place where the modules
- * (http, workspace, sandbox, exec, files, cgroup, capabilities, json, log) meet.
+ * (http, workspace, sandbox, exec, seccomp, files, egress, cgroup, capabilities, json, log)
+ * meet.
  */
 #ifndef MESH_SANDBOXD_H
 #define MESH_SANDBOXD_H
@@ -52,6 +53,7 @@ struct host_caps {
     bool snapshot;
     bool hibernate;
     bool caller_chosen_id;
+    bool seccomp;               /* every workspace process runs under the system-call filter */
 };
 
 extern struct config g_config;
@@ -168,6 +170,11 @@ bool egress_start(struct workspace *ws);
 void egress_stop(struct workspace *ws);
 struct egress *egress_mark(struct workspace *ws, uint64_t *seq);
 json_t *egress_denials_since(struct egress *eg, uint64_t seq);
+
+/* ---- system-call filter (seccomp.c) ---- */
+bool seccomp_detect(void);
+bool seccomp_apply(void);
+int seccomp_program_fd(void);
 
 /* ---- files (files.c) ---- */
 struct file_data {
