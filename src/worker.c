@@ -170,6 +170,14 @@ failure_sqlstate(MeshFailure failure)
 			return "55000";		/* object_not_in_prerequisite_state */
 		case MESH_FAIL_UNAVAILABLE:
 			return "08006";		/* connection_failure */
+		case MESH_FAIL_PERMISSION:
+			return "42501";		/* insufficient_privilege */
+		case MESH_FAIL_NAME_TOO_LONG:
+			return "22023";		/* invalid_parameter_value */
+		case MESH_FAIL_ARGS_TOO_LONG:
+			return "54000";		/* program_limit_exceeded */
+		case MESH_FAIL_RELEASE_INCOMPLETE:
+			return "58030";		/* io_error */
 		default:
 			return "XX000";
 	}
@@ -186,6 +194,12 @@ failure_hint(MeshFailure failure)
 			return "Check that the backend is running and reachable; see mesh.backend_catalog.";
 		case MESH_FAIL_TOO_LARGE:
 			return "See mesh.max_file_size and the backend's limits.";
+		case MESH_FAIL_PERMISSION:
+			return "The workspace's own file modes apply; change them with mesh_exec (chmod), or write the file again.";
+		case MESH_FAIL_NAME_TOO_LONG:
+			return "Each name in a path may have at most 255 bytes, the whole path at most 4095.";
+		case MESH_FAIL_ARGS_TOO_LONG:
+			return "One argument may have at most 128 kB and all arguments and environment together about 2 MB; pass large data as mesh_exec's stdin or in a file (mesh_write_file).";
 		default:
 			return NULL;
 	}
@@ -220,6 +234,18 @@ reply_file_error(WorkerCall *call, const char *path, const MeshError *err)
 		case MESH_FAIL_TOO_LARGE:
 			message = psprintf("file \"%s\" is too large", path);
 			break;
+		case MESH_FAIL_PERMISSION:
+			message = psprintf("file \"%s\" in the workspace of run \"%s\" is not accessible: %s",
+							   path, call->run_id, err->message);
+			reply_error(call, failure_sqlstate(err->failure), message, NULL,
+						failure_hint(err->failure));
+			return;
+		case MESH_FAIL_NAME_TOO_LONG:
+			message = psprintf("path \"%.80s%s\" is too long: %s", path,
+							   strlen(path) > 80 ? "..." : "", err->message);
+			reply_error(call, failure_sqlstate(err->failure), message, NULL,
+						failure_hint(err->failure));
+			return;
 		default:
 			reply_backend_error(call, err);
 			return;
@@ -1059,7 +1085,9 @@ finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp)
 			FreeErrorData(err);
 		reply_error(call, failure_sqlstate(merr.failure),
 					psprintf("could not release the workspace of run \"%s\": %s", call->run_id, merr.message),
-					"The workspace stays recorded as releasing; mesh_release can be called again.",
+					merr.failure == MESH_FAIL_RELEASE_INCOMPLETE
+					? "The workspace stays recorded as releasing; the reaper retries at its next sweep (mesh.sweep() runs one now), and mesh_release can be called again."
+					: "The workspace stays recorded as releasing; mesh_release can be called again.",
 					failure_hint(merr.failure));
 		return;
 	}

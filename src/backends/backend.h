@@ -97,9 +97,19 @@ typedef enum MeshFailure
 	MESH_FAIL_BAD_REQUEST,		/* the backend refused the input */
 	MESH_FAIL_NOT_RUNNING,		/* workspace exists but is not running */
 	MESH_FAIL_UNAVAILABLE,		/* cannot reach the backend */
-	MESH_FAIL_PROTOCOL			/* an answer the driver cannot understand */
+	MESH_FAIL_PROTOCOL,			/* an answer the driver cannot understand */
+	MESH_FAIL_PERMISSION,		/* the workspace's file modes forbid it */
+	MESH_FAIL_NAME_TOO_LONG,	/* a name in a path is over the filesystem's limit */
+	MESH_FAIL_ARGS_TOO_LONG,	/* argv + environment over the kernel's exec limit */
+	MESH_FAIL_RELEASE_INCOMPLETE	/* processes gone, files not all removed: retry */
 } MeshFailure;
 
+/*
+ * For the failures a harness can act on (permission, name too long, argument
+ * list too long, release incomplete) message is the backend's own sentence
+ * alone, so the worker can build a domain error around it; for the others it
+ * also says which backend answered what.
+ */
 typedef struct MeshError
 {
 	MeshFailure failure;

@@ -133,6 +133,22 @@ mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...)
 }
 
 /*
+ * Error codes that are domain errors a harness can act on, whatever the
+ * HTTP status: their message is passed on alone (docs/protocol.md).
+ */
+static const struct
+{
+	const char *code;
+	MeshFailure failure;
+}			domain_codes[] =
+{
+	{"permission_denied", MESH_FAIL_PERMISSION},
+	{"name_too_long", MESH_FAIL_NAME_TOO_LONG},
+	{"argument_list_too_long", MESH_FAIL_ARGS_TOO_LONG},
+	{"release_incomplete", MESH_FAIL_RELEASE_INCOMPLETE},
+};
+
+/*
  * Turn a non-2xx answer, or a transport failure, into a MeshError.  Backends
  * that answer {"error":{"code","message"}} get their code classified; the
  * backend's own message is kept because it says what was wrong with the input.
@@ -159,6 +175,13 @@ mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend, Mes
 	if (doc)
 		json_unpack(doc, "{s:{s?s,s?s}}", "error", "code", &code, "message", &message);
 
+	for (size_t i = 0; code && message && i < lengthof(domain_codes); i++)
+		if (strcmp(code, domain_codes[i].code) == 0)
+		{
+			mesh_error_set(err, domain_codes[i].failure, "%s", message);
+			json_decref(doc);
+			return false;
+		}
 	if (resp->status == 404 && code && strcmp(code, "file_not_found") == 0)
 		failure = MESH_FAIL_NOT_FOUND;
 	else if (resp->status == 404 && code && strcmp(code, "workspace_not_found") == 0)

@@ -302,6 +302,25 @@ parse_denials(json_t *list)
 	return result;
 }
 
+/*
+ * A command the kernel refused to start because its arguments and
+ * environment were too large did not run: that is an error of the call, not
+ * a command that exited 127.  (A missing or non-executable program keeps the
+ * exit status 127 every backend gives it.)
+ */
+static bool
+spawn_refused(json_t *doc, MeshError *err)
+{
+	json_t	   *spawn = json_object_get(doc, "spawn_error");
+	const char *code = json_string_value(json_object_get(spawn, "code"));
+	const char *message = json_string_value(json_object_get(spawn, "message"));
+
+	if (code == NULL || strcmp(code, "argument_list_too_long") != 0)
+		return false;
+	mesh_error_set(err, MESH_FAIL_ARGS_TOO_LONG, "%s", message ? message : "argument list too long");
+	return true;
+}
+
 static MeshStepResult
 sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 					   MeshExecResult *result, MeshError *err)
@@ -314,6 +333,11 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	doc = parse_body(resp, be, err);
 	if (doc == NULL)
 		return MESH_STEP_FAILED;
+	if (spawn_refused(doc, err))
+	{
+		json_decref(doc);
+		return MESH_STEP_FAILED;
+	}
 	memset(result, 0, sizeof(*result));
 	if (!json_is_integer(json_object_get(doc, "exit_code")) ||
 		!decode_stream(doc, "stdout_b64", &result->stdout_data, &result->stdout_len) ||

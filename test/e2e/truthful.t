@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The extension tells the truth about what the embedded daemon could not do: a release leaves
+# no file behind at any depth (a 3000-deep tree), a release that could not remove everything
+# is an error and the row stays releasing until the reaper's next sweep finishes it, and
+# bad input gets domain errors (argument list too long, a mode-0 file, a 300-byte name) with
+# an SQLSTATE and a hint, never an HTTP status or a fake exit 127.
+. "$(dirname "$0")/lib.sh"
+plan 15
+WS_DIR="$PGDIR/data/mesh_sandboxd/workspaces"
+ref_of() { q "SELECT external_ref FROM mesh.workspaces WHERE run_id = '$1'"; }
+# err SQL -> "SQLSTATE: message" (first line) of the error the statement raises
+err() { psql -X -qAt -v VERBOSITY=verbose -c "$1" 2>&1 >/dev/null | sed -n 's/^ERROR:  //p' | head -1; }
+hint() { psql -X -qAt -c "$1" 2>&1 >/dev/null | sed -n 's/^HINT:  //p' | head -1; }
+cleanup() { umount "$WS_DIR/$(ref_of tr-stuck)/files/m" 2>/dev/null; }
+trap cleanup EXIT
+
+# 1. a tree deeper than PATH_MAX is gone after release
+q "SELECT 1 FROM mesh_acquire('tr-deep', 'tr-agent', 'tester')" >/dev/null
+depth=$(q "SELECT stdout FROM mesh_exec('tr-deep', ARRAY['python3', '-c', '
+import os
+fd = os.open(\"/workspace\", os.O_RDONLY)
+for i in range(3000):
+    os.mkdir(\"d\", dir_fd=fd)
+    n = os.open(\"d\", os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = n
+print(i + 1)'])")
+is "$depth" 3000 "a 3000-deep tree is made in the workspace"
+ref=$(ref_of tr-deep)
+test -d "$WS_DIR/$ref/files/d"; ok $? "it is on the daemon's disk"
+is "$(q "SELECT mesh_release('tr-deep', 'done')")" destroyed "release says destroyed"
+test ! -e "$WS_DIR/$ref"; ok $? "and nothing of it is left on disk"
+
+# 2. a release that cannot remove everything is an error; the reaper finishes it later
+q "SELECT 1 FROM mesh_acquire('tr-stuck', 'tr-agent', 'tester')" >/dev/null
+q "SELECT exit_code FROM mesh_exec('tr-stuck', ARRAY['mkdir', 'm'])" >/dev/null
+ref=$(ref_of tr-stuck)
+mount -t tmpfs -o size=1m mesh-e2e "$WS_DIR/$ref/files/m"
+e=$(err "SELECT mesh_release('tr-stuck', 'done')")
+case "$e" in 58030:*"could not be removed"*) ok 0 "an incomplete release raises 58030 (io_error)";;
+             *) ok 1 "an incomplete release raises 58030 (io_error)"; echo "# got: $e";; esac
+case "$e" in *HTTP*|*release_incomplete*) ok 1 "its message has no HTTP status or daemon code"; echo "# got: $e";;
+             *) ok 0 "its message has no HTTP status or daemon code";; esac
+is "$(q "SELECT status || ' ' || coalesce(release_outcome, '-') FROM mesh.workspaces WHERE run_id = 'tr-stuck'")" \
+   "releasing -" "the row stays releasing, without an outcome"
+umount "$WS_DIR/$ref/files/m"
+q "SELECT count(*) FROM mesh.sweep()" >/dev/null
+is "$(q "SELECT status || ' ' || release_outcome FROM mesh.workspaces WHERE run_id = 'tr-stuck'")" \
+   "released destroyed" "the next sweep retries and destroys it"
+test ! -e "$WS_DIR/$ref"; ok $? "its directory is gone"
+
+# 3. domain errors for bad input
+q "SELECT 1 FROM mesh_acquire('tr-err', 'tr-agent', 'tester')" >/dev/null
+e=$(err "SELECT * FROM mesh_exec('tr-err', ARRAY['sh', '-c', 'echo ' || repeat('a', 200000)])")
+case "$e" in 54000:*"too long"*) ok 0 "an argument over the kernel's limit raises 54000, not exit 127";;
+             *) ok 1 "an argument over the kernel's limit raises 54000, not exit 127"; echo "# got: $e";; esac
+is "$(q "SELECT status || ' ' || (error LIKE '%too long%') FROM mesh.execs WHERE run_id = 'tr-err' ORDER BY id DESC LIMIT 1")" \
+   "error true" "the exec row says error, with the reason"
+like_hint=$(hint "SELECT * FROM mesh_exec('tr-err', ARRAY['sh', '-c', 'echo ' || repeat('a', 200000)])")
+case "$like_hint" in *stdin*) ok 0 "the hint says how to pass large data";; *) ok 1 "the hint says how to pass large data"; echo "# got: $like_hint";; esac
+q "SELECT exit_code FROM mesh_exec('tr-err', ARRAY['sh', '-c', 'echo x > zero.txt; chmod 0 zero.txt'])" >/dev/null
+e=$(err "SELECT mesh_read_file('tr-err', 'zero.txt')")
+case "$e" in 42501:*"mode 0000"*) ok 0 "a mode-0 file: 42501 naming the mode";;
+             *) ok 1 "a mode-0 file: 42501 naming the mode"; echo "# got: $e";; esac
+e=$(err "SELECT mesh_write_file('tr-err', repeat('n', 300), 'x'::bytea)")
+case "$e" in 22023:*"too long"*) ok 0 "a 300-byte file name: 22023, too long";;
+             *) ok 1 "a 300-byte file name: 22023, too long"; echo "# got: $e";; esac
+case "$e" in *HTTP*|*name_too_long*) ok 1 "no HTTP status or daemon code in it"; echo "# got: $e";;
+             *) ok 0 "no HTTP status or daemon code in it";; esac
+q "SELECT mesh_release('tr-err', 'done')" >/dev/null
+done_testing
