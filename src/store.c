@@ -1017,15 +1017,20 @@ stuck_body(void *arg)
 }
 
 /*
- * A release could not reach the backend.  The row stays live, as evidence,
- * with the reason; "must be released by hand" when no catalog entry or
- * credential is left to reach it with.
+ * A release could not reach the backend, or reached it and could not finish
+ * (answered: the backend killed everything but could not remove every file).
+ * The row stays live, as evidence, with the reason, and the reaper retries;
+ * "must be released by hand" when no catalog entry or credential is left to
+ * reach it with.
  */
 bool
-store_release_stuck(MeshWorkspace *ws, const char *why, ErrorData **err)
+store_release_stuck(MeshWorkspace *ws, const char *why, bool answered, ErrorData **err)
 {
 	ReleaseArgs a = {ws, ws->backend_found ? "retry" : "must be released by hand",
-	ws->backend_found ? psprintf("%s; must be released by hand unless the backend comes back", why) : why};
+		ws->backend_found
+		? psprintf(answered ? "%s; the reaper retries at its next sweep"
+				   : "%s; must be released by hand unless the backend comes back", why)
+	: why};
 
 	return mesh_txn("mesh worker: release failed", stuck_body, &a, true, err);
 }

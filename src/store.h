@@ -78,7 +78,8 @@ extern bool store_budget_exhausted(MeshWorkspace *ws, double used, ErrorData **e
 extern bool store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err);
 extern bool store_released(MeshWorkspace *ws, const char *outcome, const char *reason,
 						   ErrorData **err);
-extern bool store_release_stuck(MeshWorkspace *ws, const char *why, ErrorData **err);
+extern bool store_release_stuck(MeshWorkspace *ws, const char *why, bool answered,
+								ErrorData **err);
 /* An exec that was running when its worker or the server died. */
 typedef struct MeshInterruptedExec
 {

@@ -1035,7 +1035,7 @@ start_release(WorkerCall *call)
 		if (!store_release_stuck(&call->ws,
 								 psprintf("backend \"%s\" has no catalog entry or credential left to release it with",
 										  call->ws.backend_kind),
-								 &err))
+								 false, &err))
 			reply_txn_error(call, err);
 		else
 			reply_outcome(call, "must be released by hand");
@@ -1086,7 +1086,8 @@ finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp)
 				reply_outcome(call, "destroyed");
 			return;
 		}
-		if (!store_release_stuck(&call->ws, merr.message, &err))
+		if (!store_release_stuck(&call->ws, merr.message,
+								 merr.failure == MESH_FAIL_RELEASE_INCOMPLETE, &err))
 			FreeErrorData(err);
 		reply_error(call, failure_sqlstate(merr.failure),
 					psprintf("could not release the workspace of run \"%s\": %s", call->run_id, merr.message),

@@ -5,7 +5,7 @@
 # bad input gets domain errors (argument list too long, a mode-0 file, a 300-byte name) with
 # an SQLSTATE and a hint, never an HTTP status or a fake exit 127.
 . "$(dirname "$0")/lib.sh"
-plan 15
+plan 16
 WS_DIR="$PGDIR/data/mesh_sandboxd/workspaces"
 ref_of() { q "SELECT external_ref FROM mesh.workspaces WHERE run_id = '$1'"; }
 # err SQL -> "SQLSTATE: message" (first line) of the error the statement raises
@@ -43,6 +43,8 @@ case "$e" in *HTTP*|*release_incomplete*) ok 1 "its message has no HTTP status o
              *) ok 0 "its message has no HTTP status or daemon code";; esac
 is "$(q "SELECT status || ' ' || coalesce(release_outcome, '-') FROM mesh.workspaces WHERE run_id = 'tr-stuck'")" \
    "releasing -" "the row stays releasing, without an outcome"
+is "$(q "SELECT status_reason LIKE '%could not be removed%the reaper retries%' FROM mesh.workspaces WHERE run_id = 'tr-stuck'")" \
+   t "its reason says what is left and that the reaper retries"
 umount "$WS_DIR/$ref/files/m"
 q "SELECT count(*) FROM mesh.sweep()" >/dev/null
 is "$(q "SELECT status || ' ' || release_outcome FROM mesh.workspaces WHERE run_id = 'tr-stuck'")" \
