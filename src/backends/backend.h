@@ -46,6 +46,7 @@ typedef struct MeshCapabilities
 	bool		snapshot;
 	bool		hibernate;
 	bool		caller_chosen_id;
+	bool		seccomp;		/* workspace processes run under a system-call filter */
 } MeshCapabilities;
 
 extern json_t *mesh_capabilities_to_json(const MeshCapabilities *caps);

@@ -63,14 +63,15 @@ mesh_size_parse(const char *name, MeshSize *size)
 json_t *
 mesh_capabilities_to_json(const MeshCapabilities *caps)
 {
-	return json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
+	return json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
 					 "shell", caps->shell,
 					 "resource_limits", caps->resource_limits,
 					 "compute_metering", caps->compute_metering,
 					 "egress_control", caps->egress_control,
 					 "snapshot", caps->snapshot,
 					 "hibernate", caps->hibernate,
-					 "caller_chosen_id", caps->caller_chosen_id);
+					 "caller_chosen_id", caps->caller_chosen_id,
+					 "seccomp", caps->seccomp);
 }
 
 /* Append one "Name: value" header; the worker hands them to curl as they are. */

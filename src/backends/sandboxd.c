@@ -202,6 +202,7 @@ refine_capabilities(json_t *reported, MeshCapabilities *caps)
 	REFINE(snapshot);
 	REFINE(hibernate);
 	REFINE(caller_chosen_id);
+	REFINE(seccomp);
 #undef REFINE
 }
 

@@ -5,7 +5,7 @@
 # bad input gets domain errors (argument list too long, a mode-0 file, a 300-byte name) with
 # an SQLSTATE and a hint, never an HTTP status or a fake exit 127.
 . "$(dirname "$0")/lib.sh"
-plan 16
+plan 17
 WS_DIR="$PGDIR/data/mesh_sandboxd/workspaces"
 ref_of() { q "SELECT external_ref FROM mesh.workspaces WHERE run_id = '$1'"; }
 # err SQL -> "SQLSTATE: message" (first line) of the error the statement raises
@@ -26,6 +26,8 @@ for i in range(3000):
     fd = n
 print(i + 1)'])")
 is "$depth" 3000 "a 3000-deep tree is made in the workspace"
+is "$(q "SELECT capabilities->>'seccomp' FROM mesh.workspaces WHERE run_id = 'tr-deep'")" true \
+   "the workspace records the daemon's seccomp capability"
 ref=$(ref_of tr-deep)
 test -d "$WS_DIR/$ref/files/d"; ok $? "it is on the daemon's disk"
 is "$(q "SELECT mesh_release('tr-deep', 'done')")" destroyed "release says destroyed"
