@@ -171,7 +171,7 @@ CREATE FUNCTION mesh.sweep() RETURNS TABLE (action text, run_id text, backend te
 -- a pin to another backend.
 CREATE FUNCTION mesh.select_backend(p_agent_id text,
                                     OUT backend text, OUT implicit boolean, OUT size mesh.size_tier)
-LANGUAGE plpgsql STABLE SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     pin text;
     pin_enabled boolean;
@@ -210,7 +210,7 @@ $$;
 ------------------------------------------------------------------------------
 -- The one error for a backend name that is not in the catalog.
 CREATE FUNCTION mesh.raise_unknown_backend(name text) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     RAISE EXCEPTION 'backend "%" does not exist', name
         USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
@@ -220,7 +220,7 @@ $$;
 CREATE FUNCTION mesh.backend_add(name text, driver text, config jsonb DEFAULT '{}',
                                  enabled boolean DEFAULT true, catalog_order integer DEFAULT 100,
                                  max_size mesh.size_tier DEFAULT 'xlarge')
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     PERFORM mesh.validate_backend_config(driver, config);
     INSERT INTO mesh.backends AS b (name, driver, enabled, catalog_order, config, max_size)
@@ -233,7 +233,7 @@ END
 $$;
 
 CREATE FUNCTION mesh.backend_configure(name text, config jsonb)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     drv text;
 BEGIN
@@ -248,7 +248,7 @@ END
 $$;
 
 CREATE FUNCTION mesh.backend_enable(name text)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     UPDATE mesh.backends b SET enabled = true, updated_at = now() WHERE b.name = backend_enable.name;
     IF NOT FOUND THEN
@@ -260,7 +260,7 @@ $$;
 -- Disabling un-pins the backend's agents in the same transaction and
 -- reports which were reset.  What the backend minted is still released.
 CREATE FUNCTION mesh.backend_disable(name text, OUT reset_agents text[])
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     UPDATE mesh.backends b SET enabled = false, updated_at = now() WHERE b.name = backend_disable.name;
     IF NOT FOUND THEN
@@ -277,7 +277,7 @@ $$;
 
 -- Write-only: nothing reads a credential back through SQL.
 CREATE FUNCTION mesh.backend_set_credential(name text, credential text)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     IF credential IS NULL OR credential = '' THEN
         RAISE EXCEPTION 'credential must not be empty'
@@ -295,7 +295,7 @@ END
 $$;
 
 CREATE FUNCTION mesh.backend_set_order(name text, catalog_order integer)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     UPDATE mesh.backends b SET catalog_order = backend_set_order.catalog_order, updated_at = now()
      WHERE b.name = backend_set_order.name;
@@ -306,7 +306,7 @@ END
 $$;
 
 CREATE FUNCTION mesh.backend_set_max_size(name text, max_size mesh.size_tier)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     UPDATE mesh.backends b SET max_size = backend_set_max_size.max_size, updated_at = now()
      WHERE b.name = backend_set_max_size.name;
@@ -319,7 +319,7 @@ $$;
 -- Per-agent settings.  A pin can only name a backend that is enabled now.
 CREATE FUNCTION mesh.agent_set(agent_id text, backend text DEFAULT NULL,
                                default_size mesh.size_tier DEFAULT NULL)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     IF backend IS NOT NULL AND NOT EXISTS
         (SELECT 1 FROM mesh.backends b WHERE b.name = agent_set.backend AND b.enabled) THEN
@@ -339,7 +339,7 @@ $$;
 CREATE FUNCTION mesh.agent_set_budget(agent_id text, max_compute_seconds double precision DEFAULT NULL,
                                       max_concurrent_workspaces integer DEFAULT NULL,
                                       idle_timeout interval DEFAULT NULL)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     INSERT INTO mesh.agents AS a (agent_id, max_compute_seconds, max_concurrent_workspaces, idle_timeout)
     VALUES (agent_set_budget.agent_id, agent_set_budget.max_compute_seconds,
@@ -353,7 +353,7 @@ $$;
 
 CREATE FUNCTION mesh.run_set_budget(run_id text, max_compute_seconds double precision DEFAULT NULL,
                                     idle_timeout interval DEFAULT NULL)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     INSERT INTO mesh.run_budgets AS b (run_id, max_compute_seconds, idle_timeout)
     VALUES (run_set_budget.run_id, run_set_budget.max_compute_seconds, run_set_budget.idle_timeout)
@@ -365,7 +365,7 @@ $$;
 
 CREATE FUNCTION mesh.set_policy(max_run_lifetime interval DEFAULT NULL, idle_timeout interval DEFAULT NULL,
                                 max_compute_seconds double precision DEFAULT NULL)
-RETURNS mesh.settings LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS mesh.settings LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     result mesh.settings;
 BEGIN
@@ -506,7 +506,7 @@ SELECT pg_catalog.pg_extension_config_dump('mesh.run_tokens', '');
 -- Revoke the live tokens of runs that can reach (agent, secret): their
 -- workspaces get fresh tokens on their next call, the old ones are refused.
 CREATE FUNCTION mesh.revoke_tokens_for_secret(p_agent_id text, p_name text, p_reason text)
-RETURNS integer LANGUAGE sql AS $$
+RETURNS integer LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
     WITH revoked AS (
         UPDATE mesh.run_tokens t SET revoked_at = now(), revoked_reason = p_reason
          WHERE t.revoked_at IS NULL
@@ -518,7 +518,7 @@ $$;
 
 -- Set or rotate a secret.  Rotation invalidates the tokens that could read it, at once.
 CREATE FUNCTION mesh.secret_set(agent_id text, name text, value text)
-RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     new_version integer;
 BEGIN
@@ -546,7 +546,7 @@ END
 $$;
 
 CREATE FUNCTION mesh.secret_delete(agent_id text, name text)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     DELETE FROM mesh.secrets s WHERE s.agent_id = secret_delete.agent_id AND s.name = secret_delete.name;
     IF NOT FOUND THEN
@@ -562,7 +562,7 @@ $$;
 
 -- Declare what an environment needs; checked here so runs never carry a bad declaration.
 CREATE FUNCTION mesh.environment_set(name text, needs jsonb)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     need jsonb;
 BEGIN
@@ -593,7 +593,7 @@ $$;
 
 -- Revoke one grant of a run: the broker refuses it from now on.
 CREATE FUNCTION mesh.grant_revoke(run_id text, kind text, name text, reason text DEFAULT NULL)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     UPDATE mesh.grants g SET revoked_at = now(), revoked_reason = coalesce(reason, 'revoked by an operator')
      WHERE g.run_id = grant_revoke.run_id AND g.kind = grant_revoke.kind AND g.name = grant_revoke.name
@@ -613,7 +613,7 @@ CREATE FUNCTION mesh.run_grants(p_run_id text)
 RETURNS TABLE (kind text, name text, scope text, delivered_as text, issued_at timestamptz,
                expires_at timestamptz, revoked_at timestamptz, revoked_reason text,
                uses integer, first_used_at timestamptz, last_used_at timestamptz, live boolean)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
     SELECT g.kind, g.name, g.scope, g.deliver_as, g.issued_at, g.expires_at, g.revoked_at, g.revoked_reason,
            g.uses, g.first_used_at, g.last_used_at,
            g.revoked_at IS NULL AND (g.expires_at IS NULL OR g.expires_at > now())
@@ -628,7 +628,7 @@ SELECT agent_id, name, version, created_at, rotated_at FROM mesh.secrets;
 -- refusal with its reason.  Every call, granted or refused, is an event.
 CREATE FUNCTION mesh.broker_exchange(p_token_sha256 bytea, p_name text, p_workspace_ref text,
                                      OUT granted boolean, OUT value text, OUT reason text)
-LANGUAGE plpgsql SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     tok mesh.run_tokens;
     ws mesh.workspaces;
@@ -695,7 +695,7 @@ SELECT pg_catalog.pg_extension_config_dump('mesh.egress_settings', '');
 
 -- The built-in allowlist (source hosts and package registries): the one list.
 CREATE FUNCTION mesh.egress_default_domains() RETURNS text[]
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog AS $$
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT ARRAY['github.com', '*.github.com', '*.githubusercontent.com',
                  'gitlab.com', '*.gitlab.com', 'bitbucket.org',
                  'registry.npmjs.org', 'registry.yarnpkg.com',
@@ -710,7 +710,7 @@ $$;
 -- A domain pattern: a DNS name with at least two labels, lower case, optionally
 -- "*." as its whole first label.  No IP addresses, ports or schemes.
 CREATE FUNCTION mesh.egress_domain_valid(d text) RETURNS boolean
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog AS $$
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT d IS NOT NULL AND length(d) <= 253
        AND d ~ '^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]([a-z0-9-]{0,61}[a-z0-9])?$'
 $$;
@@ -719,7 +719,7 @@ $$;
 -- naming what is wrong.  A missing mode is the legacy allowlist only when
 -- legacy_ok (a row saved before modes existed); new writes must name it.
 CREATE FUNCTION mesh.egress_policy_parse(p jsonb, legacy_ok boolean) RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     mode text;
     unc text;
@@ -779,7 +779,7 @@ $$;
 -- The saved row parsed, or the install default; a row that cannot be parsed
 -- raises (so acquisition fails rather than silently widening access).
 CREATE FUNCTION mesh.egress_policy_saved() RETURNS jsonb
-LANGUAGE plpgsql STABLE SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     raw jsonb;
 BEGIN
@@ -799,7 +799,7 @@ $$;
 
 -- GET: the policy in force and the built-in domains it adds in allowlist mode.
 CREATE FUNCTION mesh.egress_policy() RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
     SELECT egress_policy_saved()
            || jsonb_build_object('default_domains', to_jsonb(egress_default_domains()),
                                  'saved', EXISTS (SELECT 1 FROM mesh.egress_settings))
@@ -807,7 +807,7 @@ $$;
 
 -- PUT: validate and save; affects workspaces created from now on only.
 CREATE FUNCTION mesh.set_egress_policy(policy jsonb) RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     parsed jsonb := egress_policy_parse(policy, false);
 BEGIN
@@ -823,7 +823,7 @@ $$;
 -- backend (before the backend is called).  Raises when the backend cannot
 -- enforce the allowlist and the policy refuses such backends.
 CREATE FUNCTION mesh.workspace_egress(backend text, caps jsonb) RETURNS jsonb
-LANGUAGE plpgsql STABLE SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     p jsonb := egress_policy_saved();
     capable boolean := coalesce((caps->>'egress_control')::boolean, false);
@@ -846,7 +846,7 @@ $$;
 
 -- "What could this run see" on the network: its workspace's captured policy.
 CREATE FUNCTION mesh.run_network(p_run_id text) RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
     SELECT coalesce(w.egress, jsonb_build_object('mode', 'not materialized'))
            || jsonb_build_object('backend', w.backend_kind, 'status', w.status::text)
       FROM mesh.workspaces w WHERE w.run_id = p_run_id

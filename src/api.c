@@ -125,7 +125,7 @@ mesh_acquire(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (row_plan == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare("SELECT (json_populate_record(NULL::mesh.workspaces, $1::json)).*",
+		SPIPlanPtr	plan = SPI_prepare("SELECT (pg_catalog.json_populate_record(NULL::mesh.workspaces, $1::json)).*",
 									   1, types);
 
 		if (plan == NULL || SPI_keepplan(plan) != 0)

@@ -13,11 +13,13 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "pgstat.h"
+#include "postmaster/bgworker.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "mesh_exec.h"
 #include "txn.h"
 
 #define MAX_PLANS 64
@@ -35,6 +37,23 @@ static int	nplans = 0;
 
 /* Where results of the running transaction are copied to. */
 static MemoryContext result_cxt = NULL;
+
+/*
+ * Connect a mesh background worker to mesh.database, with a search_path
+ * nobody else can steer.  Workers run as the bootstrap superuser (see
+ * docs/security.md), so a name resolved through a schema a harness member
+ * may create in (public, before PostgreSQL 15) would run that member's
+ * function as superuser.  Only pg_catalog and mesh are searched, pg_temp
+ * last; PGC_S_OVERRIDE outranks ALTER ROLE/DATABASE SET and the SET clauses
+ * of functions the worker calls.
+ */
+void
+mesh_worker_connect(const char *appname)
+{
+	BackgroundWorkerInitializeConnection(mesh_database, NULL, 0);
+	SetConfigOption("search_path", MESH_WORKER_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
+	pgstat_report_appname(appname);
+}
 
 /*
  * Run body in a transaction of its own: a worker never writes in anybody

@@ -46,6 +46,7 @@
 #include "handoff.h"
 #include "mesh_exec.h"
 #include "store.h"
+#include "txn.h"
 #include "worker_http.h"
 
 typedef enum CallStep
@@ -1449,8 +1450,7 @@ mesh_worker_main(Datum arg)
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(mesh_database, NULL, 0);
-	pgstat_report_appname("mesh worker");
+	mesh_worker_connect("mesh worker");
 	apply_worker_settings();
 
 	worker_cxt = AllocSetContextCreate(TopMemoryContext, "mesh worker", ALLOCSET_DEFAULT_SIZES);
