@@ -9,7 +9,7 @@ GRANT CREATE ON SCHEMA public TO PUBLIC;
 CREATE ROLE planter IN ROLE mesh_harness;
 CREATE TABLE public.hijacked (name text, by_role text);
 GRANT INSERT, SELECT, DELETE ON public.hijacked TO PUBLIC;
-SELECT mesh.secret_set('agent-pe', 'pe_key', 'pe-secret-value-1');
+SELECT mesh.secret_set('agent-pe', 'pe_key', 'pe-secret-value-1') >= 1 AS secret_set;
 SELECT mesh.environment_set('pe-env', '[{"kind": "secret", "name": "pe_key", "as": "PE_KEY"}]');
 SELECT mesh.set_egress_policy('{"mode": "allowlist"}') ->> 'mode' AS egress_mode;
 
