@@ -593,6 +593,47 @@ static const char exec_insert_sql[] =
 "VALUES ($1::bigint, $2, ARRAY(SELECT pg_catalog.json_array_elements_text($3::json)), $4, "
 "        ARRAY(SELECT pg_catalog.json_object_keys($5::json)), $6::int, $7::bigint) RETURNING id";
 
+static const char exec_argv_redacted_sql[] =
+"UPDATE mesh.execs SET argv = ARRAY(SELECT pg_catalog.json_array_elements_text($2::json)) "
+" WHERE id = $1::bigint";
+
+/*
+ * A secret the run may see never stays in its exec row, not even in argv
+ * (the command itself gets argv as given).  One more statement, only when
+ * a value really is in it.
+ */
+static void
+redact_argv(ExecStartArgs *a)
+{
+	json_t	   *argv = json_array();
+	bool		changed = false;
+	ListCell   *lc;
+
+	for (int i = 0; i < a->spec->argc; i++)
+	{
+		char	   *arg = pstrdup(a->spec->argv[i]);
+		size_t		len = strlen(arg);
+
+		foreach(lc, a->delivered)
+		{
+			MeshDelivered *d = lfirst(lc);
+
+			mesh_redact(&arg, &len, d->value, d->variable ? d->variable : d->name);
+		}
+		changed |= strcmp(arg, a->spec->argv[i]) != 0;
+		json_array_append_new(argv, json_string(arg));
+	}
+	if (changed)
+	{
+		char	   *text = json_dumps(argv, JSON_COMPACT);
+		const char *args[2] = {int64_text(a->exec_id), pstrdup(text)};
+
+		free(text);
+		mesh_sql(exec_argv_redacted_sql, 2, args);
+	}
+	json_decref(argv);
+}
+
 static void
 exec_start_body(void *arg)
 {
@@ -618,7 +659,10 @@ exec_start_body(void *arg)
 	mesh_sql(exec_insert_sql, 7, args);
 	a->exec_id = pg_strtoint64(mesh_sql_value(0, 1));
 	if (a->ws->has_grants)
+	{
 		fetch_delivered(a);
+		redact_argv(a);
+	}
 }
 
 /*

@@ -636,7 +636,10 @@ deliver_environment(WorkerCall *call)
 	json_object_set_new(call->req, "delivered_env", env);	/* freed with the request */
 }
 
-/* Delivered values never come back out: redact them from the output. */
+/*
+ * Delivered values never come back out: redact them from the output and
+ * from the egress denials.
+ */
 static void
 redact_delivered(WorkerCall *call, MeshExecResult *result)
 {
@@ -650,8 +653,28 @@ redact_delivered(WorkerCall *call, MeshExecResult *result)
 
 		mesh_redact(&result->stdout_data, &result->stdout_len, d->value, label);
 		mesh_redact(&result->stderr_data, &result->stderr_len, d->value, label);
+		/* a denied host name can carry a value: events and NOTICEs get this text */
+		if (result->egress_denials)
+			result->egress_denials = mesh_redact_json(result->egress_denials, d->value, label);
 		mesh_forget(d->value);
 	}
+}
+
+/* A backend's message about a failed exec, without the run's secret values. */
+static char *
+redact_message(WorkerCall *call, char *message)
+{
+	ListCell   *lc;
+	size_t		len = message ? strlen(message) : 0;
+
+	foreach(lc, call->delivered)
+	{
+		MeshDelivered *d = lfirst(lc);
+
+		if (message)
+			mesh_redact(&message, &len, d->value, d->variable ? d->variable : d->name);
+	}
+	return message;
 }
 
 static void
@@ -797,6 +820,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	if (r == MESH_STEP_FAILED)
 	{
 		rec.status = "error";
+		merr.message = redact_message(call, merr.message);
 		rec.error = merr.message;
 		if (merr.failure == MESH_FAIL_NOT_RUNNING && !call->woke_once)
 			rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
