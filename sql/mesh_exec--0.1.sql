@@ -67,7 +67,8 @@ CREATE TABLE mesh.settings (
     singleton           boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     max_run_lifetime    interval NOT NULL DEFAULT '24 hours' CHECK (max_run_lifetime > '0'),
     idle_timeout        interval NOT NULL DEFAULT '1 hour' CHECK (idle_timeout > '0'),
-    max_compute_seconds double precision CHECK (max_compute_seconds > 0)
+    max_compute_seconds double precision CHECK (max_compute_seconds > 0),
+    run_ownership       boolean NOT NULL DEFAULT false  -- a harness role sees and drives only its own runs
 );
 INSERT INTO mesh.settings DEFAULT VALUES;
 
@@ -93,7 +94,8 @@ CREATE TABLE mesh.workspaces (
     created_at          timestamptz NOT NULL DEFAULT now(),
     materialized_at     timestamptz,
     last_used_at        timestamptz,
-    released_at         timestamptz
+    released_at         timestamptz,
+    owner_role          regrole          -- the role that declared the run (current_user of mesh_acquire)
 );
 CREATE INDEX workspaces_live_idx ON mesh.workspaces (status, last_used_at)
     WHERE status NOT IN ('pending', 'released');
@@ -364,7 +366,8 @@ END
 $$;
 
 CREATE FUNCTION mesh.set_policy(max_run_lifetime interval DEFAULT NULL, idle_timeout interval DEFAULT NULL,
-                                max_compute_seconds double precision DEFAULT NULL)
+                                max_compute_seconds double precision DEFAULT NULL,
+                                run_ownership boolean DEFAULT NULL)
 RETURNS mesh.settings LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     result mesh.settings;
@@ -372,7 +375,8 @@ BEGIN
     UPDATE mesh.settings s
        SET max_run_lifetime = coalesce(set_policy.max_run_lifetime, s.max_run_lifetime),
            idle_timeout = coalesce(set_policy.idle_timeout, s.idle_timeout),
-           max_compute_seconds = set_policy.max_compute_seconds
+           max_compute_seconds = set_policy.max_compute_seconds,
+           run_ownership = coalesce(set_policy.run_ownership, s.run_ownership)
     RETURNING * INTO result;
     RETURN result;
 END
@@ -391,6 +395,21 @@ SELECT w.id AS workspace_id, w.run_id, w.agent_id,
   LEFT JOIN mesh.run_budgets rb ON rb.run_id = w.run_id;
 
 ------------------------------------------------------------------------------
+-- Run ownership: with mesh.settings.run_ownership on, a run belongs to the
+-- role that declared it.  The workers check it for every call, the views
+-- the harness reads filter by it, so several harness services can share a
+-- database.  Off (the default), every harness role sees and drives every run.
+------------------------------------------------------------------------------
+-- May role caller see and drive a run declared by owner?  Its owner's
+-- members, mesh_admin's members and superusers always may.
+CREATE FUNCTION mesh.may_drive(owner regrole, caller oid) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT NOT s.run_ownership OR owner IS NULL OR caller IS NULL
+           OR pg_has_role(caller, owner::oid, 'MEMBER') OR pg_has_role(caller, 'mesh_admin', 'MEMBER')
+      FROM mesh.settings s
+$$;
+
+------------------------------------------------------------------------------
 -- Views for operators and harnesses (no credential, no env values).
 ------------------------------------------------------------------------------
 CREATE VIEW mesh.backend_catalog AS
@@ -406,19 +425,21 @@ SELECT w.run_id, w.parent_run_id, w.agent_id, w.created_by_actor_id, w.status, w
        (SELECT count(*) FROM mesh.execs e WHERE e.workspace_id = w.id) AS execs,
        (SELECT count(*) FROM mesh.execs e WHERE e.workspace_id = w.id AND e.status = 'running') AS running_execs
   FROM mesh.workspaces w
- WHERE w.status NOT IN ('released');
+ WHERE w.status NOT IN ('released') AND mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
 CREATE VIEW mesh.run_workspaces AS
 SELECT w.run_id, w.parent_run_id, w.agent_id, w.created_by_actor_id, w.status, w.status_reason,
        w.backend_kind, w.size, w.release_outcome, w.release_reason, w.compute_seconds,
-       w.created_at, w.materialized_at, w.last_used_at, w.released_at
-  FROM mesh.workspaces w;
+       w.created_at, w.materialized_at, w.last_used_at, w.released_at, w.owner_role
+  FROM mesh.workspaces w
+ WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
 CREATE VIEW mesh.exec_log AS
 SELECT e.id AS exec_id, e.run_id, w.agent_id, w.created_by_actor_id, e.argv, e.dir, e.env_names,
        e.status, e.exit_code, e.truncated, e.wall_seconds, e.cpu_seconds, e.charged_seconds,
        e.charge_basis, e.error, e.started_at, e.finished_at, e.stdout, e.stderr
-  FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id;
+  FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id
+ WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
 -- Spend: what each run and each agent used, and on what basis it was charged.
 CREATE VIEW mesh.spend_by_run AS
@@ -430,7 +451,8 @@ SELECT w.run_id, w.agent_id, w.created_by_actor_id, w.status, w.backend_kind,
        (SELECT coalesce(sum(e.charged_seconds) FILTER (WHERE e.charge_basis = 'wall'), 0)
           FROM mesh.execs e WHERE e.workspace_id = w.id) AS wall_charged_seconds,
        w.status_reason
-  FROM mesh.workspaces w JOIN mesh.run_limits l ON l.workspace_id = w.id;
+  FROM mesh.workspaces w JOIN mesh.run_limits l ON l.workspace_id = w.id
+ WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
 CREATE VIEW mesh.spend_by_agent AS
 SELECT w.agent_id, count(*) AS runs,
@@ -901,6 +923,7 @@ GRANT EXECUTE ON FUNCTION @extschema@.mesh_read_file(text, text) TO mesh_harness
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_release(text, text) TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.live_workspaces, mesh.run_workspaces, mesh.exec_log, mesh.spend_by_run TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION mesh.may_drive(regrole, oid) TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.spend_by_agent, mesh.run_limits, mesh.settings, mesh.run_budgets TO mesh_admin;
 GRANT SELECT ON mesh.secret_catalog, mesh.environments, mesh.grants TO mesh_admin;
 GRANT SELECT ON mesh.backend_catalog, mesh.event_log TO mesh_admin;
@@ -915,7 +938,7 @@ GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, 
                           mesh.agent_set(text, text, mesh.size_tier),
                           mesh.agent_set_budget(text, double precision, integer, interval),
                           mesh.run_set_budget(text, double precision, interval),
-                          mesh.set_policy(interval, interval, double precision),
+                          mesh.set_policy(interval, interval, double precision, boolean),
                           mesh.drivers(),
                           mesh.sweep(),
                           mesh.secret_set(text, text, text),

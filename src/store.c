@@ -47,19 +47,20 @@ int64_text(int64 v)
  */
 typedef struct DeclareArgs
 {
-	const char *args[5];
+	const char *args[6];
 	char	   *row_json;
 } DeclareArgs;
 
 static const char declare_insert_sql[] =
-"INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, parent_run_id, environment) "
-"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id) DO NOTHING "
+"INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, parent_run_id, environment, owner_role) "
+"VALUES ($1, $2, $3, $4, $5, $6::oid::regrole) ON CONFLICT (run_id) DO NOTHING "
 "RETURNING pg_catalog.row_to_json(workspaces)::text";
 
 static const char declare_existing_sql[] =
 "SELECT pg_catalog.row_to_json(w)::text, agent_id, created_by_actor_id, coalesce(parent_run_id, '(none)'), "
 "       agent_id = $2 AND created_by_actor_id = $3 AND parent_run_id IS NOT DISTINCT FROM $4 "
-"       AND environment IS NOT DISTINCT FROM $5, coalesce(environment, '(none)') "
+"       AND environment IS NOT DISTINCT FROM $5, coalesce(environment, '(none)'), "
+"       mesh.may_drive(owner_role, $6::oid) "
 "  FROM mesh.workspaces w WHERE run_id = $1";
 
 /* The environment's needs, checked against what the agent really has. */
@@ -106,14 +107,19 @@ declare_body(void *arg)
 {
 	DeclareArgs *a = (DeclareArgs *) arg;
 
-	if (mesh_sql(declare_insert_sql, 5, a->args) == 1)
+	if (mesh_sql(declare_insert_sql, 6, a->args) == 1)
 	{
 		a->row_json = mesh_sql_value(0, 1);
 		if (a->args[4])
 			declare_grants(a);
 		return;
 	}
-	mesh_sql(declare_existing_sql, 5, a->args);
+	mesh_sql(declare_existing_sql, 6, a->args);
+	if (strcmp(mesh_sql_value(0, 7), "t") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNIQUE_VIOLATION),
+				 errmsg("run \"%s\" is already declared by another role", a->args[0]),
+				 errhint("Run ownership is on: use a new run_id.")));
 	if (strcmp(mesh_sql_value(0, 5), "t") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
@@ -127,9 +133,10 @@ declare_body(void *arg)
 
 bool
 store_declare(const char *run_id, const char *agent_id, const char *actor_id,
-			  const char *parent_run_id, const char *environment, char **row_json, ErrorData **err)
+			  const char *parent_run_id, const char *environment, const char *owner_role,
+			  char **row_json, ErrorData **err)
 {
-	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id, environment}, NULL};
+	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id, environment, owner_role}, NULL};
 
 	/* with grants the declaration is more than intent: commit it durably */
 	if (!mesh_txn("mesh worker: declare run", declare_body, &a, environment == NULL, err))
@@ -145,6 +152,7 @@ store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 typedef struct LoadArgs
 {
 	const char *run_id;
+	const char *caller_role;
 	MeshWorkspace *ws;
 	bool		found;
 	bool		for_update;
@@ -158,7 +166,7 @@ static const char load_sql[] =
 "       EXISTS (SELECT 1 FROM mesh.grants g WHERE g.run_id = w.run_id AND g.revoked_at IS NULL), "
 "       EXISTS (SELECT 1 FROM mesh.run_tokens t WHERE t.run_id = w.run_id AND t.revoked_at IS NULL "
 "               AND t.expires_at > pg_catalog.now() + interval '1 minute'), "
-"       w.egress::text "
+"       w.egress::text, mesh.may_drive(w.owner_role, $2::oid) "
 "  FROM mesh.workspaces w "
 "  JOIN mesh.run_limits l ON l.workspace_id = w.id "
 "  LEFT JOIN mesh.backends b ON b.name = w.backend_kind "
@@ -201,20 +209,25 @@ static void
 load_body(void *arg)
 {
 	LoadArgs   *a = (LoadArgs *) arg;
-	const char *args[1] = {a->run_id};
+	const char *args[2] = {a->run_id, a->caller_role};
 
 	if (a->for_update && mesh_sql(lock_sql, 1, args) == 0)
 		return;
-	a->found = mesh_sql(load_sql, 1, args) == 1;
+	/* a run another role owns is, to this caller, a run that does not exist */
+	a->found = mesh_sql(load_sql, 2, args) == 1 && strcmp(mesh_sql_value(0, 22), "t") == 0;
 	if (a->found)
 		fill_workspace(a->ws);
 }
 
-/* Load the run's row; an unknown run is the caller's error. */
+/*
+ * Load the run's row; an unknown run is the caller's error, and so is, with
+ * run ownership on, a run caller_role (an oid; NULL: the pool's own call)
+ * may not drive.
+ */
 bool
-store_load(const char *run_id, MeshWorkspace *ws, ErrorData **err)
+store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, ErrorData **err)
 {
-	LoadArgs	a = {run_id, ws, false, false};
+	LoadArgs	a = {run_id, caller_role, ws, false, false};
 
 	memset(ws, 0, sizeof(*ws));
 	if (!mesh_txn("mesh worker: load run", load_body, &a, false, err))

@@ -1109,6 +1109,18 @@ finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp)
  *--------------------------------------------------------------------------
  */
 
+/*
+ * The role that made the call (an oid, as text), which a run belongs to
+ * when it declares it; NULL for the pool's own calls (reaper releases).
+ */
+static const char *
+caller_role(WorkerCall *call)
+{
+	if (call->hdr == NULL || !OidIsValid(call->hdr->user))
+		return NULL;
+	return psprintf("%u", call->hdr->user);
+}
+
 static void
 run_declare(WorkerCall *call)
 {
@@ -1120,7 +1132,7 @@ run_declare(WorkerCall *call)
 					   json_string_value(json_object_get(call->req, "actor_id")),
 					   json_string_value(json_object_get(call->req, "parent_run_id")),
 					   json_string_value(json_object_get(call->req, "environment")),
-					   &row_json, &err))
+					   caller_role(call), &row_json, &err))
 		reply_txn_error(call, err);
 	else
 		reply_ok(call, json_pack("{s:s}", "row", row_json), NULL, 0);
@@ -1278,7 +1290,7 @@ advance_call(WorkerCall *call)
 		call->step = STEP_PARKED;
 		return;
 	}
-	if (!store_load(call->run_id, &call->ws, &err))
+	if (!store_load(call->run_id, caller_role(call), &call->ws, &err))
 	{
 		reply_txn_error(call, err);
 		return;
