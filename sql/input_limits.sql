@@ -46,7 +46,17 @@ SELECT exit_code, stdout, status FROM mesh_exec('lim-run',
     ARRAY['sh', '-c', 'echo $#'] || ARRAY(SELECT repeat('x', 131000) FROM generate_series(1, 7)),
     env => (SELECT jsonb_object_agg('V' || i, repeat('y', 11000)) FROM generate_series(1, 10) i));
 
--- nothing above was recorded: one declared run, two execs
+-- what the backend refuses is said in the caller's terms: no HTTP status or
+-- daemon code in the message (they are in the detail)
+SELECT exit_code FROM mesh_exec('lim-run', ARRAY['sh', '-c', 'echo x > locked; chmod 000 locked; mkfifo pipe']);
+SELECT state, message ~ '^path "locked" is refused in the workspace of run "lim-run": ' AS names_path,
+       message ~ 'HTTP|path_refused' AS leaks_protocol
+  FROM regress.try($$SELECT mesh_read_file('lim-run', 'locked')$$);
+SELECT state, message ~ '^path "pipe" is refused in the workspace of run "lim-run": ' AS names_path,
+       message ~ 'HTTP|path_refused' AS leaks_protocol
+  FROM regress.try($$SELECT mesh_read_file('lim-run', 'pipe')$$);
+
+-- nothing above was recorded: one declared run, three execs
 SELECT count(*) AS workspaces FROM mesh.workspaces WHERE length(run_id) > 255 OR run_id = 'x';
 SELECT count(*) AS execs FROM mesh.execs WHERE run_id = 'lim-run';
 SELECT mesh_release('lim-run');

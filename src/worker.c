@@ -192,11 +192,42 @@ failure_hint(MeshFailure failure)
 	}
 }
 
+/* What the caller asked for, as the subject of an error message. */
+static const char *
+op_noun(MeshOp op)
+{
+	switch (op)
+	{
+		case MESH_OP_EXEC:
+			return "command";
+		case MESH_OP_READ_FILE:
+			return "file read";
+		case MESH_OP_WRITE_FILE:
+			return "file write";
+		case MESH_OP_RELEASE:
+			return "release";
+		default:
+			return "call";
+	}
+}
+
+/*
+ * A backend's refusal, in the caller's terms: what failed, for which run,
+ * and the backend's own words; its HTTP status and error code go to the
+ * detail.  Without an answer (unreachable) the transport's words say it.
+ */
 static void
 reply_backend_error(WorkerCall *call, const MeshError *err)
 {
-	reply_error(call, failure_sqlstate(err->failure), err->message, NULL,
-				failure_hint(err->failure));
+	if (err->reason == NULL)
+		reply_error(call, failure_sqlstate(err->failure), err->message, NULL,
+					failure_hint(err->failure));
+	else
+		reply_error(call, failure_sqlstate(err->failure),
+					psprintf("the %s of run \"%s\" failed on backend \"%s\": %s", op_noun(call->op),
+							 call->run_id, call->ws.backend_kind ? call->ws.backend_kind : "?",
+							 err->reason),
+					err->message, failure_hint(err->failure));
 }
 
 /*
@@ -215,8 +246,8 @@ reply_file_error(WorkerCall *call, const char *path, const MeshError *err)
 							   path, call->run_id);
 			break;
 		case MESH_FAIL_PATH_REFUSED:
-			message = psprintf("path \"%s\" is refused: it is not a file inside the workspace of run \"%s\"",
-							   path, call->run_id);
+			message = psprintf("path \"%s\" is refused in the workspace of run \"%s\": %s", path, call->run_id,
+							   err->reason ? err->reason : "it is not a file inside the workspace");
 			break;
 		case MESH_FAIL_TOO_LARGE:
 			message = psprintf("file \"%s\" is too large", path);
@@ -821,6 +852,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	{
 		rec.status = "error";
 		merr.message = redact_message(call, merr.message);
+		merr.reason = redact_message(call, merr.reason);
 		rec.error = merr.message;
 		if (merr.failure == MESH_FAIL_NOT_RUNNING && !call->woke_once)
 			rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
