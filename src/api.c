@@ -55,17 +55,24 @@ PG_FUNCTION_INFO_V1(mesh_read_file);
 PG_FUNCTION_INFO_V1(mesh_write_file);
 PG_FUNCTION_INFO_V1(mesh_release);
 
+/* A required argument: NULL is the caller's error, named, with a hint. */
+static void
+require_arg(FunctionCallInfo fcinfo, int argno, const char *name, const char *hint)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", name),
+				 errhint("%s", hint)));
+}
+
 /* A required text argument: NULL and empty are the caller's error. */
 static char *
 required_text(FunctionCallInfo fcinfo, int argno, const char *name)
 {
 	char	   *value;
 
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be NULL", name),
-				 errhint("Pass a non-empty text value for %s.", name)));
+	require_arg(fcinfo, argno, name, psprintf("Pass a non-empty text value for %s.", name));
 	value = text_to_cstring(PG_GETARG_TEXT_PP(argno));
 	if (value[0] == '\0')
 		ereport(ERROR,
@@ -198,11 +205,7 @@ argv_to_json(FunctionCallInfo fcinfo)
 	int			n;
 	json_t	   *argv;
 
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argv must not be NULL"),
-				 errhint("Pass the command as an array, e.g. ARRAY['ls', '-l'].")));
+	require_arg(fcinfo, 1, "argv", "Pass the command as an array, e.g. ARRAY['ls', '-l'].");
 	arr = PG_GETARG_ARRAYTYPE_P(1);
 	if (ARR_NDIM(arr) > 1)
 		ereport(ERROR,
@@ -411,18 +414,10 @@ mesh_write_file(PG_FUNCTION_ARGS)
 	json_t	   *req;
 	MeshReply	reply;
 
-	if (PG_ARGISNULL(3))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("mode must not be NULL"),
-				 errhint("Leave mode out for 420 (0644), or pass a mode in decimal, e.g. 493 for 0755.")));
+	require_arg(fcinfo, 3, "mode", "Leave mode out for 420 (0644), or pass a mode in decimal, e.g. 493 for 0755.");
 	mode = PG_GETARG_INT32(3);
 
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("content must not be NULL"),
-				 errhint("Write an empty file with ''::bytea.")));
+	require_arg(fcinfo, 2, "content", "Write an empty file with ''::bytea.");
 	content = PG_GETARG_BYTEA_PP(2);
 	check_path(path, "path");
 	if (mode < 0 || mode > 07777)
