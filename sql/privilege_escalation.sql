@@ -40,6 +40,11 @@ CREATE FUNCTION public.jsonb_build_object(text, text, text, text, text, text) RE
   LANGUAGE sql AS $$ SELECT CASE WHEN public.trap('jsonb_build_object/6t') THEN '{}'::jsonb END $$;
 CREATE FUNCTION public.jsonb_build_object(text, text, text, text, text, bigint) RETURNS jsonb
   LANGUAGE sql AS $$ SELECT CASE WHEN public.trap('jsonb_build_object/6b') THEN '{}'::jsonb END $$;
+-- names the extension's own functions use, which admins and the workers call
+CREATE FUNCTION public.to_jsonb(text[]) RETURNS jsonb
+  LANGUAGE sql AS $$ SELECT CASE WHEN public.trap('to_jsonb') THEN '[]'::jsonb END $$;
+CREATE FUNCTION public.format(text, text) RETURNS text
+  LANGUAGE sql AS $$ SELECT CASE WHEN public.trap('format') THEN $1 END $$;
 -- same names and signatures as pg_catalog's: pg_catalog must stay first
 CREATE FUNCTION public.decode(text, text) RETURNS bytea
   LANGUAGE sql AS $$ SELECT CASE WHEN public.trap('decode') THEN ''::bytea END $$;
@@ -89,6 +94,9 @@ SELECT mesh_release('pe-run-2');
 SELECT mesh_release('pe-run');
 RESET ROLE;
 SELECT count(*) >= 0 AS swept FROM mesh.sweep();
+-- what an admin calls resolves its names inside the function too
+SELECT mesh.secret_set('agent-pe', 'pe_key', 'pe-secret-value-2') >= 2 AS rotated;
+SELECT mesh.egress_policy() ->> 'mode' AS egress_mode;
 
 -- none ran, as anybody; the member is no superuser
 SELECT name, by_role FROM public.hijacked;
