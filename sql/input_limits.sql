@@ -37,6 +37,16 @@ SELECT * FROM regress.try($$SELECT mesh_write_file('lim-run', 'x', 'y', mode => 
 SELECT * FROM regress.try($$SELECT mesh_read_file('lim-run', NULL)$$);
 SELECT * FROM regress.try($$SELECT mesh_release(NULL)$$);
 
+-- the admin functions refuse NULL the same way, naming the argument
+SELECT * FROM regress.try($$SELECT mesh.backend_add(NULL, 'sandboxd', '{"socket": "/tmp/x.sock"}')$$);
+SELECT * FROM regress.try($$SELECT mesh.backend_add('lim-b', 'sandboxd', NULL)$$);
+SELECT * FROM regress.try($$SELECT mesh.backend_configure('local', NULL)$$);
+SELECT * FROM regress.try($$SELECT mesh.backend_enable(NULL)$$);
+SELECT * FROM regress.try($$SELECT mesh.agent_set(NULL)$$);
+SELECT * FROM regress.try($$SELECT mesh.run_set_budget(NULL, 10)$$);
+SELECT * FROM regress.try($$SELECT mesh.grant_revoke('lim-run', NULL, 'x')$$);
+SELECT config FROM mesh.backend_catalog WHERE name = 'local';
+
 -- the largest accepted argument runs, and is what the command sees
 SELECT exit_code, stdout, status FROM mesh_exec('lim-run',
     ARRAY['sh', '-c', 'printf %s "$1" | wc -c', 'sh', repeat('x', 131071)]);

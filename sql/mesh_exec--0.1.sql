@@ -210,6 +210,20 @@ $$;
 ------------------------------------------------------------------------------
 -- Admin functions: the only way to configure backends and agents.
 ------------------------------------------------------------------------------
+-- The one error for a required argument given as NULL: names[i] is missing
+-- when missing[i] is true.
+CREATE FUNCTION mesh.require_args(fn text, names text[], missing boolean[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    FOR i IN 1 .. cardinality(names) LOOP
+        IF missing[i] THEN
+            RAISE EXCEPTION 'mesh.%: % must not be NULL', fn, names[i]
+                USING ERRCODE = 'null_value_not_allowed', HINT = format('Pass a value for %s.', names[i]);
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- The one error for a backend name that is not in the catalog.
 CREATE FUNCTION mesh.raise_unknown_backend(name text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
@@ -224,6 +238,10 @@ CREATE FUNCTION mesh.backend_add(name text, driver text, config jsonb DEFAULT '{
                                  max_size mesh.size_tier DEFAULT 'xlarge')
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('backend_add', ARRAY['name', 'driver', 'config', 'enabled', 'catalog_order', 'max_size'],
+        ARRAY[backend_add.name IS NULL, backend_add.driver IS NULL, backend_add.config IS NULL,
+              backend_add.enabled IS NULL, backend_add.catalog_order IS NULL,
+              backend_add.max_size IS NULL]);
     PERFORM mesh.validate_backend_config(driver, config);
     INSERT INTO mesh.backends AS b (name, driver, enabled, catalog_order, config, max_size)
     VALUES (backend_add.name, backend_add.driver, backend_add.enabled,
@@ -239,6 +257,8 @@ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mes
 DECLARE
     drv text;
 BEGIN
+    PERFORM mesh.require_args('backend_configure', ARRAY['name', 'config'],
+        ARRAY[backend_configure.name IS NULL, backend_configure.config IS NULL]);
     SELECT b.driver INTO drv FROM mesh.backends b WHERE b.name = backend_configure.name FOR UPDATE;
     IF drv IS NULL THEN
         PERFORM mesh.raise_unknown_backend(backend_configure.name);
@@ -252,6 +272,7 @@ $$;
 CREATE FUNCTION mesh.backend_enable(name text)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('backend_enable', ARRAY['name'], ARRAY[backend_enable.name IS NULL]);
     UPDATE mesh.backends b SET enabled = true, updated_at = now() WHERE b.name = backend_enable.name;
     IF NOT FOUND THEN
         PERFORM mesh.raise_unknown_backend(backend_enable.name);
@@ -264,6 +285,8 @@ $$;
 CREATE FUNCTION mesh.backend_disable(name text, OUT reset_agents text[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('backend_disable', ARRAY['name'],
+        ARRAY[backend_disable.name IS NULL]);
     UPDATE mesh.backends b SET enabled = false, updated_at = now() WHERE b.name = backend_disable.name;
     IF NOT FOUND THEN
         PERFORM mesh.raise_unknown_backend(backend_disable.name);
@@ -281,6 +304,8 @@ $$;
 CREATE FUNCTION mesh.backend_set_credential(name text, credential text)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('backend_set_credential', ARRAY['name'],
+        ARRAY[backend_set_credential.name IS NULL]);
     IF credential IS NULL OR credential = '' THEN
         RAISE EXCEPTION 'credential must not be empty'
             USING ERRCODE = 'invalid_parameter_value';
@@ -299,6 +324,8 @@ $$;
 CREATE FUNCTION mesh.backend_set_order(name text, catalog_order integer)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('backend_set_order', ARRAY['name', 'catalog_order'],
+        ARRAY[backend_set_order.name IS NULL, backend_set_order.catalog_order IS NULL]);
     UPDATE mesh.backends b SET catalog_order = backend_set_order.catalog_order, updated_at = now()
      WHERE b.name = backend_set_order.name;
     IF NOT FOUND THEN
@@ -310,6 +337,8 @@ $$;
 CREATE FUNCTION mesh.backend_set_max_size(name text, max_size mesh.size_tier)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('backend_set_max_size', ARRAY['name', 'max_size'],
+        ARRAY[backend_set_max_size.name IS NULL, backend_set_max_size.max_size IS NULL]);
     UPDATE mesh.backends b SET max_size = backend_set_max_size.max_size, updated_at = now()
      WHERE b.name = backend_set_max_size.name;
     IF NOT FOUND THEN
@@ -323,6 +352,7 @@ CREATE FUNCTION mesh.agent_set(agent_id text, backend text DEFAULT NULL,
                                default_size mesh.size_tier DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('agent_set', ARRAY['agent_id'], ARRAY[agent_set.agent_id IS NULL]);
     IF backend IS NOT NULL AND NOT EXISTS
         (SELECT 1 FROM mesh.backends b WHERE b.name = agent_set.backend AND b.enabled) THEN
         RAISE EXCEPTION 'cannot pin agent "%" to backend "%": it is not an enabled backend',
@@ -343,6 +373,8 @@ CREATE FUNCTION mesh.agent_set_budget(agent_id text, max_compute_seconds double 
                                       idle_timeout interval DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('agent_set_budget', ARRAY['agent_id'],
+        ARRAY[agent_set_budget.agent_id IS NULL]);
     INSERT INTO mesh.agents AS a (agent_id, max_compute_seconds, max_concurrent_workspaces, idle_timeout)
     VALUES (agent_set_budget.agent_id, agent_set_budget.max_compute_seconds,
             agent_set_budget.max_concurrent_workspaces, agent_set_budget.idle_timeout)
@@ -357,6 +389,8 @@ CREATE FUNCTION mesh.run_set_budget(run_id text, max_compute_seconds double prec
                                     idle_timeout interval DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('run_set_budget', ARRAY['run_id'],
+        ARRAY[run_set_budget.run_id IS NULL]);
     INSERT INTO mesh.run_budgets AS b (run_id, max_compute_seconds, idle_timeout)
     VALUES (run_set_budget.run_id, run_set_budget.max_compute_seconds, run_set_budget.idle_timeout)
     ON CONFLICT ON CONSTRAINT run_budgets_pkey DO UPDATE
@@ -544,6 +578,7 @@ RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, 
 DECLARE
     new_version integer;
 BEGIN
+    PERFORM mesh.require_args('secret_set', ARRAY['agent_id'], ARRAY[secret_set.agent_id IS NULL]);
     IF value IS NULL OR value = '' THEN
         RAISE EXCEPTION 'a secret value must not be empty' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -570,6 +605,8 @@ $$;
 CREATE FUNCTION mesh.secret_delete(agent_id text, name text)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('secret_delete', ARRAY['agent_id', 'name'],
+        ARRAY[secret_delete.agent_id IS NULL, secret_delete.name IS NULL]);
     DELETE FROM mesh.secrets s WHERE s.agent_id = secret_delete.agent_id AND s.name = secret_delete.name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'agent "%" has no secret "%"', secret_delete.agent_id, secret_delete.name
@@ -588,6 +625,8 @@ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mes
 DECLARE
     need jsonb;
 BEGIN
+    PERFORM mesh.require_args('environment_set', ARRAY['name'],
+        ARRAY[environment_set.name IS NULL]);
     IF jsonb_typeof(needs) IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'needs must be a JSON array of grants' USING ERRCODE = 'invalid_parameter_value',
             HINT = 'For example [{"kind": "secret", "name": "github_pat", "as": "GH_TOKEN", "ttl": "1 hour"}].';
@@ -617,6 +656,8 @@ $$;
 CREATE FUNCTION mesh.grant_revoke(run_id text, kind text, name text, reason text DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('grant_revoke', ARRAY['run_id', 'kind', 'name'],
+        ARRAY[grant_revoke.run_id IS NULL, grant_revoke.kind IS NULL, grant_revoke.name IS NULL]);
     UPDATE mesh.grants g SET revoked_at = now(), revoked_reason = coalesce(reason, 'revoked by an operator')
      WHERE g.run_id = grant_revoke.run_id AND g.kind = grant_revoke.kind AND g.name = grant_revoke.name
        AND g.revoked_at IS NULL;

@@ -199,32 +199,33 @@ op_noun(MeshOp op)
 	switch (op)
 	{
 		case MESH_OP_EXEC:
-			return "command";
+			return "the command";
 		case MESH_OP_READ_FILE:
-			return "file read";
+			return "the file read";
 		case MESH_OP_WRITE_FILE:
-			return "file write";
+			return "the file write";
 		case MESH_OP_RELEASE:
-			return "release";
+			return "the release";
 		default:
-			return "call";
+			return "the call";
 	}
 }
 
 /*
- * A backend's refusal, in the caller's terms: what failed, for which run,
- * and the backend's own words; its HTTP status and error code go to the
- * detail.  Without an answer (unreachable) the transport's words say it.
+ * A backend's refusal, in the caller's terms: what failed (what, or the
+ * call's operation when NULL), for which run, and the backend's own words;
+ * its HTTP status and error code go to the detail.  Without an answer
+ * (unreachable) the transport's words say it.
  */
 static void
-reply_backend_error(WorkerCall *call, const MeshError *err)
+reply_backend_error(WorkerCall *call, const char *what, const MeshError *err)
 {
 	if (err->reason == NULL)
 		reply_error(call, failure_sqlstate(err->failure), err->message, NULL,
 					failure_hint(err->failure));
 	else
 		reply_error(call, failure_sqlstate(err->failure),
-					psprintf("the %s of run \"%s\" failed on backend \"%s\": %s", op_noun(call->op),
+					psprintf("%s of run \"%s\" failed on backend \"%s\": %s", what ? what : op_noun(call->op),
 							 call->run_id, call->ws.backend_kind ? call->ws.backend_kind : "?",
 							 err->reason),
 					err->message, failure_hint(err->failure));
@@ -253,7 +254,7 @@ reply_file_error(WorkerCall *call, const char *path, const MeshError *err)
 			message = psprintf("file \"%s\" is too large", path);
 			break;
 		default:
-			reply_backend_error(call, err);
+			reply_backend_error(call, NULL, err);
 			return;
 	}
 	reply_error(call, failure_sqlstate(err->failure), message, err->message,
@@ -419,7 +420,7 @@ wake_parked(const char *run_id, const MeshError *failed)
 		{
 			MemoryContext old = MemoryContextSwitchTo(other->cxt);
 
-			reply_backend_error(other, failed);
+			reply_backend_error(other, "setting up the workspace", failed);
 			MemoryContextSwitchTo(old);
 		}
 		else
@@ -563,7 +564,7 @@ finish_acquire(WorkerCall *call, const MeshHttpResponse *resp)
 		if (!store_materialize_failed(&call->ws, retryable, merr.message, &err))
 			FreeErrorData(err);
 		call->step = STEP_START;	/* so wake_parked does not see us acquiring */
-		reply_backend_error(call, &merr);
+		reply_backend_error(call, "setting up the workspace", &merr);
 		wake_parked(call->run_id, &merr);
 		return;
 	}
@@ -866,7 +867,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
 			FreeErrorData(err);
 		if (!wake_and_retry(call, &merr))
-			reply_backend_error(call, &merr);
+			reply_backend_error(call, NULL, &merr);
 		return;
 	}
 	redact_delivered(call, &result);
@@ -1120,8 +1121,10 @@ finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp)
 		if (!store_release_stuck(&call->ws, merr.message, &err))
 			FreeErrorData(err);
 		reply_error(call, failure_sqlstate(merr.failure),
-					psprintf("could not release the workspace of run \"%s\": %s", call->run_id, merr.message),
-					"The workspace stays recorded as releasing; mesh_release can be called again.",
+					psprintf("could not release the workspace of run \"%s\": %s", call->run_id,
+							 merr.reason ? merr.reason : merr.message),
+					psprintf("%s%sThe workspace stays recorded as releasing; mesh_release can be called again.",
+							 merr.reason ? merr.message : "", merr.reason ? ". " : ""),
 					failure_hint(merr.failure));
 		return;
 	}
