@@ -63,6 +63,12 @@ CREATE FUNCTION public.jsonb_array_elements(jsonb) RETURNS SETOF jsonb
 CREATE FUNCTION public.trap_sfunc(text, text, text) RETURNS text
   LANGUAGE sql AS $$ SELECT CASE WHEN public.trap('string_agg') THEN $1 END $$;
 CREATE AGGREGATE public.string_agg(text, text) (sfunc = public.trap_sfunc, stype = text);
+CREATE FUNCTION public.trap_count(bigint) RETURNS bigint
+  LANGUAGE sql AS $$ SELECT CASE WHEN public.trap('count') THEN $1 END $$;
+CREATE AGGREGATE public.count(*) (sfunc = public.trap_count, stype = bigint, initcond = '0');
+CREATE FUNCTION public.trap_sum(double precision, double precision) RETURNS double precision
+  LANGUAGE sql AS $$ SELECT CASE WHEN public.trap('sum') THEN $1 END $$;
+CREATE AGGREGATE public.sum(double precision) (sfunc = public.trap_sum, stype = double precision);
 -- operators on the extension's enum types, where pg_catalog's are only polymorphic
 CREATE FUNCTION public.ws_eq(mesh.workspace_status, mesh.workspace_status) RETURNS boolean
   LANGUAGE sql AS $$ SELECT public.trap('=(workspace_status)') AND $1::text = $2::text $$;
