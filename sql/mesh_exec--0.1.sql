@@ -11,6 +11,10 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'mesh_harness') THEN
         CREATE ROLE mesh_harness NOLOGIN;
     END IF;
+    -- what the background workers' statements run as (docs/security.md)
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'mesh_worker') THEN
+        CREATE ROLE mesh_worker NOLOGIN;
+    END IF;
 END
 $roles$;
 
@@ -957,7 +961,11 @@ REVOKE ALL ON FUNCTION @extschema@.mesh_read_file(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_release(text, text) FROM PUBLIC;
 
-GRANT USAGE ON SCHEMA mesh TO mesh_harness, mesh_admin;
+GRANT USAGE ON SCHEMA mesh TO mesh_harness, mesh_admin, mesh_worker;
+-- the workers read and write mesh's rows (no DELETE, no DDL), call its functions
+GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA mesh TO mesh_worker;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA mesh TO mesh_worker;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA mesh TO mesh_worker;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_acquire(text, text, text, text, text) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec(text, text[], text, bytea, interval, jsonb) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_read_file(text, text) TO mesh_harness, mesh_admin;

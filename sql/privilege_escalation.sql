@@ -12,6 +12,17 @@ GRANT INSERT, SELECT, DELETE ON public.hijacked TO PUBLIC;
 SELECT mesh.secret_set('agent-pe', 'pe_key', 'pe-secret-value-1') >= 1 AS secret_set;
 SELECT mesh.environment_set('pe-env', '[{"kind": "secret", "name": "pe_key", "as": "PE_KEY"}]');
 SELECT mesh.set_egress_policy('{"mode": "allowlist"}') ->> 'mode' AS egress_mode;
+-- who the workers' statements run as: an event trigger of the test's own
+CREATE TABLE public.event_writers (kind text, by_role text, super boolean);
+GRANT INSERT ON public.event_writers TO mesh_worker;
+CREATE FUNCTION public.note_event_writer() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO public.event_writers
+  SELECT NEW.kind, current_user, r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER note_event_writer AFTER INSERT ON mesh.events
+  FOR EACH ROW EXECUTE FUNCTION public.note_event_writer();
 
 SET ROLE planter;
 -- the trap: record that it ran and as whom, then try to become superuser
@@ -107,6 +118,12 @@ SELECT mesh.egress_policy() ->> 'mode' AS egress_mode;
 -- none ran, as anybody; the member is no superuser
 SELECT name, by_role FROM public.hijacked;
 SELECT rolsuper FROM pg_roles WHERE rolname = 'planter';
+-- the workers, the reaper and the broker wrote their events as mesh_worker, no superuser
+SELECT by_role, super, string_agg(DISTINCT kind, ', ' ORDER BY kind) AS kinds
+  FROM public.event_writers
+ WHERE kind IN ('acquiring', 'acquired', 'token_minted', 'secret_read', 'egress_denied',
+                'file_write', 'file_read', 'released')
+ GROUP BY by_role, super;
 SELECT count(*) AS egress_denials FROM mesh.events WHERE run_id = 'pe-run' AND kind = 'egress_denied';
 SELECT count(*) AS secret_reads FROM mesh.events WHERE run_id = 'pe-run' AND kind = 'secret_read';
 
@@ -117,6 +134,9 @@ SELECT p.oid::regprocedure AS without_pinned_search_path FROM pg_proc p
    AND NOT coalesce('search_path=pg_catalog, mesh, pg_temp' = ANY (p.proconfig)
                     OR 'search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false);
 
+DROP TRIGGER note_event_writer ON mesh.events;
+DROP FUNCTION public.note_event_writer();
+DROP TABLE public.event_writers;
 DROP OWNED BY planter;
 DROP ROLE planter;
 DROP TABLE public.hijacked;

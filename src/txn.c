@@ -11,9 +11,11 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "executor/spi.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -56,6 +58,26 @@ mesh_worker_connect(const char *appname)
 }
 
 /*
+ * Every statement of a mesh background worker runs as the NOLOGIN role
+ * mesh_worker (created by the extension, granted only what the workers do
+ * on mesh's tables), not as the bootstrap superuser the process connected
+ * as: PostgreSQL 15 cannot connect a background worker as a NOLOGIN role.
+ * The switch is security-restricted, as for maintenance commands run as a
+ * table's owner, and ends with the transaction.  A missing role fails the
+ * transaction: nothing runs as superuser instead.
+ */
+static void
+become_worker_role(void)
+{
+	Oid			saved_user;
+	int			saved_context;
+
+	GetUserIdAndSecContext(&saved_user, &saved_context);
+	SetUserIdAndSecContext(get_role_oid(MESH_WORKER_ROLE, false),
+						   saved_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+}
+
+/*
  * Run body in a transaction of its own: a worker never writes in anybody
  * else's.  durable=false commits asynchronously, for intent whose loss in a
  * crash loses nothing real.  On error the transaction is rolled back and
@@ -70,8 +92,13 @@ mesh_txn(const char *what, MeshTxnBody body, void *arg, bool durable, ErrorData 
 	result_cxt = outer;
 	PG_TRY();
 	{
+		Oid			connected_user;
+		int			connected_context;
+
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
+		GetUserIdAndSecContext(&connected_user, &connected_context);
+		become_worker_role();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "mesh: SPI_connect failed");
@@ -82,6 +109,7 @@ mesh_txn(const char *what, MeshTxnBody body, void *arg, bool durable, ErrorData 
 		body(arg);
 		SPI_finish();
 		PopActiveSnapshot();
+		SetUserIdAndSecContext(connected_user, connected_context);
 		CommitTransactionCommand();
 	}
 	PG_CATCH();

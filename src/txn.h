@@ -11,6 +11,9 @@
 
 #include "postgres.h"
 
+/* The role every statement of a mesh background worker runs as. */
+#define MESH_WORKER_ROLE "mesh_worker"
+
 /* The only schemas a mesh background worker resolves names in. */
 #define MESH_WORKER_SEARCH_PATH "pg_catalog, mesh, pg_temp"
 
