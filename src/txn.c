@@ -42,12 +42,11 @@ static MemoryContext result_cxt = NULL;
 
 /*
  * Connect a mesh background worker to mesh.database, with a search_path
- * nobody else can steer.  Workers run as the bootstrap superuser (see
- * docs/security.md), so a name resolved through a schema a harness member
+ * nobody else can steer: a name resolved through a schema a harness member
  * may create in (public, before PostgreSQL 15) would run that member's
- * function as superuser.  Only pg_catalog and mesh are searched, pg_temp
- * last; PGC_S_OVERRIDE outranks ALTER ROLE/DATABASE SET and the SET clauses
- * of functions the worker calls.
+ * function with the worker's privileges (docs/security.md).  Only
+ * pg_catalog and mesh are searched, pg_temp last; PGC_S_OVERRIDE outranks
+ * ALTER ROLE/DATABASE SET and the SET clauses of functions the worker calls.
  */
 void
 mesh_worker_connect(const char *appname)
