@@ -127,6 +127,15 @@ SELECT by_role, super, string_agg(DISTINCT kind, ', ' ORDER BY kind) AS kinds
 SELECT count(*) AS egress_denials FROM mesh.events WHERE run_id = 'pe-run' AND kind = 'egress_denied';
 SELECT count(*) AS secret_reads FROM mesh.events WHERE run_id = 'pe-run' AND kind = 'secret_read';
 
+-- mesh_worker: no login, no superuser, no attributes, no members; rows only
+SELECT rolcanlogin, rolsuper, rolcreaterole, rolcreatedb, rolbypassrls, rolreplication
+  FROM pg_roles WHERE rolname = 'mesh_worker';
+SELECT count(*) AS members FROM pg_auth_members WHERE roleid = 'mesh_worker'::regrole;
+SELECT count(*) AS deletable_tables FROM pg_class c
+ WHERE c.relnamespace = 'mesh'::regnamespace AND c.relkind = 'r'
+   AND has_table_privilege('mesh_worker', c.oid, 'DELETE');
+SELECT has_schema_privilege('mesh_worker', 'mesh', 'CREATE') AS creates_in_mesh;
+
 -- every mesh function sets its own search_path, pg_catalog first
 SELECT p.oid::regprocedure AS without_pinned_search_path FROM pg_proc p
  WHERE p.pronamespace = 'mesh'::regnamespace
