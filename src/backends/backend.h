@@ -105,16 +105,11 @@ typedef enum MeshFailure
 	MESH_FAIL_RELEASE_INCOMPLETE	/* processes gone, files not all removed: retry */
 } MeshFailure;
 
-/*
- * For the failures a harness can act on (permission, name too long, argument
- * list too long, release incomplete) message is the backend's own sentence
- * alone, so the worker can build a domain error around it; for the others it
- * also says which backend answered what.
- */
 typedef struct MeshError
 {
 	MeshFailure failure;
 	char	   *message;		/* human text, never containing a credential */
+	char	   *reason;			/* the backend's own words, when it answered with an error */
 } MeshError;
 
 typedef struct MeshExecSpec

@@ -131,11 +131,12 @@ mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...)
 	va_end(ap);
 	err->failure = failure;
 	err->message = pstrdup(buf);
+	err->reason = NULL;
 }
 
 /*
  * Error codes that are domain errors a harness can act on, whatever the
- * HTTP status: their message is passed on alone (docs/protocol.md).
+ * HTTP status (docs/protocol.md).
  */
 static const struct
 {
@@ -148,6 +149,30 @@ static const struct
 	{"argument_list_too_long", MESH_FAIL_ARGS_TOO_LONG},
 	{"release_incomplete", MESH_FAIL_RELEASE_INCOMPLETE},
 };
+
+/* The failure class of an error answer: its code where the code is known, else its status. */
+static MeshFailure
+classify_error(long status, const char *code)
+{
+	for (size_t i = 0; code && i < lengthof(domain_codes); i++)
+		if (strcmp(code, domain_codes[i].code) == 0)
+			return domain_codes[i].failure;
+	if (status == 404 && code && strcmp(code, "file_not_found") == 0)
+		return MESH_FAIL_NOT_FOUND;
+	if (status == 404 && code && strcmp(code, "workspace_not_found") == 0)
+		return MESH_FAIL_NOT_FOUND;
+	if (code && (strcmp(code, "path_refused") == 0 || strcmp(code, "is_a_directory") == 0))
+		return MESH_FAIL_PATH_REFUSED;
+	if (status == 413)
+		return MESH_FAIL_TOO_LARGE;
+	if (status == 409)
+		return MESH_FAIL_NOT_RUNNING;
+	if (status == 401 || status == 403)
+		return MESH_FAIL_UNAVAILABLE;
+	if (status >= 400 && status < 500)
+		return MESH_FAIL_BAD_REQUEST;
+	return MESH_FAIL_UNAVAILABLE;
+}
 
 /*
  * Turn a non-2xx answer, or a transport failure, into a MeshError.  Backends
@@ -176,34 +201,12 @@ mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend, Mes
 	if (doc)
 		json_unpack(doc, "{s:{s?s,s?s}}", "error", "code", &code, "message", &message);
 
-	for (size_t i = 0; code && message && i < lengthof(domain_codes); i++)
-		if (strcmp(code, domain_codes[i].code) == 0)
-		{
-			mesh_error_set(err, domain_codes[i].failure, "%s", message);
-			json_decref(doc);
-			return false;
-		}
-	if (resp->status == 404 && code && strcmp(code, "file_not_found") == 0)
-		failure = MESH_FAIL_NOT_FOUND;
-	else if (resp->status == 404 && code && strcmp(code, "workspace_not_found") == 0)
-		failure = MESH_FAIL_NOT_FOUND;
-	else if (code && (strcmp(code, "path_refused") == 0 || strcmp(code, "is_a_directory") == 0))
-		failure = MESH_FAIL_PATH_REFUSED;
-	else if (resp->status == 413)
-		failure = MESH_FAIL_TOO_LARGE;
-	else if (resp->status == 409)
-		failure = MESH_FAIL_NOT_RUNNING;
-	else if (resp->status == 401 || resp->status == 403)
-		failure = MESH_FAIL_UNAVAILABLE;
-	else if (resp->status >= 400 && resp->status < 500)
-		failure = MESH_FAIL_BAD_REQUEST;
-	else
-		failure = MESH_FAIL_UNAVAILABLE;
-
+	failure = classify_error(resp->status, code);
 	mesh_error_set(err, failure, "backend \"%s\" answered HTTP %ld%s%s%s%s",
 				   backend, resp->status,
 				   code ? " " : "", code ? code : "",
 				   message ? ": " : "", message ? message : "");
+	err->reason = pstrdup(message ? message : (code ? code : "no reason given"));
 	if (doc)
 		json_decref(doc);
 	return false;

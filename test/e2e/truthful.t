@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The extension tells the truth about what the embedded daemon could not do: a release leaves
 # no file behind at any depth (a 3000-deep tree), a release that could not remove everything
-# is an error and the row stays releasing until the reaper's next sweep finishes it, and
-# bad input gets domain errors (argument list too long, a mode-0 file, a 300-byte name) with
-# an SQLSTATE and a hint, never an HTTP status or a fake exit 127.
+# is an error and the row stays releasing until the reaper's next sweep finishes it, and what
+# only the sandbox finds out gets domain errors (an environment too large for execve, a
+# mode-0 file, a path over PATH_MAX in the sandbox) with an SQLSTATE and a hint, never an
+# HTTP status or a fake exit 127.
 . "$(dirname "$0")/lib.sh"
-plan 17
+plan 18
 WS_DIR="$PGDIR/data/mesh_sandboxd/workspaces"
 ref_of() { q "SELECT external_ref FROM mesh.workspaces WHERE run_id = '$1'"; }
 # err SQL -> "SQLSTATE: message" (first line) of the error the statement raises
@@ -53,23 +54,34 @@ is "$(q "SELECT status || ' ' || release_outcome FROM mesh.workspaces WHERE run_
    "released destroyed" "the next sweep retries and destroys it"
 test ! -e "$WS_DIR/$ref"; ok $? "its directory is gone"
 
-# 3. domain errors for bad input
-q "SELECT 1 FROM mesh_acquire('tr-err', 'tr-agent', 'tester')" >/dev/null
-e=$(err "SELECT * FROM mesh_exec('tr-err', ARRAY['sh', '-c', 'echo ' || repeat('a', 200000)])")
-case "$e" in 54000:*"too long"*) ok 0 "an argument over the kernel's limit raises 54000, not exit 127";;
-             *) ok 1 "an argument over the kernel's limit raises 54000, not exit 127"; echo "# got: $e";; esac
-is "$(q "SELECT status || ' ' || (error LIKE '%too long%') FROM mesh.execs WHERE run_id = 'tr-err' ORDER BY id DESC LIMIT 1")" \
+# 3. domain errors for what only the sandbox finds out
+# arguments pass the extension's own limits, but a granted secret delivered as a variable
+# makes the environment too large for execve
+canary="TRUTHFUL-CANARY-$RANDOM"
+q "SELECT mesh.secret_set('tr-agent', 'huge', '$canary' || repeat('s', 200000))" >/dev/null
+q "SELECT mesh.environment_set('tr-huge', '[{\"kind\": \"secret\", \"name\": \"huge\", \"as\": \"HUGE\"}]')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('tr-err', 'tr-agent', 'tester', environment => 'tr-huge')" >/dev/null
+e=$(err "SELECT * FROM mesh_exec('tr-err', ARRAY['true'])")
+case "$e" in 54000:*"argument list too long"*) ok 0 "an environment over the kernel's limit raises 54000, not exit 127";;
+             *) ok 1 "an environment over the kernel's limit raises 54000, not exit 127"; echo "# got: $e";; esac
+case "$e" in *"$canary"*) ok 1 "the error does not show the secret";; *) ok 0 "the error does not show the secret";; esac
+is "$(q "SELECT status || ' ' || (error LIKE '%argument list too long%') FROM mesh.execs WHERE run_id = 'tr-err' ORDER BY id DESC LIMIT 1")" \
    "error true" "the exec row says error, with the reason"
-like_hint=$(hint "SELECT * FROM mesh_exec('tr-err', ARRAY['sh', '-c', 'echo ' || repeat('a', 200000)])")
+like_hint=$(hint "SELECT * FROM mesh_exec('tr-err', ARRAY['true'])")
 case "$like_hint" in *stdin*) ok 0 "the hint says how to pass large data";; *) ok 1 "the hint says how to pass large data"; echo "# got: $like_hint";; esac
-q "SELECT exit_code FROM mesh_exec('tr-err', ARRAY['sh', '-c', 'echo x > zero.txt; chmod 0 zero.txt'])" >/dev/null
-e=$(err "SELECT mesh_read_file('tr-err', 'zero.txt')")
+q "SELECT mesh_release('tr-err', 'done')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('tr-file', 'tr-agent', 'tester')" >/dev/null
+q "SELECT exit_code FROM mesh_exec('tr-file', ARRAY['sh', '-c', 'echo x > zero.txt; chmod 0 zero.txt'])" >/dev/null
+e=$(err "SELECT mesh_read_file('tr-file', 'zero.txt')")
 case "$e" in 42501:*"mode 0000"*) ok 0 "a mode-0 file: 42501 naming the mode";;
              *) ok 1 "a mode-0 file: 42501 naming the mode"; echo "# got: $e";; esac
-e=$(err "SELECT mesh_write_file('tr-err', repeat('n', 300), 'x'::bytea)")
-case "$e" in 22023:*"too long"*) ok 0 "a 300-byte file name: 22023, too long";;
-             *) ok 1 "a 300-byte file name: 22023, too long"; echo "# got: $e";; esac
+# 16 names of 254 bytes and one of 10: 4090 bytes, within the extension's limit, but over
+# PATH_MAX as the sandbox sees it (/workspace/...)
+long=$(q "SELECT string_agg(repeat('n', 254), '/') || '/' || repeat('m', 10) FROM generate_series(1, 16)")
+e=$(err "SELECT mesh_read_file('tr-file', '$long')")
+case "$e" in 22001:*"too long"*) ok 0 "a path over PATH_MAX inside the sandbox: 22001, too long";;
+             *) ok 1 "a path over PATH_MAX inside the sandbox: 22001, too long"; echo "# got: $e";; esac
 case "$e" in *HTTP*|*name_too_long*) ok 1 "no HTTP status or daemon code in it"; echo "# got: $e";;
              *) ok 0 "no HTTP status or daemon code in it";; esac
-q "SELECT mesh_release('tr-err', 'done')" >/dev/null
+q "SELECT mesh_release('tr-file', 'done')" >/dev/null
 done_testing
