@@ -59,7 +59,7 @@ SELECT exit_code, stdout, status FROM mesh_exec('lim-run',
 -- what the backend refuses is said in the caller's terms: no HTTP status or
 -- daemon code in the message (they are in the detail)
 SELECT exit_code FROM mesh_exec('lim-run', ARRAY['sh', '-c', 'echo x > locked; chmod 000 locked; mkfifo pipe']);
-SELECT state, message ~ '^path "locked" is refused in the workspace of run "lim-run": ' AS names_path,
+SELECT state, message ~ '^file "locked" in the workspace of run "lim-run" is not accessible: .*mode 0000' AS names_path,
        message ~ 'HTTP|path_refused' AS leaks_protocol
   FROM regress.try($$SELECT mesh_read_file('lim-run', 'locked')$$);
 SELECT state, message ~ '^path "pipe" is refused in the workspace of run "lim-run": ' AS names_path,
