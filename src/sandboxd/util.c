@@ -62,52 +62,25 @@ bool write_file_atomic(const char *path, const char *data, size_t len, mode_t mo
     return ok;
 }
 
-/* One directory on the path from the top of a removal down to the current one: its name in
- * its parent and the parent's identity, checked when the walk climbs back through "..". */
-struct removal_level {
-    char *name;
-    dev_t parent_dev;
-    ino_t parent_ino;
-};
+#define REMOVAL_OPEN_LEVELS 32   /* directory streams a removal keeps open at once */
 
-/* Empties directory FD of everything but subdirectories; returns 1 with *SUBDIR (malloc'd)
- * naming the first subdirectory left, 0 when FD is empty, -1 on error (errno set). Entries
- * are never followed: symlinks are unlinked like files. */
-static int remove_files_in(int fd, char **subdir)
-{
-    int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-    struct dirent *e;
-    int result = 0;
-    if (!d) {
-        if (dup_fd >= 0)
-            close(dup_fd);
-        return -1;
-    }
-    *subdir = NULL;
-    while (result == 0 && (e = readdir(d))) {
-        struct stat st;
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        bool is_dir = e->d_type == DT_DIR;
-        if (e->d_type == DT_UNKNOWN)
-            is_dir = fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
-        if (is_dir) {
-            *subdir = strdup(e->d_name);
-            result = 1;
-        } else if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT) {
-            result = -1;
-        }
-    }
-    int saved = errno;
-    closedir(d);
-    errno = saved;
-    return result;
-}
+/* One directory on the path from the top of a removal down to the current one. Only the
+ * deepest REMOVAL_OPEN_LEVELS keep their stream open (a tree deeper than the descriptor limit
+ * must not need one descriptor per level); a closed level is reopened through ".." from its
+ * child, checked by identity, and read on from where it was (the filesystem's directory
+ * offsets; an entry a filesystem moves is found by the final look from the start). */
+struct removal_level {
+    char *name;          /* in its parent; NULL for the top */
+    dev_t dev;
+    ino_t ino;
+    DIR *dir;            /* NULL while closed */
+    long pos;            /* telldir() when it was closed */
+    bool recheck_done;   /* scanned once more from the start since the last removal */
+};
 
 /* Opens subdirectory NAME of FD for removal without following a symlink and without
  * crossing into another filesystem (a mount point is never emptied: its content is not
- * ours). A directory its owner made unreadable (mode 0) is given back owner rights first. */
+ * ours). A directory its owner made unreadable (mode 0) or read-only gets owner rights. */
 static int open_subdir_for_removal(int fd, const char *name, dev_t dev)
 {
     int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
@@ -125,11 +98,85 @@ static int open_subdir_for_removal(int fd, const char *name, dev_t dev)
     return child;
 }
 
-/* rm -rf of a directory the daemon created, at any depth: an openat/unlinkat walk that holds
- * one descriptor at a time (a tree deeper than PATH_MAX or than the descriptor limit is no
- * obstacle), never follows symlinks, never crosses a mount point, and climbs back through
- * ".." only after checking it reached the parent it came from. False with errno when
- * something could not be removed. */
+/* Pushes directory FD (named NAME in the current level) as the new deepest level, closing
+ * the stream of the shallowest open level when too many are open. False with errno. */
+static bool removal_push(struct removal_level **levels, size_t *depth, size_t *cap,
+                         size_t *open_levels, int fd, const char *name)
+{
+    struct stat st;
+    DIR *dir = fstat(fd, &st) == 0 ? fdopendir(fd) : NULL;
+    if (!dir) {
+        close(fd);
+        return false;
+    }
+    if (*depth == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        *levels = realloc(*levels, *cap * sizeof **levels);
+    }
+    if (*open_levels >= REMOVAL_OPEN_LEVELS) {
+        struct removal_level *oldest = &(*levels)[*depth - *open_levels];
+        oldest->pos = telldir(oldest->dir);
+        closedir(oldest->dir);
+        oldest->dir = NULL;
+        (*open_levels)--;
+    }
+    (*levels)[(*depth)++] = (struct removal_level){name ? strdup(name) : NULL, st.st_dev,
+                                                   st.st_ino, dir, 0, false};
+    (*open_levels)++;
+    return true;
+}
+
+/* Leaves the deepest level, which is empty: makes sure its parent's stream is open (through
+ * "..", which must lead back to the parent it came from), then removes it. False with errno. */
+static bool removal_pop(struct removal_level *levels, size_t *depth, size_t *open_levels)
+{
+    struct removal_level *child = &levels[*depth - 1], *parent = &levels[*depth - 2];
+    bool ok = true;
+    if (!parent->dir) {
+        int fd = openat(dirfd(child->dir), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        struct stat st;
+        ok = fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == parent->dev &&
+             st.st_ino == parent->ino && (parent->dir = fdopendir(fd)) != NULL;
+        if (!ok && fd >= 0) {
+            close(fd);
+            errno = ESTALE;   /* moved under us: stop rather than guess */
+        }
+        if (ok) {
+            (*open_levels)++;
+            seekdir(parent->dir, parent->pos);
+        }
+    }
+    closedir(child->dir);
+    (*open_levels)--;
+    ok = ok && (unlinkat(dirfd(parent->dir), child->name, AT_REMOVEDIR) == 0 || errno == ENOENT);
+    free(child->name);
+    (*depth)--;
+    return ok;
+}
+
+/* Removes entry E of the deepest level: files and symlinks are unlinked, empty directories
+ * removed; *DESCEND is set for a directory that has content. False with errno. */
+static bool remove_entry(struct removal_level *level, struct dirent *e, bool *descend)
+{
+    int fd = dirfd(level->dir);
+    struct stat st;
+    bool is_dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN)
+        is_dir = fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    *descend = false;
+    if (!is_dir)
+        return unlinkat(fd, e->d_name, 0) == 0 || errno == ENOENT;
+    if (unlinkat(fd, e->d_name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+        return true;
+    *descend = true;
+    return true;
+}
+
+/* rm -rf of a directory the daemon created, at any depth and width: an openat/unlinkat walk
+ * (a tree deeper than PATH_MAX or than the descriptor limit is no obstacle) that never
+ * follows symlinks, never crosses a mount point, and climbs back through ".." only after
+ * checking it reached the parent it came from; linear in the tree's size. False with errno
+ * when something could not be removed. */
 bool remove_tree(const char *path)
 {
     struct stat top;
@@ -139,50 +186,44 @@ bool remove_tree(const char *path)
         return unlink(path) == 0 || errno == ENOENT;
     if ((top.st_mode & 0700) != 0700)
         chmod(path, 0700);
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct removal_level *levels = NULL;
-    size_t depth = 0, cap = 0;
-    bool ok = fd >= 0;
+    size_t depth = 0, cap = 0, open_levels = 0;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    bool ok = fd >= 0 && removal_push(&levels, &depth, &cap, &open_levels, fd, NULL);
     while (ok) {
-        char *sub;
-        struct stat here;
-        int r = remove_files_in(fd, &sub);
-        ok = r >= 0 && fstat(fd, &here) == 0;
-        if (ok && r == 1) {   /* descend */
-            int child = open_subdir_for_removal(fd, sub, top.st_dev);
-            ok = child >= 0;
-            if (ok && depth == cap) {
-                cap = cap ? cap * 2 : 64;
-                levels = realloc(levels, cap * sizeof *levels);
+        struct removal_level *level = &levels[depth - 1];
+        struct dirent *e;
+        errno = 0;
+        while ((e = readdir(level->dir)) &&
+               (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0))
+            ;
+        bool descend = false;
+        if (e) {
+            level->recheck_done = false;
+            ok = remove_entry(level, e, &descend);
+            if (ok && descend) {
+                int child = open_subdir_for_removal(dirfd(level->dir), e->d_name, top.st_dev);
+                ok = (child >= 0 || errno == ENOENT) &&
+                     (child < 0 || removal_push(&levels, &depth, &cap, &open_levels, child,
+                                                e->d_name));
             }
-            if (ok) {
-                levels[depth++] = (struct removal_level){sub, here.st_dev, here.st_ino};
-                close(fd);
-                fd = child;
-            } else {
-                free(sub);
-            }
-        } else if (ok && depth > 0) {   /* empty: climb and remove it */
-            struct removal_level *level = &levels[--depth];
-            int parent = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            struct stat st;
-            ok = parent >= 0 && fstat(parent, &st) == 0 && st.st_dev == level->parent_dev &&
-                 st.st_ino == level->parent_ino;
-            if (!ok && parent >= 0)
-                errno = ESTALE;   /* moved under us: stop rather than guess */
-            close(fd);
-            fd = parent;
-            ok = ok && (unlinkat(fd, level->name, AT_REMOVEDIR) == 0 || errno == ENOENT);
-            free(level->name);
-        } else if (ok) {
+        } else if (errno != 0) {
+            ok = false;
+        } else if (!level->recheck_done) {   /* an entry a removal moved past: look again */
+            rewinddir(level->dir);
+            level->recheck_done = true;
+        } else if (depth > 1) {
+            ok = removal_pop(levels, &depth, &open_levels);
+        } else {
             break;
         }
     }
     int saved = errno;
-    if (fd >= 0)
-        close(fd);
-    while (depth > 0)
+    while (depth > 0) {
+        if (levels[depth - 1].dir)
+            closedir(levels[depth - 1].dir);
         free(levels[--depth].name);
+    }
     free(levels);
     if (!ok) {
         errno = saved;

@@ -1,11 +1,12 @@
 #!/bin/bash
-# Release tells the truth: a destroyed workspace's files are gone at any depth (a tree deeper
-# than PATH_MAX, unreadable and read-only directories, symlinks that point out), also for
-# a non-root daemon; when something cannot be removed (here a mount the test puts inside the
-# workspace) the answer is 500 release_incomplete, never "destroyed", nothing beyond the
-# mount point is touched, and a later release finishes the job.
+# Release tells the truth: a destroyed workspace's files are gone at any depth and width (a
+# tree deeper than PATH_MAX, 10000 sibling directories, unreadable and read-only directories,
+# symlinks that point out), also for a non-root daemon; when something cannot be removed
+# (here a mount the test puts inside the workspace) the answer is 500 release_incomplete,
+# never "destroyed", nothing beyond the mount point is touched, and a later release finishes
+# the job.
 . "$(dirname "$0")/lib.sh"
-plan 13
+plan 16
 
 # deep_tree WS DEPTH [LINK]: DEPTH nested directories (one file each) made inside the workspace
 # with descriptors, as a hostile command would, ending in a symlink to LINK (a host path), a
@@ -41,6 +42,19 @@ r=$(api DELETE /v1/workspaces/deep)
 is "$(status) $(field "$r" .outcome)" "200 destroyed" "release answers destroyed"
 test ! -e "$SD_STATE/workspaces/deep"; ok $? "and nothing of the workspace is left on disk"
 test -e "$SD_DIR/outside/keep"; ok $? "a symlink to a host directory was not followed"
+
+# wide as well as deep: 10000 directories with a file each, beside the deep tree's shape
+new_ws wide
+r=$(run_sh wide "python3 -c '
+import os
+for i in range(10000):
+    os.mkdir(\"d%d\" % i)
+    open(\"d%d/f\" % i, \"w\").close()
+print(len(os.listdir(\".\")))'")
+is "$(stdout_of "$r")" 10000 "a wide tree is made inside the workspace"
+r=$(api DELETE /v1/workspaces/wide)
+is "$(status) $(field "$r" .outcome)" "200 destroyed" "release answers destroyed"
+test ! -e "$SD_STATE/workspaces/wide"; ok $? "and the wide tree is gone"
 
 # removal fails: a mount inside the workspace (content that is not the workspace's own)
 new_ws stuck
