@@ -340,7 +340,14 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
             json_object_update(ws->labels, labels);
     }
     bool ok = true;
-    if (fresh && !workspace_make_dirs(ws)) {
+    if (fresh && host_disk_refused()) {
+        api_error_set(err, 507, "disk_unbounded",
+                      "workspace files would share the filesystem of %s and could fill it; "
+                      "give them a filesystem of their own (as root: mesh-sandboxd --setup-host "
+                      "USER --state-dir %s --disk-bytes N, see docs/sandboxd.md)",
+                      g_config.protect_path, g_config.state_dir);
+        ok = false;
+    } else if (fresh && !workspace_make_dirs(ws)) {
         api_error_set(err, 500, "internal", "cannot create the workspace directory");
         ok = false;
     } else if (ws->state != WS_RUNNING || !holder_running(ws)) {
