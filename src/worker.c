@@ -815,6 +815,10 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 		rec.status = "budget_exhausted";
 	rec.result = &result;
 	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
+	/* stopped at the bound the budget set: what was left of it is spent, whatever the basis */
+	if (strcmp(rec.status, "budget_exhausted") == 0)
+		rec.charged_seconds = Max(rec.charged_seconds,
+								  call->ws.budget_seconds - call->ws.compute_seconds);
 	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
 	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
 	{

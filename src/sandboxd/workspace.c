@@ -348,7 +348,11 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
                       g_config.protect_path, g_config.state_dir);
         ok = false;
     } else if (fresh && !workspace_make_dirs(ws)) {
-        api_error_set(err, 500, "internal", "cannot create the workspace directory");
+        if (errno == ENOSPC)
+            api_error_set(err, 507, "disk_full", "the workspaces' filesystem is full; release "
+                          "workspaces or give it more room (docs/sandboxd.md)");
+        else
+            api_error_set(err, 500, "internal", "cannot create the workspace directory");
         ok = false;
     } else if (ws->state != WS_RUNNING || !holder_running(ws)) {
         if (ws->state == WS_RUNNING)
