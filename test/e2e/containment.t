@@ -6,7 +6,7 @@
 # /workspace never fails a PostgreSQL write; 12 workspaces hoarding broker and proxy
 # connections leave another run working.
 . "$(dirname "$0")/lib.sh"
-plan 19
+plan 18
 [ "$(id -u)" -eq 0 ] || { echo "1..0 # skip needs root to make the server's memory cgroup"; exit 0; }
 SOCK="$PGDIR/data/mesh_sandboxd/sandboxd.sock"
 STATE="$PGDIR/data/mesh_sandboxd"
