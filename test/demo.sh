@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test/demo.sh: set everything up and run a short harness session you can read.
 #
-#   sudo test/demo.sh
+#   test/demo.sh            (as root)
 #
-# Installs the packages, builds and installs mesh_exec, starts a local
+# Installs the packages, builds and installs mesh_exec, prepares the host for the
+# embedded daemon (mesh-sandboxd --setup-host, test/lib/cluster.sh), starts a local
 # PostgreSQL 15 (port 5499, socket in /tmp/mesh-demo) with mesh_exec preloaded
 # and its embedded mesh-sandboxd, and runs the harness flow in psql.  The
 # server keeps running afterwards; the last lines say how to connect and stop.
@@ -38,4 +39,4 @@ SQL
 
 echo
 echo "PostgreSQL with mesh_exec is running:  psql -h $DEMO -p $MESH_PORT -U postgres mesh_test"
-echo "stop it with:  runuser -u postgres -- $(pg_config --bindir)/pg_ctl -D $DEMO/data stop"
+echo "stop it (and undo its host set-up) with:  bash -c '. test/lib/cluster.sh; mesh_cluster_stop $DEMO'"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/run.sh: the whole test suite, on a fresh Debian 12 machine, as root.
 #
-#   sudo test/run.sh
+#   test/run.sh             (as root)
 #
 # Installs what it needs, builds and installs mesh_exec and mesh-sandboxd,
 # starts a throwaway PostgreSQL 15 cluster with mesh_exec preloaded (and its
