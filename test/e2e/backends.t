@@ -56,9 +56,9 @@ is "$size" small "the backend was asked for the clamped tier"
 remote_has "$(ref_of pin-1)"; ok $? "the remote daemon holds the pinned run's workspace"
 local_has "$(ref_of pin-1)"; ok $((! $?)) "the local daemon does not"
 is "$(q "SELECT capabilities->>'shell' FROM mesh.workspaces WHERE run_id = 'pin-1'")" true "capabilities are recorded per workspace"
-is "$(q "SELECT (w1.capabilities->>'disk_limits') || '/' || (w2.capabilities->>'disk_limits')
-         FROM mesh.workspaces w1, mesh.workspaces w2 WHERE w1.run_id = 'pin-1' AND w2.run_id = 'sel-1'")" "false/true" \
-   "as each host reports them: a disk bound on the set-up embedded daemon, not on the bare root one"
+is "$(q "SELECT (w1.capabilities->>'resource_limits') || '/' || (w2.capabilities->>'resource_limits')
+         FROM mesh.workspaces w1, mesh.workspaces w2 WHERE w1.run_id = 'pin-1' AND w2.run_id = 'sel-1'")" "true/true" \
+   "as each host reports them: limits enforced by the root daemon and by the embedded one after its host set-up"
 
 # the default changes; existing workspaces are still released by the backend their row names
 q "SELECT mesh.backend_set_order('remote', -1)" >/dev/null

@@ -81,56 +81,45 @@ for i in $(seq 1 13); do
   q "SELECT 1 FROM mesh_acquire('ct-h$i-$$', 'contain-agent', 'e2e', environment => 'contain-env')" >/dev/null
   q "SELECT exit_code FROM mesh_exec('ct-h$i-$$', ARRAY['true'])" >/dev/null
 done
+# hoard.py KIND COUNT MARKER OUT STOP TARGET...: opens COUNT connections to each TARGET (unix
+# socket paths, or TCP ports on 127.0.0.1), writes "held refused" (a refusal is an answer
+# containing MARKER) to OUT, and holds the rest until STOP exists (bounded)
 cat > "$WORK/hoard.py" <<'PY'
-import socket, sys, time
+import os, socket, sys, time
+kind, count, marker, out, stop = sys.argv[1:6]
 socks, refused = [], 0
-for path in sys.argv[1:]:
-    for _ in range(20):
-        s = socket.socket(socket.AF_UNIX); s.connect(path); socks.append(s)
+for target in sys.argv[6:]:
+    for _ in range(int(count)):
+        s = socket.socket(socket.AF_UNIX if kind == "unix" else socket.AF_INET)
+        s.connect(target if kind == "unix" else ("127.0.0.1", int(target)))
+        socks.append(s)
 time.sleep(0.5)
 for s in socks:
     s.setblocking(False)
     try:
-        if b"too_many_connections" in s.recv(512): refused += 1
+        if marker.encode() in s.recv(512): refused += 1
     except BlockingIOError:
         pass
-print(len(socks) - refused, refused, flush=True)
-sys.stdin.read()          # hold the rest until told to stop
+open(out, "w").write("%d %d\n" % (len(socks) - refused, refused))
+for _ in range(1200):
+    if os.path.exists(stop): break
+    time.sleep(0.05)
 PY
+chmod 755 "$WORK"; chmod 644 "$WORK/hoard.py"   # the server reads it
 socks=()
 for i in $(seq 1 12); do
   socks+=("$PGDIR/data/mesh_broker/$(q "SELECT external_ref FROM mesh.workspaces WHERE run_id = 'ct-h$i-$$'")/broker.sock")
 done
-mkfifo "$WORK/hold"
-timeout 60 python3 "$WORK/hoard.py" "${socks[@]}" < "$WORK/hold" > "$WORK/hoard.out" & hp=$!
-exec 7> "$WORK/hold"
+timeout 60 python3 "$WORK/hoard.py" unix 20 too_many_connections "$WORK/hoard.out" "$WORK/stop" "${socks[@]}" & hp=$!
 for _ in $(seq 1 100); do [ -s "$WORK/hoard.out" ] && break; sleep 0.1; done
 is "$(cat "$WORK/hoard.out")" "96 144" "12 workspaces hoarding 20 broker connections each hold 8 each; the rest are refused too_many_connections"
 got=$(q "SELECT stdout FROM mesh_exec('ct-h13-$$', ARRAY['sh','-c','curl -s -m 5 --unix-socket /run/mesh/broker.sock -X POST -H \"Authorization: Bearer \$(cat /workspace/.mesh/run-token)\" http://mesh/v1/secrets/k'])")
 echo "$got" | grep -q '"value"'; ok $? "another run still gets its secret from the broker"
 
 # --- and hoarding egress proxy connections from inside 12 sandboxes
-cat > "$WORK/proxyhoard.py" <<'PY'
-import os, socket, time
-socks, refused = [], 0
-for _ in range(80):
-    s = socket.create_connection(("127.0.0.1", 3128)); socks.append(s)
-time.sleep(0.5)
-for s in socks:
-    s.setblocking(False)
-    try:
-        if b"X-Mesh-Egress-Refused" in s.recv(512): refused += 1
-    except BlockingIOError:
-        pass
-open("/workspace/hoarding", "w").write("%d %d\n" % (len(socks) - refused, refused))
-for _ in range(600):
-    if os.path.exists("/workspace/stop"): break
-    time.sleep(0.05)
-PY
-chmod 755 "$WORK"; chmod 644 "$WORK"/*.py   # the server reads it
 for i in $(seq 1 12); do
-  q "SELECT mesh_write_file('ct-h$i-$$', 'proxyhoard.py', pg_read_binary_file('$WORK/proxyhoard.py'))" >/dev/null
-  psql -X -qAt -c "SELECT status FROM mesh_exec('ct-h$i-$$', ARRAY['python3','proxyhoard.py'], timeout => '60 s')" > "$WORK/ph$i" 2>&1 &
+  q "SELECT mesh_write_file('ct-h$i-$$', 'hoard.py', pg_read_binary_file('$WORK/hoard.py'))" >/dev/null
+  psql -X -qAt -c "SELECT status FROM mesh_exec('ct-h$i-$$', ARRAY['python3','hoard.py','tcp','80','X-Mesh-Egress-Refused','/workspace/hoarding','/workspace/stop','3128'], timeout => '60 s')" > "$WORK/ph$i" 2>&1 &
 done
 for _ in $(seq 1 300); do
   [ "$(ls "$STATE"/workspaces/*/files/hoarding 2>/dev/null | wc -l)" -ge 12 ] && break; sleep 0.1
@@ -141,9 +130,8 @@ is "$like_held" yes "12 workspaces opening 80 proxy connections each: held and r
 r=$(q "SELECT stdout FROM mesh_exec('ct-h13-$$', ARRAY['sh','-c','curl -s -m 5 -o /dev/null -w \"%{http_code}\" -x http://127.0.0.1:3128 http://10.1.2.3/'])")
 is "$r" 403 "another run's exec starts and its proxy answers (a private address: 403)"
 for i in $(seq 1 12); do touch "$STATE/workspaces/$(q "SELECT external_ref FROM mesh.workspaces WHERE run_id = 'ct-h$i-$$'")/files/stop"; done
+touch "$WORK/stop"
 wait
-exec 7>&-
-wait $hp 2>/dev/null
 is "$(cat "$WORK"/ph* | sort | uniq -c | awk '{print $1, $2}')" "12 ok" "the hoarders' execs end normally when told"
 for r in ct-tmp ct-mem ct-fork $(seq -f 'ct-h%g' 1 13); do q "SELECT mesh_release('$r-$$')" >/dev/null 2>&1; done
 done_testing
