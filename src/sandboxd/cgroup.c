@@ -181,41 +181,39 @@ static uint64_t oom_kills_in(const char *dir)
     return kills;
 }
 
-/* Directory of exec SERIAL's memory group inside workspace ID. */
-static char *exec_group_path(const char *id, unsigned long serial)
+/* Directory of exec slot SLOT's memory group inside workspace ID. */
+static char *exec_group_path(const char *id, int slot)
 {
     char *ws = cgroup_path(CG_MEMORY, id);
-    char *dir = xasprintf("%s/exec-%lu", ws, serial);
+    char *dir = xasprintf("%s/exec-%d", ws, slot);
     free(ws);
     return dir;
 }
 
-/* Creates the memory group of one exec below its workspace's and opens its cgroup.procs;
- * -1 without the memory controller (the exec then joins the workspace group itself). */
-int cgroup_exec_group_open(const char *id, unsigned long serial)
+/* Opens (creating it the first time) the memory group of exec slot SLOT below workspace ID's
+ * and returns its cgroup.procs, with its oom_kill counter so far in *OOM_KILLS; -1 without the
+ * memory controller. Slots are kept until the workspace stops: creating and removing a memory
+ * group per exec would cost more than the exec itself. */
+int cgroup_exec_group_open(const char *id, int slot, uint64_t *oom_kills)
 {
     if (!controller_ok[CG_MEMORY])
         return -1;
-    char *dir = exec_group_path(id, serial);
+    char *dir = exec_group_path(id, slot);
     char *procs = xasprintf("%s/cgroup.procs", dir);
     int fd = mkdir(dir, 0755) == 0 || errno == EEXIST ? open(procs, O_WRONLY | O_CLOEXEC) : -1;
+    *oom_kills = fd >= 0 ? oom_kills_in(dir) : 0;
     free(procs);
     free(dir);
     return fd;
 }
 
-/* After the exec's processes are reaped: whether the kernel OOM-killed one of them, and the
- * group removed (its charges, e.g. tmpfs pages, move up to the workspace's group). */
-bool cgroup_exec_group_close(const char *id, unsigned long serial)
+/* The oom_kill counter of exec slot SLOT's memory group in workspace ID. */
+uint64_t cgroup_exec_group_oom_kills(const char *id, int slot)
 {
-    if (!controller_ok[CG_MEMORY])
-        return false;
-    char *dir = exec_group_path(id, serial);
-    bool oom = oom_kills_in(dir) > 0;
-    for (int attempt = 0; attempt < 1000 && rmdir(dir) != 0 && errno == EBUSY; attempt++)
-        usleep(1000);   /* a killed task can take a moment to leave the group */
+    char *dir = exec_group_path(id, slot);
+    uint64_t kills = oom_kills_in(dir);
     free(dir);
-    return oom;
+    return kills;
 }
 
 /* Reads one unsigned number from a control file of workspace ID's memory group; -1 if none. */

@@ -60,8 +60,9 @@ struct exec_run {
     const char *dir, *path_env;
     int child_stdin, child_stdout, child_stderr;
     int outer_pidfd, init_pidfd;     /* init_pidfd written by the pidns helper (atomic) */
-    unsigned long serial;            /* names the exec's own memory group */
+    int slot;                        /* the exec's own memory group (exec-<slot>), -1 if none */
     int memory_group_fd;             /* its cgroup.procs, -1 without the memory controller */
+    uint64_t oom_kills_before;       /* that group's oom_kill counter when the exec began */
     char *stacks;
     /* written by the helper processes */
     const char *failed_step;
@@ -510,21 +511,39 @@ static bool exec_parse(struct workspace *ws, json_t *body, struct exec_request *
 
 /* ---- the run ---- */
 
-/* Gives RUN a memory group of its own (so an OOM kill is attributed to this exec only) and,
- * when no other exec of the workspace runs, starts a new peak-memory window: the reported
- * peak is the workspace's since the oldest exec still running began. */
+/* Gives RUN a memory group of its own, a free slot of the workspace's (so an OOM kill is
+ * attributed to this exec only; past 64 concurrent execs they share the workspace's group and
+ * are not told) and, when no other exec of the workspace runs, starts a new peak-memory
+ * window: the reported peak is the workspace's since the oldest exec still running began. */
 static void exec_memory_group(struct workspace *ws, struct exec_run *run)
 {
-    static unsigned long next_serial;
-    run->serial = __atomic_add_fetch(&next_serial, 1, __ATOMIC_SEQ_CST);
-    run->memory_group_fd = cgroup_exec_group_open(ws->id, run->serial);
-    if (run->memory_group_fd < 0 && ws->cgroup_fds[CG_MEMORY] >= 0)
-        run->memory_group_fd = fcntl(ws->cgroup_fds[CG_MEMORY], F_DUPFD_CLOEXEC, 0);
     pthread_mutex_lock(&ws->lock);
+    run->slot = ~ws->exec_slots ? __builtin_ctzll(~ws->exec_slots) : -1;
+    if (run->slot >= 0)
+        ws->exec_slots |= 1ull << run->slot;
     bool alone = ws->execs == run && run->next == NULL;
     pthread_mutex_unlock(&ws->lock);
+    if (run->slot >= 0)
+        run->memory_group_fd = cgroup_exec_group_open(ws->id, run->slot, &run->oom_kills_before);
+    if (run->memory_group_fd < 0 && ws->cgroup_fds[CG_MEMORY] >= 0)
+        run->memory_group_fd = fcntl(ws->cgroup_fds[CG_MEMORY], F_DUPFD_CLOEXEC, 0);
     if (alone)
         cgroup_peak_reset(ws->id);
+}
+
+/* After the exec's processes are reaped: whether the kernel OOM-killed one of them; frees
+ * its slot. */
+static bool exec_memory_group_end(struct workspace *ws, struct exec_run *run)
+{
+    if (run->slot < 0)
+        return false;
+    bool oom = cgroup_available(CG_MEMORY) &&
+               cgroup_exec_group_oom_kills(ws->id, run->slot) > run->oom_kills_before;
+    pthread_mutex_lock(&ws->lock);
+    ws->exec_slots &= ~(1ull << run->slot);
+    pthread_mutex_unlock(&ws->lock);
+    run->slot = -1;
+    return oom;
 }
 
 /* Adds RUN to the workspace's running execs; exec_key_in_use if its key is taken. */
@@ -732,7 +751,7 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
             free(capture_finish(&out, &(bool){false}));
             free(capture_finish(&errc, &(bool){false}));
         } else {
-            bool oom = cgroup_exec_group_close(ws->id, run->serial);
+            bool oom = exec_memory_group_end(ws, run);
             log_exec_end(ws, run, oom, wall);
             resp = exec_response(run, &out, &errc, wall, oom, cgroup_peak_bytes(ws->id));
         }
@@ -745,8 +764,7 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     close_fd(&run->child_stderr);
     if (run->stacks != MAP_FAILED)
         munmap(run->stacks, 4 * HELPER_STACK_BYTES);
-    if (!resp)
-        cgroup_exec_group_close(ws->id, run->serial);
+    exec_memory_group_end(ws, run);
     return resp;
 }
 
@@ -772,7 +790,7 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
     run->outer_pidfd = run->init_pidfd = -1;
     run->child_stdin = run->child_stdout = run->child_stderr = -1;
     eg = egress_mark(ws, &denial_seq);
-    run->memory_group_fd = -1;
+    run->memory_group_fd = run->slot = -1;
     if (exec_register(ws, run, err)) {
         exec_memory_group(ws, run);
         resp = exec_spawn_and_wait(ws, run, &req, err);
