@@ -43,6 +43,7 @@ typedef struct MeshCapabilities
 	bool		resource_limits;
 	bool		compute_metering;
 	bool		egress_control;
+	bool		disk_limits;	/* workspace files cannot fill the host's filesystem */
 	bool		snapshot;
 	bool		hibernate;
 	bool		caller_chosen_id;

@@ -63,11 +63,12 @@ mesh_size_parse(const char *name, MeshSize *size)
 json_t *
 mesh_capabilities_to_json(const MeshCapabilities *caps)
 {
-	return json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
+	return json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
 					 "shell", caps->shell,
 					 "resource_limits", caps->resource_limits,
 					 "compute_metering", caps->compute_metering,
 					 "egress_control", caps->egress_control,
+					 "disk_limits", caps->disk_limits,
 					 "snapshot", caps->snapshot,
 					 "hibernate", caps->hibernate,
 					 "caller_chosen_id", caps->caller_chosen_id);
