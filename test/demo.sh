@@ -30,6 +30,8 @@ SELECT stdout FROM mesh_exec('demo-run', ARRAY['sh', '-c', 'python3 hello.py 2>/
 -- Isolated: no network, no host home, an unprivileged user with no capabilities.
 SELECT stdout FROM mesh_exec('demo-run', ARRAY['bash', '-c',
   'id -u; grep CapEff /proc/self/status; ls /root /home 2>&1 | head -2; (echo > /dev/tcp/127.0.0.1/5499) 2>&1 | head -1']);
+-- Contained: the size tier's memory, pids and CPU limits hold, and files cannot fill the server's disk.
+SELECT size, capabilities->>'resource_limits' AS tier_limits, capabilities->>'disk_limits' AS own_disk FROM mesh.workspaces WHERE run_id = 'demo-run';
 -- Every command is a row.
 SELECT exec_id, argv, status, exit_code, round(wall_seconds::numeric, 4) AS wall_s FROM mesh.exec_log WHERE run_id = 'demo-run';
 -- Release: the run can no longer reach its workspace.

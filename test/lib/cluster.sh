@@ -28,13 +28,13 @@ mesh_host_setup() {
 mesh_host_teardown() {
   local dir=$1 state="$1/data/mesh_sandboxd" cg ctl
   [ "$(id -u)" -eq 0 ] || return 0
-  cg=$(jq -r '.cgroup_name // empty' "$state/host.json" 2>/dev/null)
+  cg=$(jq -r '.cgroup_name // empty' "$state/host.json" 2>/dev/null || true)
   { grep -o " $dir/[^ ]*" /proc/mounts || true; } | sort -r |
     while read -r m; do umount -l "$m" 2>/dev/null || true; done
   [ -n "$cg" ] || return 0
   for ctl in memory pids cpu cpuacct; do
     [ -d "/sys/fs/cgroup/$ctl/$cg" ] || continue
-    find "/sys/fs/cgroup/$ctl/$cg" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null
+    find "/sys/fs/cgroup/$ctl/$cg" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null || true
     rmdir "/sys/fs/cgroup/$ctl/$cg" 2>/dev/null || true
   done
   return 0
