@@ -23,14 +23,16 @@ mesh_host_setup() {
     --disk-bytes "${MESH_DISK_BYTES:-1073741824}" >/dev/null
 }
 
-# Undoes mesh_host_setup once the server is stopped: unmounts the workspaces' filesystem and
-# removes the delegated cgroup subtree.
+# Undoes mesh_host_setup once the server is stopped: unmounts the workspaces' filesystem,
+# deletes its image (preallocated space: test runs must not pile them up) and removes the
+# delegated cgroup subtree.
 mesh_host_teardown() {
   local dir=$1 state="$1/data/mesh_sandboxd" cg ctl
   [ "$(id -u)" -eq 0 ] || return 0
   cg=$(jq -r '.cgroup_name // empty' "$state/host.json" 2>/dev/null || true)
   { grep -o " $dir/[^ ]*" /proc/mounts || true; } | sort -r |
     while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  rm -f "$state/workspaces.img"
   [ -n "$cg" ] || return 0
   for ctl in memory pids cpu cpuacct; do
     [ -d "/sys/fs/cgroup/$ctl/$cg" ] || continue
