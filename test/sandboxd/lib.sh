@@ -119,7 +119,7 @@ sd_cleanup() {
         for ctl in memory pids cpu cpuacct; do
             [ -d "/sys/fs/cgroup/$ctl/$cg" ] || continue
             for _ in $(seq 1 50); do
-                find "/sys/fs/cgroup/$ctl/$cg" -mindepth 1 -maxdepth 1 -type d -exec rmdir {} + 2>/dev/null
+                find "/sys/fs/cgroup/$ctl/$cg" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null
                 rmdir "/sys/fs/cgroup/$ctl/$cg" 2>/dev/null && break
                 sleep 0.1
             done
