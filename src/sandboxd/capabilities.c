@@ -74,8 +74,8 @@ json_t *caps_to_json(void)
         "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I}}", "protocol",
         MESH_PROTOCOL_VERSION, "capabilities", "shell", g_caps.shell, "resource_limits",
         g_caps.resource_limits, "compute_metering", g_caps.compute_metering, "egress_control",
-        g_caps.egress_control, "disk_limits", g_caps.disk_limits, "snapshot", g_caps.snapshot, "hibernate", g_caps.hibernate,
-        "caller_chosen_id", g_caps.caller_chosen_id, "tiers", tier_obj, "limits",
+        g_caps.egress_control, "disk_limits", g_caps.disk_limits, "snapshot", g_caps.snapshot,
+        "hibernate", g_caps.hibernate, "caller_chosen_id", g_caps.caller_chosen_id, "tiers", tier_obj, "limits",
         "max_body_bytes", (json_int_t)g_config.max_body_bytes, "max_file_bytes",
         (json_int_t)g_config.max_file_bytes, "max_output_bytes",
         (json_int_t)g_config.max_output_bytes);

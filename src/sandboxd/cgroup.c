@@ -152,9 +152,9 @@ void cgroup_workspace_remove(const char *id)
         if (!controller_ok[c])
             continue;
         char *dir = cgroup_path(c, id);
-        if (c == CG_MEMORY)
-            remove_exec_groups(dir);
         for (int attempt = 0; attempt < 2000; attempt++) {
+            if (c == CG_MEMORY)
+                remove_exec_groups(dir);
             if (rmdir(dir) == 0 || errno == ENOENT)
                 break;
             cgroup_kill_members(dir);

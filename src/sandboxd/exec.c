@@ -4,9 +4,9 @@
  * Process chain of one exec (creating processes is expensive on this machine, about 1 ms per
  * fork, so the helpers share the daemon's memory with CLONE_VM instead of copying it):
  *
- *   daemon thread --clone(VM|FILES)--> outer: joins the workspace cgroups but memory, becomes the sandbox
- *     user, setns(user, ipc, uts, net, mnt, pid, cgroup, inner user), chroots into the
- *     holder's root
+ *   daemon thread --clone(VM|FILES)--> outer: joins the workspace cgroups (all but memory),
+ *     becomes the sandbox user, setns(user, ipc, uts, net, mnt, pid, cgroup, inner user),
+ *     chroots into the holder's root
  *   outer --clone(VM|FILES)--> pidns: in the workspace pid namespace; unshare(CLONE_NEWPID)
  *   pidns --clone(VM|PIDFD)--> init: pid 1 of a fresh per-exec pid namespace; wires
  *     stdio, drops every capability (bounding, ambient, effective, permitted), sets
