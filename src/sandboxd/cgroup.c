@@ -3,9 +3,10 @@
  *
  * Layout: /sys/fs/cgroup/<controller>/<cgroup-name>/<workspace id>. The holder and every exec
  * of a workspace are attached to these groups, so the tier's limits cover the whole workspace.
- * Each exec also gets a memory group of its own below the workspace's (.../<id>/exec-<n>):
- * the workspace's limit still covers it, and that group's oom_kill counter says whether the
- * kernel killed a process of this exec and no other.
+ * Each exec also gets a memory and a cpuacct group of its own below the workspace's
+ * (.../<id>/exec-<n>, a slot reused by later execs): the workspace's limit still covers it,
+ * the memory group's oom_kill counter says whether the kernel killed a process of this exec
+ * and no other, and the cpuacct group counts the CPU of every process of it.
  *
  * A root daemon creates its subtree itself. A non-root daemon (the embedded one) uses a subtree
  * root delegated to its user at install time (`mesh-sandboxd --setup-host`, cgroup_delegate):
@@ -153,7 +154,7 @@ void cgroup_workspace_remove(const char *id)
             continue;
         char *dir = cgroup_path(c, id);
         for (int attempt = 0; attempt < 2000; attempt++) {
-            if (c == CG_MEMORY)
+            if (c == CG_MEMORY || c == CG_CPUACCT)
                 remove_exec_groups(dir);
             if (rmdir(dir) == 0 || errno == ENOENT)
                 break;
@@ -181,45 +182,18 @@ static uint64_t oom_kills_in(const char *dir)
     return kills;
 }
 
-/* Directory of exec slot SLOT's memory group inside workspace ID. */
-static char *exec_group_path(const char *id, int slot)
+/* Directory of exec slot SLOT's group inside workspace ID in CONTROLLER's hierarchy. */
+static char *exec_group_path(int controller, const char *id, int slot)
 {
-    char *ws = cgroup_path(CG_MEMORY, id);
+    char *ws = cgroup_path(controller, id);
     char *dir = xasprintf("%s/exec-%d", ws, slot);
     free(ws);
     return dir;
 }
 
-/* Opens (creating it the first time) the memory group of exec slot SLOT below workspace ID's
- * and returns its cgroup.procs, with its oom_kill counter so far in *OOM_KILLS; -1 without the
- * memory controller. Slots are kept until the workspace stops: creating and removing a memory
- * group per exec would cost more than the exec itself. */
-int cgroup_exec_group_open(const char *id, int slot, uint64_t *oom_kills)
+/* Reads the unsigned number at the start of DIR/FILE; -1 when there is none. */
+static long long read_number(const char *dir, const char *file)
 {
-    if (!controller_ok[CG_MEMORY])
-        return -1;
-    char *dir = exec_group_path(id, slot);
-    char *procs = xasprintf("%s/cgroup.procs", dir);
-    int fd = mkdir(dir, 0755) == 0 || errno == EEXIST ? open(procs, O_WRONLY | O_CLOEXEC) : -1;
-    *oom_kills = fd >= 0 ? oom_kills_in(dir) : 0;
-    free(procs);
-    free(dir);
-    return fd;
-}
-
-/* The oom_kill counter of exec slot SLOT's memory group in workspace ID. */
-uint64_t cgroup_exec_group_oom_kills(const char *id, int slot)
-{
-    char *dir = exec_group_path(id, slot);
-    uint64_t kills = oom_kills_in(dir);
-    free(dir);
-    return kills;
-}
-
-/* Reads one unsigned number from a control file of workspace ID's memory group; -1 if none. */
-static long long memory_value(const char *id, const char *file)
-{
-    char *dir = cgroup_path(CG_MEMORY, id);
     char *path = xasprintf("%s/%s", dir, file);
     FILE *f = fopen(path, "re");
     unsigned long long value;
@@ -227,8 +201,44 @@ static long long memory_value(const char *id, const char *file)
     if (f)
         fclose(f);
     free(path);
-    free(dir);
     return result;
+}
+
+/* What an exec's own group is kept for: the OOM kills of its memory group, the CPU time (ns)
+ * of its cpuacct group, whose processes are counted even when killed before anything reaped
+ * them (a timeout, background jobs at the end of the exec). */
+static uint64_t exec_group_counter(int controller, const char *dir)
+{
+    long long ns = controller == CG_CPUACCT ? read_number(dir, "cpuacct.usage") : 0;
+    return controller == CG_MEMORY ? oom_kills_in(dir) : ns > 0 ? (uint64_t)ns : 0;
+}
+
+/* Opens (creating it the first time) exec slot SLOT's group below workspace ID's in
+ * CONTROLLER's hierarchy (memory or cpuacct) and returns its cgroup.procs, with its counter so
+ * far in *COUNTER; -1 without the controller. Slots are kept until the workspace stops:
+ * creating and removing a group per exec would cost more than the exec itself. */
+int cgroup_exec_group_open(int controller, const char *id, int slot, uint64_t *counter)
+{
+    *counter = 0;
+    if (!controller_ok[controller])
+        return -1;
+    char *dir = exec_group_path(controller, id, slot);
+    char *procs = xasprintf("%s/cgroup.procs", dir);
+    int fd = mkdir(dir, 0755) == 0 || errno == EEXIST ? open(procs, O_WRONLY | O_CLOEXEC) : -1;
+    if (fd >= 0)
+        *counter = exec_group_counter(controller, dir);
+    free(procs);
+    free(dir);
+    return fd;
+}
+
+/* The counter of exec slot SLOT's group of CONTROLLER in workspace ID (see above). */
+uint64_t cgroup_exec_group_counter(int controller, const char *id, int slot)
+{
+    char *dir = exec_group_path(controller, id, slot);
+    uint64_t value = exec_group_counter(controller, dir);
+    free(dir);
+    return value;
 }
 
 /* Starts a new peak-memory window for workspace ID (the peak becomes the current usage). */
@@ -245,7 +255,12 @@ void cgroup_peak_reset(const char *id)
  * the memory controller. */
 long long cgroup_peak_bytes(const char *id)
 {
-    return controller_ok[CG_MEMORY] ? memory_value(id, "memory.max_usage_in_bytes") : -1;
+    if (!controller_ok[CG_MEMORY])
+        return -1;
+    char *dir = cgroup_path(CG_MEMORY, id);
+    long long peak = read_number(dir, "memory.max_usage_in_bytes");
+    free(dir);
+    return peak;
 }
 
 /* Removes the per-exec groups a crash may have left below workspace group DIR. */

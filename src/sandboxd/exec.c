@@ -60,9 +60,12 @@ struct exec_run {
     const char *dir, *path_env;
     int child_stdin, child_stdout, child_stderr;
     int outer_pidfd, init_pidfd;     /* init_pidfd written by the pidns helper (atomic) */
-    int slot;                        /* the exec's own memory group (exec-<slot>), -1 if none */
-    int memory_group_fd;             /* its cgroup.procs, -1 without the memory controller */
-    uint64_t oom_kills_before;       /* that group's oom_kill counter when the exec began */
+    int slot;                        /* the exec's own groups (exec-<slot>), -1 if none */
+    int memory_group_fd;             /* their cgroup.procs, -1 without the controller */
+    int cpu_group_fd;
+    uint64_t oom_kills_before;       /* their counters when the exec began */
+    uint64_t cpu_ns_before;
+    long long cpu_ns;                /* the exec's CPU by its cpuacct group, -1 if unknown */
     char *stacks;
     /* written by the helper processes */
     const char *failed_step;
@@ -259,9 +262,11 @@ static int exec_outer_stage(void *arg)
     struct workspace *ws = run->ws;
     /* not the memory group: a helper shares the daemon's memory, and the OOM killer kills
      * every process sharing its victim's memory; the command joins it (exec_command_stage) */
-    for (int c = 0; c < CG_COUNT; c++)
-        if (c != CG_MEMORY && ws->cgroup_fds[c] >= 0 && write(ws->cgroup_fds[c], "0", 1) != 1)
+    for (int c = 0; c < CG_COUNT; c++) {
+        int fd = c == CG_CPUACCT && run->cpu_group_fd >= 0 ? run->cpu_group_fd : ws->cgroup_fds[c];
+        if (c != CG_MEMORY && fd >= 0 && write(fd, "0", 1) != 1)
             helper_fail(run, "cgroup attach");
+    }
     /* raw system calls: glibc's wrappers would broadcast to the daemon's threads */
     if (g_config.is_root &&
         (syscall(SYS_setgroups, 0, NULL) != 0 ||
@@ -511,11 +516,13 @@ static bool exec_parse(struct workspace *ws, json_t *body, struct exec_request *
 
 /* ---- the run ---- */
 
-/* Gives RUN a memory group of its own, a free slot of the workspace's (so an OOM kill is
- * attributed to this exec only; past 64 concurrent execs they share the workspace's group and
- * are not told) and, when no other exec of the workspace runs, starts a new peak-memory
- * window: the reported peak is the workspace's since the oldest exec still running began. */
-static void exec_memory_group(struct workspace *ws, struct exec_run *run)
+/* Gives RUN groups of its own, a free slot of the workspace's: memory (so an OOM kill is
+ * attributed to this exec only) and cpuacct (so its CPU counts every process, also those
+ * killed unreaped). Past 64 concurrent execs they share the workspace's groups, are never
+ * told oom and are metered by what their init reaped. When no other exec of the workspace
+ * runs, starts a new peak-memory window: the reported peak is the workspace's since the
+ * oldest exec still running began. */
+static void exec_own_groups(struct workspace *ws, struct exec_run *run)
 {
     pthread_mutex_lock(&ws->lock);
     run->slot = ~ws->exec_slots ? __builtin_ctzll(~ws->exec_slots) : -1;
@@ -523,22 +530,29 @@ static void exec_memory_group(struct workspace *ws, struct exec_run *run)
         ws->exec_slots |= 1ull << run->slot;
     bool alone = ws->execs == run && run->next == NULL;
     pthread_mutex_unlock(&ws->lock);
-    if (run->slot >= 0)
-        run->memory_group_fd = cgroup_exec_group_open(ws->id, run->slot, &run->oom_kills_before);
+    if (run->slot >= 0) {
+        run->memory_group_fd = cgroup_exec_group_open(CG_MEMORY, ws->id, run->slot,
+                                                      &run->oom_kills_before);
+        run->cpu_group_fd = cgroup_exec_group_open(CG_CPUACCT, ws->id, run->slot,
+                                                   &run->cpu_ns_before);
+    }
     if (run->memory_group_fd < 0 && ws->cgroup_fds[CG_MEMORY] >= 0)
         run->memory_group_fd = fcntl(ws->cgroup_fds[CG_MEMORY], F_DUPFD_CLOEXEC, 0);
     if (alone)
         cgroup_peak_reset(ws->id);
 }
 
-/* After the exec's processes are reaped: whether the kernel OOM-killed one of them; frees
- * its slot. */
-static bool exec_memory_group_end(struct workspace *ws, struct exec_run *run)
+/* After the exec's processes are reaped: its CPU time (run->cpu_ns) and whether the kernel
+ * OOM-killed one of them; frees its slot. */
+static bool exec_own_groups_end(struct workspace *ws, struct exec_run *run)
 {
     if (run->slot < 0)
         return false;
     bool oom = cgroup_available(CG_MEMORY) &&
-               cgroup_exec_group_oom_kills(ws->id, run->slot) > run->oom_kills_before;
+               cgroup_exec_group_counter(CG_MEMORY, ws->id, run->slot) > run->oom_kills_before;
+    if (run->cpu_group_fd >= 0)
+        run->cpu_ns = (long long)(cgroup_exec_group_counter(CG_CPUACCT, ws->id, run->slot) -
+                                  run->cpu_ns_before);
     pthread_mutex_lock(&ws->lock);
     ws->exec_slots &= ~(1ull << run->slot);
     pthread_mutex_unlock(&ws->lock);
@@ -679,7 +693,8 @@ static json_t *exec_response(struct exec_run *run, struct capture *out, struct c
         exit_code = WEXITSTATUS(run->init_status);   /* setup failed before the command */
         signal_number = 0;
     }
-    double cpu_ms = run->init_usage.ru_utime.tv_sec * 1e3 + run->init_usage.ru_utime.tv_usec / 1e3 +
+    double cpu_ms = run->cpu_ns >= 0 ? (double)run->cpu_ns / 1e6
+                  : run->init_usage.ru_utime.tv_sec * 1e3 + run->init_usage.ru_utime.tv_usec / 1e3 +
                     run->init_usage.ru_stime.tv_sec * 1e3 + run->init_usage.ru_stime.tv_usec / 1e3;
     uint64_t out_bytes = out->total, err_bytes = errc->total;
     char *out_b64 = capture_finish(out, &truncated);
@@ -751,7 +766,7 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
             free(capture_finish(&out, &(bool){false}));
             free(capture_finish(&errc, &(bool){false}));
         } else {
-            bool oom = exec_memory_group_end(ws, run);
+            bool oom = exec_own_groups_end(ws, run);
             log_exec_end(ws, run, oom, wall);
             resp = exec_response(run, &out, &errc, wall, oom, cgroup_peak_bytes(ws->id));
         }
@@ -764,7 +779,7 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     close_fd(&run->child_stderr);
     if (run->stacks != MAP_FAILED)
         munmap(run->stacks, 4 * HELPER_STACK_BYTES);
-    exec_memory_group_end(ws, run);
+    exec_own_groups_end(ws, run);
     return resp;
 }
 
@@ -790,11 +805,13 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
     run->outer_pidfd = run->init_pidfd = -1;
     run->child_stdin = run->child_stdout = run->child_stderr = -1;
     eg = egress_mark(ws, &denial_seq);
-    run->memory_group_fd = run->slot = -1;
+    run->memory_group_fd = run->cpu_group_fd = run->slot = -1;
+    run->cpu_ns = -1;
     if (exec_register(ws, run, err)) {
-        exec_memory_group(ws, run);
+        exec_own_groups(ws, run);
         resp = exec_spawn_and_wait(ws, run, &req, err);
         close_fd(&run->memory_group_fd);
+        close_fd(&run->cpu_group_fd);
         exec_unregister(ws, run);
     }
     /* the proxy's refusals while this exec ran (also those of concurrent execs) */

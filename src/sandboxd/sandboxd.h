@@ -99,8 +99,8 @@ bool cgroup_available(int controller);
 bool cgroup_workspace_create(const char *id, const struct size_tier *tier, int procs_fds[CG_COUNT]);
 void cgroup_workspace_remove(const char *id);
 void cgroup_close_fds(int procs_fds[CG_COUNT]);
-int cgroup_exec_group_open(const char *id, int slot, uint64_t *oom_kills);
-uint64_t cgroup_exec_group_oom_kills(const char *id, int slot);
+int cgroup_exec_group_open(int controller, const char *id, int slot, uint64_t *counter);
+uint64_t cgroup_exec_group_counter(int controller, const char *id, int slot);
 void cgroup_peak_reset(const char *id);
 long long cgroup_peak_bytes(const char *id);
 bool cgroup_delegate(const char *name, uid_t uid, gid_t gid);
@@ -141,7 +141,7 @@ struct workspace {
     pthread_mutex_t lifecycle;        /* serialises acquire and release of this id */
     struct workspace *next;           /* registry list */
     struct exec_run *execs;           /* running execs, for kill-by-key and release */
-    uint64_t exec_slots;              /* busy per-exec memory groups (bit n: exec-n) */
+    uint64_t exec_slots;              /* busy per-exec groups (bit n: exec-n) */
 };
 
 void workspaces_init(void);

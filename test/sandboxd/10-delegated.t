@@ -6,7 +6,7 @@
 # restart re-uses the delegation, and without a bound the daemon refuses to share the disk it
 # was told to protect.
 . "$(dirname "$0")/lib.sh"
-plan 25
+plan 26
 id postgres >/dev/null 2>&1 || { echo "1..0 # skip no postgres user"; exit 0; }
 sd_prepare_as postgres --max-file-bytes 1048576
 CG="mesh-test-$$-$RANDOM"
@@ -29,6 +29,12 @@ r=$(run_sh d1 'df -k /tmp /dev/shm | awk "NR>1{print \$2}" | tr "\n" " "')
 is "$(stdout_of "$r")" "524288 524288 " "/tmp and /dev/shm are sized to the tier's memory"
 is "$(field "$r" '(.cpu_ms|type) + "," + (.memory_peak_bytes|type)')" "number,number" \
    "an exec reports cpu_ms and memory_peak_bytes"
+
+# CPU: a background job's CPU counts even though it is killed, never reaped, when the exec
+# ends (a fixed amount of work, ~0.5 s of CPU here; the command's own share is a few ms)
+r=$(run_sh d1 '(python3 -c "sum(range(40000000))"; touch /tmp/worked; sleep 60) & while [ ! -e /tmp/worked ]; do sleep 0.05; done')
+cpu=$(field "$r" '.cpu_ms|floor')
+ok $(( ! (cpu > 150) )) "the CPU of a background job killed with its exec is metered (cpu_ms $cpu)"
 
 # memory: a hog in one exec, a sleeper in another; only the hog is oom
 exec_json d1 '{"argv":["sleep","3"]}' > "$SD_DIR/sleeper" & sp=$!
