@@ -241,6 +241,17 @@ uint64_t cgroup_exec_group_counter(int controller, const char *id, int slot)
     return value;
 }
 
+/* The oom_kill counter of workspace ID's own memory group (where its holder is). */
+uint64_t cgroup_workspace_oom_kills(const char *id)
+{
+    if (!controller_ok[CG_MEMORY])
+        return 0;
+    char *dir = cgroup_path(CG_MEMORY, id);
+    uint64_t kills = oom_kills_in(dir);
+    free(dir);
+    return kills;
+}
+
 /* Starts a new peak-memory window for workspace ID (the peak becomes the current usage). */
 void cgroup_peak_reset(const char *id)
 {

@@ -64,6 +64,7 @@ struct exec_run {
     int memory_group_fd;             /* their cgroup.procs, -1 without the controller */
     int cpu_group_fd;
     uint64_t oom_kills_before;       /* their counters when the exec began */
+    uint64_t holder_oom_kills_before; /* the workspace group's (the holder's) */
     uint64_t cpu_ns_before;
     long long cpu_ns;                /* the exec's CPU by its cpuacct group, -1 if unknown */
     char *stacks;
@@ -538,18 +539,22 @@ static void exec_own_groups(struct workspace *ws, struct exec_run *run)
     }
     if (run->memory_group_fd < 0 && ws->cgroup_fds[CG_MEMORY] >= 0)
         run->memory_group_fd = fcntl(ws->cgroup_fds[CG_MEMORY], F_DUPFD_CLOEXEC, 0);
+    run->holder_oom_kills_before = cgroup_workspace_oom_kills(ws->id);
     if (alone)
         cgroup_peak_reset(ws->id);
 }
 
 /* After the exec's processes are reaped: its CPU time (run->cpu_ns) and whether the kernel
- * OOM-killed one of them; frees its slot. */
+ * OOM-killed one of them, or the workspace's holder, which ends every process of the
+ * workspace (the workspace's memory is then full of tmpfs pages); frees its slot. */
 static bool exec_own_groups_end(struct workspace *ws, struct exec_run *run)
 {
     if (run->slot < 0)
         return false;
     bool oom = cgroup_available(CG_MEMORY) &&
-               cgroup_exec_group_counter(CG_MEMORY, ws->id, run->slot) > run->oom_kills_before;
+               (cgroup_exec_group_counter(CG_MEMORY, ws->id, run->slot) > run->oom_kills_before ||
+                (cgroup_workspace_oom_kills(ws->id) > run->holder_oom_kills_before &&
+                 !holder_running(ws)));
     if (run->cpu_group_fd >= 0)
         run->cpu_ns = (long long)(cgroup_exec_group_counter(CG_CPUACCT, ws->id, run->slot) -
                                   run->cpu_ns_before);

@@ -101,6 +101,7 @@ void cgroup_workspace_remove(const char *id);
 void cgroup_close_fds(int procs_fds[CG_COUNT]);
 int cgroup_exec_group_open(int controller, const char *id, int slot, uint64_t *counter);
 uint64_t cgroup_exec_group_counter(int controller, const char *id, int slot);
+uint64_t cgroup_workspace_oom_kills(const char *id);
 void cgroup_peak_reset(const char *id);
 long long cgroup_peak_bytes(const char *id);
 bool cgroup_delegate(const char *name, uid_t uid, gid_t gid);
