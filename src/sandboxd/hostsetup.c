@@ -113,6 +113,11 @@ static bool setup_disk(size_t bytes, uid_t uid, gid_t gid, char **image_out)
             fprintf(stderr, "mesh-sandboxd: cannot mount %s on %s\n", image, mountpoint);
         else
             printf("workspaces: %s mounted on %s\n", image, mountpoint);
+        /* root's 0700 lost+found would stop PostgreSQL's walk of its data directory after a
+         * crash ("could not open directory"); e2fsck makes it again when it needs one */
+        char *lost = xasprintf("%s/lost+found", mountpoint);
+        rmdir(lost);
+        free(lost);
     }
     if (ok && (chown(mountpoint, uid, gid) != 0 || chmod(mountpoint, 0711) != 0)) {
         fprintf(stderr, "mesh-sandboxd: cannot hand %s to uid %d: %s\n", mountpoint, (int)uid,
