@@ -6,7 +6,7 @@
 # restart re-uses the delegation, and without a bound the daemon refuses to share the disk it
 # was told to protect.
 . "$(dirname "$0")/lib.sh"
-plan 26
+plan 28
 id postgres >/dev/null 2>&1 || { echo "1..0 # skip no postgres user"; exit 0; }
 [ -d /sys/fs/cgroup/memory ] || { echo "1..0 # skip no cgroup v1 memory hierarchy on this host"; exit 0; }
 sd_prepare_as postgres --max-file-bytes 1048576
@@ -30,6 +30,17 @@ r=$(run_sh d1 'df -k /tmp /dev/shm | awk "NR>1{print \$2}" | tr "\n" " "')
 is "$(stdout_of "$r")" "524288 524288 " "/tmp and /dev/shm are sized to the tier's memory"
 is "$(field "$r" '(.cpu_ms|type) + "," + (.memory_peak_bytes|type)')" "number,number" \
    "an exec reports cpu_ms and memory_peak_bytes"
+
+# a workspace cannot leave its groups: no cgroup filesystem inside, none it may mount (not even
+# from a user namespace of its own), and the host sees its processes where they were put
+r=$(run_sh d1 'ls /sys/fs/cgroup 2>&1 | head -1; unshare -Urm sh -c "mkdir -p /tmp/cg && mount -t cgroup -o memory none /tmp/cg && echo MOUNTED" 2>&1 | tail -1')
+like "$(stdout_of "$r")" "No such file|cannot access" "no cgroup filesystem is visible in the workspace"
+exec_json d1 '{"argv":["sleep","3"]}' > /dev/null & sp=$!
+for _ in $(seq 1 50); do grep -qs . /sys/fs/cgroup/memory/"$CG"/d1/exec-*/cgroup.procs && break; sleep 0.1; done
+members=$(cat /sys/fs/cgroup/memory/"$CG"/d1/exec-*/cgroup.procs 2>/dev/null | wc -l)
+wait $sp
+echo "$(stdout_of "$r")" | grep -q MOUNTED
+ok $(( $? == 0 || members < 1 )) "mounting a cgroup hierarchy fails, and a running exec is in its own memory group ($members process)"
 
 # CPU: a background job's CPU counts even though it is killed, never reaped, when the exec
 # ends (a fixed amount of work, ~0.5 s of CPU here; the command's own share is a few ms)
