@@ -169,6 +169,8 @@ failure_sqlstate(MeshFailure failure)
 			return "22023";		/* invalid_parameter_value */
 		case MESH_FAIL_NOT_RUNNING:
 			return "55000";		/* object_not_in_prerequisite_state */
+		case MESH_FAIL_NO_RESOURCES:
+			return "53000";		/* insufficient_resources */
 		case MESH_FAIL_UNAVAILABLE:
 			return "08006";		/* connection_failure */
 		default:
@@ -185,6 +187,8 @@ failure_hint(MeshFailure failure)
 			return "Paths are relative to the workspace root, or absolute inside /workspace; they may not leave it.";
 		case MESH_FAIL_UNAVAILABLE:
 			return "Check that the backend is running and reachable; see mesh.backend_catalog.";
+		case MESH_FAIL_NO_RESOURCES:
+			return "The backend's host must be prepared for it (the message says how), or release workspaces.";
 		case MESH_FAIL_TOO_LARGE:
 			return "See mesh.max_file_size and the backend's limits.";
 		default:

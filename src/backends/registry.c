@@ -175,6 +175,8 @@ mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend, Mes
 		failure = MESH_FAIL_UNAVAILABLE;
 	else if (resp->status >= 400 && resp->status < 500)
 		failure = MESH_FAIL_BAD_REQUEST;
+	else if (resp->status == 507)
+		failure = MESH_FAIL_NO_RESOURCES;
 	else
 		failure = MESH_FAIL_UNAVAILABLE;
 

@@ -10,6 +10,7 @@
 #include "sandboxd.h"
 #include <dirent.h>
 #include <errno.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,11 +342,12 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
     }
     bool ok = true;
     if (fresh && host_disk_refused()) {
+        struct passwd *self = getpwuid(geteuid());
         api_error_set(err, 507, "disk_unbounded",
                       "workspace files would share the filesystem of %s and could fill it; "
                       "give them a filesystem of their own (as root: mesh-sandboxd --setup-host "
-                      "USER --state-dir %s --disk-bytes N, see docs/sandboxd.md)",
-                      g_config.protect_path, g_config.state_dir);
+                      "%s --state-dir %s --disk-bytes N, see docs/sandboxd.md)",
+                      g_config.protect_path, self ? self->pw_name : "USER", g_config.state_dir);
         ok = false;
     } else if (fresh && !workspace_make_dirs(ws)) {
         if (errno == ENOSPC)
