@@ -146,8 +146,8 @@ api() {
     [ -n "$body" ] && args+=(--data-binary "$body" -H 'Content-Type: application/json')
     curl "${args[@]}" "$base$path" > "$resp.status" 2>/dev/null
     cat "$resp"
-    cp "$resp.status" "$SD_DIR/status"
-    rm -f "$resp" "$resp.status"
+    mv -f "$resp.status" "$SD_DIR/status"   # atomic: a concurrent call never reads it half written
+    rm -f "$resp"
 }
 status() { cat "$SD_DIR/status" 2>/dev/null; }
 
