@@ -496,7 +496,11 @@ begin_materialize(WorkerCall *call)
 	}
 	else if (strcmp(call->ws.status, "pending") == 0)
 	{
-		/* hibernated while idle: wake it, on the backend and under the name it has */
+		/* hibernated, or an interrupted acquire: acquire again, on the backend and under the name it has */
+		bool		interrupted = call->ws.status_reason != NULL &&
+			strncmp(call->ws.status_reason, MESH_ACQUIRE_INTERRUPTED,
+					strlen(MESH_ACQUIRE_INTERRUPTED)) == 0;
+
 		if (!store_begin_wake(&call->ws, &err))
 		{
 			reply_txn_error(call, err);
@@ -504,11 +508,12 @@ begin_materialize(WorkerCall *call)
 		}
 		queue_message(call,
 					  json_pack("{s:s}", "notice",
-								psprintf("mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
+								psprintf(interrupted ? "mesh: setting up the sandbox of run \"%s\" on backend \"%s\" again (the last try was interrupted)"
+										 : "mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
 										 call->run_id, call->ws.backend_kind)),
 					  NULL, 0);
 	}
-	/* else: acquiring left over from a crash or a failed try: same idempotent acquire */
+	/* else: acquiring left over from a crash: the same idempotent acquire */
 	start_acquire(call);
 }
 
