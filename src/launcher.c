@@ -98,6 +98,12 @@ spawn_daemon(const char *binary, const char *state_dir, const char *socket_path)
 
 		snprintf(fd_text, sizeof(fd_text), "%d", ready[1]);
 		(void) fcntl(ready[1], F_SETFD, 0);
+		/*
+		 * Its own session: the postmaster signals each child's process group,
+		 * and a SIGQUIT (immediate shutdown, crash restart) would kill the
+		 * daemon before it could hibernate.  Only this worker signals it.
+		 */
+		(void) setsid();
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		if (getppid() == 1)
 			_exit(1);			/* the supervisor died before prctl took effect */
