@@ -486,7 +486,7 @@ typedef struct FailArgs
 
 /* a retryable failure goes back to pending, keeping the backend and reference it recorded */
 static const char mark_failed_sql[] =
-"UPDATE mesh.workspaces SET status = CASE WHEN $2 = 't' THEN 'pending' ELSE 'failed' END, "
+"UPDATE mesh.workspaces SET status = (CASE WHEN $2 = 't' THEN 'pending' ELSE 'failed' END)::mesh.workspace_status, "
 "       status_reason = CASE WHEN $2 = 't' THEN '" MESH_ACQUIRE_INTERRUPTED ": ' || $3 || '; the run''s next call tries again' "
 "                            ELSE $3 END "
 " WHERE id = $1::bigint AND status = 'acquiring'";
