@@ -131,20 +131,27 @@ void sandbox_init(void)
         build_curated_etc();
 }
 
+/* Reads /proc/PID/NAME into BUF (NUL-terminated); its length, or -1 when it cannot be read. */
+static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return n > 0 ? n : -1;
+}
+
 /* Reads start time (field 22) and state (field 3) of PID from /proc/PID/stat; false when the
  * process does not exist. */
 bool process_start_time(pid_t pid, unsigned long long *start, char *state)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char buf[1024];
+    if (read_proc(pid, "stat", buf, sizeof buf) < 0)
         return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
     char *p = strrchr(buf, ')');   /* comm may contain spaces and parentheses */
     if (!p)
         return false;
@@ -569,16 +576,10 @@ void sandbox_stop(struct workspace *ws)
  * false for every other process (and for those we may not read). */
 static bool holder_marker_of(pid_t pid, char *id, size_t size)
 {
-    char path[64], buf[8192];
-    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char buf[8192];
+    ssize_t n = read_proc(pid, "environ", buf, sizeof buf);
+    if (n < 0)
         return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
     char *prefix = xasprintf("%s=%s/workspaces/", HOLDER_MARKER, g_config.state_dir);
     size_t plen = strlen(prefix);
     bool found = false;
@@ -594,30 +595,17 @@ static bool holder_marker_of(pid_t pid, char *id, size_t size)
 /* The first child of PID (bwrap's sandbox process), or 0. */
 static pid_t first_child(pid_t pid)
 {
-    char path[64], buf[64];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    buf[n > 0 ? n : 0] = '\0';
-    return (pid_t)atoi(buf);
+    char name[64], buf[64];
+    snprintf(name, sizeof name, "task/%d/children", (int)pid);
+    return read_proc(pid, name, buf, sizeof buf) < 0 ? 0 : (pid_t)atoi(buf);
 }
 
 /* The parent of PID from /proc/PID/stat, or 0. */
 static pid_t parent_of(pid_t pid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    buf[n > 0 ? n : 0] = '\0';
-    char *p = strrchr(buf, ')');
+    char buf[1024];
     int ppid = 0;
+    char *p = read_proc(pid, "stat", buf, sizeof buf) < 0 ? NULL : strrchr(buf, ')');
     return p && sscanf(p + 1, " %*c %d", &ppid) == 1 ? (pid_t)ppid : 0;
 }
 

@@ -9,14 +9,7 @@ plan 12
 USER_=postgres
 sd_start_as "$USER_" --hibernate-on-exit
 
-# relaunch: the same non-root daemon again (sd_launch would start it as root)
-relaunch() {
-    "$(command -v setpriv)" --reuid="$USER_" --regid="$(id -g "$USER_")" --init-groups -- \
-        "$SANDBOXD" "${SD_ARGS[@]}" 2>>"$SD_DIR/log" &
-    SD_PID=$!
-    SD_PIDS+=("$SD_PID")
-    sd_wait_ready
-}
+relaunch() { sd_launch_as "$USER_"; }   # the same non-root daemon again
 # ids of the bubblewrap sandboxes running on the host for this state dir (from their command
 # lines), one line each, sorted; a workspace with two holders shows twice
 running_ids() {

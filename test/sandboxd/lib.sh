@@ -169,7 +169,12 @@ sd_start_as() {
     SD_STATE="$SD_DIR/run/state"
     SD_SOCKET="$SD_DIR/run/sandboxd.sock"
     SD_ARGS=(--state-dir "$SD_STATE" --socket "$SD_SOCKET" "$@")
-    "$(command -v setpriv)" --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
+    sd_launch_as "$user"
+}
+
+# sd_launch_as USER: (re)starts the non-root daemon with SD_ARGS and waits until it answers.
+sd_launch_as() {
+    "$(command -v setpriv)" --reuid="$1" --regid="$(id -g "$1")" --init-groups -- \
         "$SANDBOXD" "${SD_ARGS[@]}" 2>>"$SD_DIR/log" &
     SD_PID=$!
     SD_PIDS+=("$SD_PID")
