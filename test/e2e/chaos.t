@@ -46,9 +46,17 @@ SQL
   done
 }
 
-restart_postmaster() {  # after a SIGKILL: start again at once, as an operator would; prints ms
-  local t0 i
-  t0=$(now_ms)
+detached_ms() {  # SHMID T0: ms from T0 until no process is attached to the old server's shared memory
+  local n
+  for _ in $(seq 1 500); do
+    n=$(ipcs -m | awk -v id="$1" '$2 == id {print $6}')
+    { [ -z "$n" ] || [ "$n" = 0 ]; } && break
+    sleep 0.01
+  done
+  echo $(( $(now_ms) - $2 ))
+}
+restart_postmaster() {  # T0: start again at once, as an operator would; prints ms since T0
+  local t0=$1 i
   for i in $(seq 1 300); do
     as_pg "$PG_CTL" -D "$PGDIR/data" -l "$PGDIR/server.log" -w -t 60 start >/dev/null 2>&1 && break
     sleep 0.1
@@ -75,8 +83,11 @@ while [ "$(now_ms)" -lt "$end" ]; do
     [ -n "$pid" ] && kill -KILL "$pid" && kills+=" harness"
   elif [ "$pm_kills" -lt 2 ]; then
     pm_kills=$((pm_kills + 1))
+    shmid=$(sed -n 7p "$PGDIR/data/postmaster.pid" | awk '{print $2}')
+    t0=$(now_ms)
     kill -KILL "$(head -1 "$PGDIR/data/postmaster.pid")"
-    echo "# postmaster SIGKILL -> pg_ctl start succeeded after $(restart_postmaster) ms"
+    echo "# postmaster SIGKILL: every process of it detached after $(detached_ms "$shmid" "$t0") ms;" \
+         "pg_ctl start succeeded after $(restart_postmaster "$t0") ms"
     kills+=" postmaster"
   fi
 done
