@@ -484,12 +484,16 @@ typedef struct FailArgs
 	const char *reason;
 } FailArgs;
 
-/* a retryable failure goes back to pending, keeping the backend and reference it recorded */
+/*
+ * A retryable failure goes back to pending, keeping the backend and reference
+ * it recorded.  The row is acquiring, or ready when a call found its sandbox
+ * stopped and tried to wake it.
+ */
 static const char mark_failed_sql[] =
 "UPDATE mesh.workspaces SET status = (CASE WHEN $2 = 't' THEN 'pending' ELSE 'failed' END)::mesh.workspace_status, "
 "       status_reason = CASE WHEN $2 = 't' THEN '" MESH_ACQUIRE_INTERRUPTED ": ' || $3 || '; the run''s next call tries again' "
 "                            ELSE $3 END "
-" WHERE id = $1::bigint AND status = 'acquiring'";
+" WHERE id = $1::bigint AND status IN ('acquiring', 'ready')";
 
 static void
 fail_body(void *arg)
