@@ -6,7 +6,7 @@
 # agent's live count equal to what really runs, no holder on the host the daemon does not
 # list. Then: the first call right after a start (state rebuilt) waits for the daemon instead
 # of failing; a clean stop leaves nothing of the cluster on the host; so does an immediate one
-# (the daemon hibernates its workspaces when the server goes).
+# (the daemon hibernates its workspaces when the server goes; docs/sandboxd.md gives the bound).
 # The kills' order and timing come from a seed, printed first; MESH_CHAOS_SEED=N replays it
 # (the machine's own timing still varies); MESH_CHAOS_SECONDS sets the storm (default 30).
 . "$(dirname "$0")/lib.sh"
@@ -169,9 +169,9 @@ psql -X -qAt -c "SELECT status FROM mesh_exec('$tag-first', ARRAY['sleep', '38']
 wait_for "SELECT EXISTS (SELECT 1 FROM mesh.execs WHERE run_id = '$tag-first' AND status = 'running')"
 as_pg "$PG_CTL" -D "$PGDIR/data" -w -t 60 -m immediate stop >/dev/null
 wait
-for _ in $(seq 1 50); do [ -z "$(cluster_procs)" ] && break; sleep 0.1; done
+for _ in $(seq 1 100); do [ -z "$(cluster_procs)" ] && break; sleep 0.1; done
 left=$(cluster_procs)
-is "$left" "" "an immediate stop: the daemon and its holders end within 5 s"
+is "$left" "" "an immediate stop: the daemon and its holders end (waited up to 10 s)"
 [ -z "$left" ] || echo "$left" | head -5 | sed 's/^/# /'
 
 # leave the cluster as the other tests expect it
