@@ -306,18 +306,18 @@ static const char lost_sql[] =
 static const char live_rows_sql[] =
 "SELECT external_ref, status::text, run_id FROM mesh.workspaces "
 " WHERE backend_kind = $1 AND external_ref IS NOT NULL AND release_outcome IS NULL "
-"   AND status IN ('pending', 'acquiring', 'ready')";
+"   AND status OPERATOR(pg_catalog.=) ANY ('{pending,acquiring,ready}')";
 
 /* Move one row from the status the reaper saw to what the backend shows, with an event. */
 static const char settle_sql[] =
 "WITH s AS ("
 "  UPDATE mesh.workspaces SET status = $4::mesh.workspace_status, status_reason = $5, "
-"         materialized_at = CASE WHEN $4 = 'ready' THEN coalesce(materialized_at, now()) "
+"         materialized_at = CASE WHEN $4 = 'ready' THEN coalesce(materialized_at, pg_catalog.now()) "
 "                                ELSE materialized_at END "
-"   WHERE backend_kind = $1 AND external_ref = $2 AND status = $3::mesh.workspace_status "
+"   WHERE backend_kind = $1 AND external_ref = $2 AND status OPERATOR(pg_catalog.=) $3::mesh.workspace_status "
 "     AND release_outcome IS NULL RETURNING id, run_id) "
 "INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
-"SELECT 'workspace_settled', run_id, id, $1, jsonb_build_object('from', $3, 'to', $4, 'reason', $5) "
+"SELECT 'workspace_settled', run_id, id, $1, pg_catalog.jsonb_build_object('from', $3, 'to', $4, 'reason', $5) "
 "  FROM s RETURNING run_id";
 
 static const char orphan_event_sql[] =

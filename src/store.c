@@ -493,7 +493,7 @@ static const char mark_failed_sql[] =
 "UPDATE mesh.workspaces SET status = (CASE WHEN $2 = 't' THEN 'pending' ELSE 'failed' END)::mesh.workspace_status, "
 "       status_reason = CASE WHEN $2 = 't' THEN '" MESH_ACQUIRE_INTERRUPTED ": ' || $3 || '; the run''s next call tries again' "
 "                            ELSE $3 END "
-" WHERE id = $1::bigint AND status IN ('acquiring', 'ready')";
+" WHERE id = $1::bigint AND status OPERATOR(pg_catalog.=) ANY ('{acquiring,ready}')";
 
 static void
 fail_body(void *arg)

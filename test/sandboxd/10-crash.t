@@ -19,7 +19,7 @@ running_ids() {
     done | sort
 }
 listed_ids() { api GET /v1/workspaces | jq -r '.workspaces[] | select(.state == "running") | .id' | sort; }
-settle() { for _ in $(seq 1 30); do [ "$(running_ids)" = "$(listed_ids)" ] && return 0; sleep 0.1; done; return 1; }
+settle() { for _ in $(seq 1 50); do [ "$(running_ids)" = "$(listed_ids)" ] && return 0; sleep 0.1; done; return 1; }
 
 new_ws base
 n=0
