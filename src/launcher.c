@@ -166,6 +166,7 @@ stop_daemon(void)
 	daemon_pid = 0;
 }
 
+/* Whatever ends this worker, calls stop waiting for a daemon and the daemon stops. */
 static void
 launcher_on_exit(int code, Datum arg)
 {
