@@ -3,9 +3,10 @@
 # puts the row back to pending (no concurrency slot held; the run's next call tries again),
 # and a sweep settles every live row to what the backend's list shows: acquiring with nothing
 # there -> pending; ready or acquiring but hibernated by the backend -> pending (the next call
-# wakes it); pending with a running sandbox (an acquire whose answer was lost) -> ready.
+# wakes it); pending with a running sandbox (an acquire whose answer was lost) -> ready; a
+# failed row's sandbox is released.
 . "$(dirname "$0")/lib.sh"
-plan 17
+plan 20
 SOCK="$PGDIR/data/mesh_sandboxd/sandboxd.sock"
 tag="rec$$"
 daemon() {  # daemon METHOD PATH [BODY]: the embedded daemon's API, behind mesh's back
@@ -65,5 +66,11 @@ is "$(row "$tag-2")" "ready: the backend runs its sandbox (an acquire whose answ
    "it is ready again"
 is "$(q "SELECT stdout FROM mesh_exec('$tag-2', ARRAY['cat', 'f.txt'])" 2>/dev/null)" kept "with its files"
 is "$(sweep_did "$tag-2")" "" "a second sweep finds nothing more to do"
-q "SELECT mesh_release('$tag-2')" >/dev/null
+
+# 5. a row that failed while its sandbox exists: the sweep releases the sandbox
+q "UPDATE mesh.workspaces SET status = 'failed', status_reason = 'failed by the test' WHERE run_id = '$tag-2'"
+is "$(sweep_did "$tag-2")" released "a sweep releases the sandbox of a failed row"
+is "$(q "SELECT release_outcome FROM mesh.workspaces WHERE run_id = '$tag-2'")" destroyed "recorded destroyed"
+curl -sf --max-time 10 --unix-socket "$SOCK" "http://localhost/v1/workspaces/$ref" >/dev/null
+ok $((! $?)) "the backend no longer has it"
 done_testing
