@@ -130,12 +130,15 @@ problems() {
           <> count(*) FILTER (WHERE external_ref = ANY (string_to_array('$(tr '\n' ' ' < "$out/running" | sed 's/ $//')', ' ')))"
 }
 sweeps=0
-for s in 1 2; do
-  q "SELECT action || ' ' || coalesce(run_id, '') || ' ' || coalesce(detail, '') FROM mesh.sweep() WHERE action <> 'reconciled'" > "$out/sweep$s"
+: > "$out/sweep1"
+for s in 0 1 2; do   # 0: as the kills left it (the reaper's start-up sweep included)
+  if [ "$s" -gt 0 ]; then
+    q "SELECT action || ' ' || coalesce(run_id, '') || ' ' || coalesce(detail, '') FROM mesh.sweep() WHERE action <> 'reconciled'" > "$out/sweep$s"
+  fi
   sweeps=$s
   [ -z "$(problems)" ] && break
 done
-echo "# converged after $sweeps sweep(s); actions of the first: $(awk '{print $1}' "$out/sweep1" | sort | uniq -c | tr -s ' \n' ' ')"
+echo "# converged after $sweeps sweep(s) of mesh.sweep(); actions of the first: $(awk '{print $1}' "$out/sweep1" | sort | uniq -c | tr -s ' \n' ' ')"
 bad=$(problems)
 [ -z "$bad" ] || echo "$bad" | head -20 | sed 's/^/# /'
 is "$(echo "$bad" | grep -c 'live row without')" 0 "no live row without its running sandbox"
