@@ -68,6 +68,7 @@ mesh_capabilities_to_json(const MeshCapabilities *caps)
 					 "resource_limits", caps->resource_limits,
 					 "compute_metering", caps->compute_metering,
 					 "egress_control", caps->egress_control,
+					 "disk_limits", caps->disk_limits,
 					 "snapshot", caps->snapshot,
 					 "hibernate", caps->hibernate,
 					 "caller_chosen_id", caps->caller_chosen_id,
@@ -171,6 +172,8 @@ classify_error(long status, const char *code)
 		return MESH_FAIL_UNAVAILABLE;
 	if (status >= 400 && status < 500)
 		return MESH_FAIL_BAD_REQUEST;
+	if (status == 507)
+		return MESH_FAIL_NO_RESOURCES;
 	return MESH_FAIL_UNAVAILABLE;
 }
 
