@@ -63,7 +63,7 @@ mesh_size_parse(const char *name, MeshSize *size)
 json_t *
 mesh_capabilities_to_json(const MeshCapabilities *caps)
 {
-	return json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
+	return json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
 					 "shell", caps->shell,
 					 "resource_limits", caps->resource_limits,
 					 "compute_metering", caps->compute_metering,
