@@ -114,6 +114,8 @@ mesh_http_start(const MeshHttpRequest *req, size_t max_response, void *owner)
 		curl_easy_setopt(easy, CURLOPT_POSTFIELDS, req->body ? req->body : "");
 	}
 	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, t->headers);
+	/* a body announced over the limit is refused before any of it is read */
+	curl_easy_setopt(easy, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t) max_response);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_callback);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, t);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, t->errbuf);
@@ -183,7 +185,7 @@ void
 mesh_http_response(MeshTransfer *t, MeshHttpResponse *resp)
 {
 	memset(resp, 0, sizeof(*resp));
-	if (t->overflow)
+	if (t->overflow || t->result == CURLE_FILESIZE_EXCEEDED)
 	{
 		resp->transport_error = "response larger than the configured limit";
 		return;

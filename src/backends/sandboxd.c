@@ -239,13 +239,14 @@ sandboxd_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 		json_object_set_new(body, "dir", json_string(spec->dir));
 	if (spec->env)
 		json_object_set(body, "env", spec->env);
-	if (spec->stdin_data)
-		json_object_set_new(body, "stdin_b64",
-							json_string(mesh_base64_encode(spec->stdin_data, spec->stdin_len)));
 	json_object_set_new(body, "timeout_ms", json_integer(spec->timeout_ms));
 	json_object_set_new(body, "exec_key", json_string(spec->exec_key));
 	json_object_set_new(body, "max_output_bytes", json_integer(spec->max_output_bytes));
-	mesh_http_json_body(req, body);
+	/* stdin is encoded once, into the body itself */
+	if (spec->stdin_data)
+		mesh_http_json_body_b64(req, body, "stdin_b64", spec->stdin_data, spec->stdin_len);
+	else
+		mesh_http_json_body(req, body);
 	/* the transport deadline must outlast the command's own timeout */
 	req->timeout_ms += spec->timeout_ms;
 }
