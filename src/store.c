@@ -693,10 +693,15 @@ static const char exec_finish_sql[] =
 "WITH e AS ("
 "  UPDATE mesh.execs SET status = $2::mesh.exec_status, exit_code = $3::int, stdout = $4, stderr = $5, "
 "         truncated = coalesce($6::boolean, false), wall_seconds = $7::float8, cpu_seconds = $8::float8, "
-"         charged_seconds = $9::float8, charge_basis = $10, error = $11, finished_at = clock_timestamp() "
+"         charged_seconds = $9::float8, charge_basis = $10, error = $11, memory_peak_bytes = $12::bigint, "
+"         finished_at = clock_timestamp() "
 "   WHERE id = $1::bigint RETURNING workspace_id) "
 "UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + $9::float8, last_used_at = now() "
 "  FROM e WHERE w.id = e.workspace_id";
+
+/* An exec that ran out of memory raises its agent's tier, once per run. */
+static const char climb_on_oom_sql[] =
+"SELECT mesh.tier_climb_on_oom($1::bigint)";
 
 /* Text a PostgreSQL text column can hold: invalid UTF-8 and NUL become U+FFFD. */
 char *
@@ -751,7 +756,7 @@ exec_finish_body(void *arg)
 {
 	ExecFinishArgs *a = (ExecFinishArgs *) arg;
 	const MeshExecResult *r = a->rec->result;
-	const char *args[11];
+	const char *args[12];
 
 	args[0] = int64_text(a->exec_id);
 	args[1] = a->rec->status;
@@ -764,9 +769,12 @@ exec_finish_body(void *arg)
 	args[8] = psprintf("%.6f", a->rec->charged_seconds);
 	args[9] = a->rec->charge_basis;
 	args[10] = a->rec->error;
-	mesh_sql(exec_finish_sql, 11, args);
+	args[11] = r && r->memory_peak_known ? int64_text(r->memory_peak_bytes) : NULL;
+	mesh_sql(exec_finish_sql, 12, args);
 	if (r && r->egress_denials)
 		record_egress_denials(a->ws, a->exec_id, r->egress_denials);
+	if (strcmp(a->rec->status, "oom") == 0)
+		mesh_sql(climb_on_oom_sql, 1, args);
 }
 
 /*
@@ -973,6 +981,10 @@ static const char revoke_run_tokens_sql[] =
 "UPDATE mesh.run_tokens SET revoked_at = now(), revoked_reason = 'the run released its workspace' "
 " WHERE run_id = $1 AND revoked_at IS NULL";
 
+/* A clean run at a climbed tier counts towards resetting the climb. */
+static const char climb_on_release_sql[] =
+"SELECT mesh.tier_climb_on_release($1::bigint)";
+
 static void
 released_body(void *arg)
 {
@@ -985,6 +997,7 @@ released_body(void *arg)
 	mesh_sql(mark_released_sql, 3, args);
 	mesh_sql(revoke_run_tokens_sql, 1, run);
 	mesh_sql(event_sql, 5, ev);
+	mesh_sql(climb_on_release_sql, 1, args);
 }
 
 bool

@@ -706,13 +706,17 @@ start_exec(WorkerCall *call)
 	mesh_flush_to(call->exec_row_lsn);
 }
 
+/*
+ * The kernel's OOM kill comes first: a command that ran out of memory and
+ * then hit its timeout still ran out of memory.
+ */
 static const char *
 exec_status(const MeshExecResult *r)
 {
-	if (r->timed_out)
-		return "timeout";
 	if (r->oom_killed)
 		return "oom";
+	if (r->timed_out)
+		return "timeout";
 	if (r->killed)
 		return "cancelled";
 	return "ok";
@@ -811,7 +815,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	result.stdout_data = mesh_sanitize_text(result.stdout_data, result.stdout_len);
 	result.stderr_data = mesh_sanitize_text(result.stderr_data, result.stderr_len);
 	rec.status = exec_status(&result);
-	if (result.timed_out && call->budget_bound)
+	if (strcmp(rec.status, "timeout") == 0 && call->budget_bound)
 		rec.status = "budget_exhausted";
 	rec.result = &result;
 	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;

@@ -133,6 +133,8 @@ typedef struct MeshExecResult
 	double		wall_seconds;
 	double		cpu_seconds;
 	bool		cpu_metered;	/* false: cpu_seconds is not measured */
+	int64_t		memory_peak_bytes;	/* the workspace's peak memory during the exec */
+	bool		memory_peak_known;	/* false: the backend did not report it */
 	/*
 	 * Outbound connections the backend refused during this exec, as JSON
 	 * text: [{"host", "port", "reason", "at"}], palloc'd; NULL when none

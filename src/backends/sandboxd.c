@@ -309,6 +309,7 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 {
 	json_t	   *doc;
 	json_t	   *cpu;
+	json_t	   *peak;
 
 	if (!mesh_http_error_from_json(resp, be->name, err))
 		return MESH_STEP_FAILED;
@@ -335,6 +336,10 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	cpu = json_object_get(doc, "cpu_ms");
 	result->cpu_metered = json_is_number(cpu);
 	result->cpu_seconds = result->cpu_metered ? json_number_value(cpu) / 1000.0 : 0;
+	/* null or absent where the host has no memory controller */
+	peak = json_object_get(doc, "memory_peak_bytes");
+	result->memory_peak_known = json_is_integer(peak) && json_integer_value(peak) >= 0;
+	result->memory_peak_bytes = result->memory_peak_known ? json_integer_value(peak) : 0;
 	result->egress_denials = parse_denials(json_object_get(doc, "egress_denials"));
 	json_decref(doc);
 	return MESH_STEP_DONE;
