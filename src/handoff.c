@@ -236,17 +236,19 @@ keep_reply_blob(dsm_segment *seg, MeshReply *reply)
 	reply->blob = copy;
 }
 
-/* Frame a message: uint32 JSON length, the JSON, then the raw blob. */
+/*
+ * Frame a message: uint32 JSON length, then the JSON.  A raw blob, if any,
+ * follows: the sender appends it as a second part of the same message
+ * (shm_mq_sendv), so it is never copied into the frame.
+ */
 void
-mesh_reply_encode(StringInfo out, json_t *doc, const char *blob, Size blob_len)
+mesh_reply_encode(StringInfo out, json_t *doc)
 {
 	char	   *json = json_dumps(doc, JSON_COMPACT);
 	uint32		json_len = (uint32) strlen(json);
 
 	appendBinaryStringInfo(out, (char *) &json_len, sizeof(uint32));
 	appendBinaryStringInfo(out, json, json_len);
-	if (blob_len > 0)
-		appendBinaryStringInfo(out, blob, (int) blob_len);
 	free(json);
 }
 

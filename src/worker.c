@@ -80,13 +80,25 @@ typedef struct WorkerCall
 	MeshExecSpec spec;
 	XLogRecPtr	exec_row_lsn;	/* exec row's commit, flushed once sent */
 	TimestampTz op_started;
-	List	   *outbox;			/* StringInfo messages not yet sent */
+	List	   *outbox;			/* OutMessages not yet sent */
+	MeshTransfer *kept;			/* a finished transfer whose body a queued reply sends */
 	bool		caller_gone;
 	bool		budget_bound;	/* the budget, not the caller, set the timeout */
 	List	   *delivered;		/* secrets delivered into this exec's environment */
 	char	   *secret_body;	/* a request body holding a secret, wiped once sent */
 	bool		woke_once;		/* already woke a stopped workspace for this call */
 } WorkerCall;
+
+/*
+ * A message for the caller: the framed JSON, then the blob (a file's bytes)
+ * sent from where it already lies, so a file is not copied into the message.
+ */
+typedef struct OutMessage
+{
+	StringInfo	head;
+	const char *blob;
+	Size		blob_len;
+} OutMessage;
 
 static dlist_head calls = DLIST_STATIC_INIT(calls);
 static MemoryContext worker_cxt;
@@ -101,13 +113,20 @@ static bool workspace_has_capability(WorkerCall *call, const char *name);
  *--------------------------------------------------------------------------
  */
 
-/* Queue a message for the caller; sent by flush_outbox(). */
+/*
+ * Queue a message for the caller; sent by flush_outbox().  The blob is not
+ * copied: it must live as long as the call (a read's body is kept with its
+ * transfer, see complete_transfer).
+ */
 static void
 queue_message(WorkerCall *call, json_t *doc, const char *blob, Size blob_len)
 {
-	StringInfo	msg = makeStringInfo();
+	OutMessage *msg = palloc(sizeof(OutMessage));
 
-	mesh_reply_encode(msg, doc, blob, blob_len);
+	msg->head = makeStringInfo();
+	mesh_reply_encode(msg->head, doc);
+	msg->blob = blob;
+	msg->blob_len = blob_len;
 	json_decref(doc);
 	call->outbox = lappend(call->outbox, msg);
 }
@@ -234,8 +253,11 @@ flush_outbox(WorkerCall *call)
 {
 	while (call->outbox != NIL && !call->caller_gone)
 	{
-		StringInfo	msg = (StringInfo) linitial(call->outbox);
-		shm_mq_result res = shm_mq_send(call->mqh, msg->len, msg->data, true, true);
+		OutMessage *msg = (OutMessage *) linitial(call->outbox);
+		shm_mq_iovec parts[2] = {{msg->head->data, msg->head->len}, {msg->blob, msg->blob_len}};
+
+		/* after WOULD_BLOCK, the same parts again: the queue remembers how far it got */
+		shm_mq_result res = shm_mq_sendv(call->mqh, parts, msg->blob_len > 0 ? 2 : 1, true, true);
 
 		if (res == SHM_MQ_WOULD_BLOCK)
 			return;
@@ -313,6 +335,8 @@ free_call(WorkerCall *call)
 {
 	if (call->transfer)
 		mesh_http_free(call->transfer);
+	if (call->kept)
+		mesh_http_free(call->kept);
 	if (call->be.config)
 		json_decref(call->be.config);
 	if (call->req)
@@ -1305,7 +1329,11 @@ complete_transfer(WorkerCall *call)
 		finish_write(call, &resp);
 	else if (call->op == MESH_OP_RELEASE)
 		finish_release(call, &resp);
-	mesh_http_free(done);
+	/* a read's reply sends the file from the response body: keep it until the call ends */
+	if (call->op == MESH_OP_READ_FILE && call->step == STEP_FINISHED && call->kept == NULL)
+		call->kept = done;
+	else
+		mesh_http_free(done);
 }
 
 /*
