@@ -414,9 +414,10 @@ SELECT w.id AS workspace_id, w.run_id, w.agent_id,
 -- its agent T+1 for the next runs (never above the backend's max_size); after
 -- settings.tier_climb_reset_runs clean runs at that tier the agent is back to
 -- its own.  Called by the workers in the transactions that record an exec's
--- end and a run's release; every climb, cap and reset is an event.
+-- end and a run's release; every climb, cap and reset is an event.  The oom
+-- hook returns what it did, for the caller's NOTICE.
 ------------------------------------------------------------------------------
-CREATE FUNCTION mesh.tier_climb_on_oom(p_exec_id bigint) RETURNS void
+CREATE FUNCTION mesh.tier_climb_on_oom(p_exec_id bigint) RETURNS text
 LANGUAGE plpgsql SET search_path = mesh, pg_catalog AS $$
 DECLARE
     ws mesh.workspaces;
@@ -427,14 +428,14 @@ BEGIN
     SELECT w.* INTO ws FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id
      WHERE e.id = p_exec_id AND e.status = 'oom';
     IF ws.id IS NULL OR ws.size IS NULL THEN
-        RETURN;
+        RETURN NULL;
     END IF;
     INSERT INTO mesh.agents (agent_id) VALUES (ws.agent_id) ON CONFLICT DO NOTHING;
     PERFORM 1 FROM mesh.agents a WHERE a.agent_id = ws.agent_id FOR UPDATE;
     -- once per run, however many of its commands run out of memory
     PERFORM 1 FROM mesh.events ev WHERE ev.run_id = ws.run_id AND ev.kind IN ('tier_climb', 'tier_climb_capped');
     IF FOUND THEN
-        RETURN;
+        RETURN format('agent "%s" already climbed for this run', ws.agent_id);
     END IF;
     SELECT b.max_size INTO ceiling FROM mesh.backends b WHERE b.name = ws.backend_kind;
     target := least((enum_range(ws.size, NULL))[2], coalesce(ceiling, ws.size));
@@ -444,7 +445,8 @@ BEGIN
         VALUES ('tier_climb_capped', ws.run_id, ws.id, ws.backend_kind,
                 jsonb_build_object('agent_id', ws.agent_id, 'exec_id', p_exec_id, 'from', ws.size,
                                    'max_size', coalesce(ceiling, ws.size)));
-        RETURN;
+        RETURN format('tier "%s" is the largest backend "%s" allows, so agent "%s" cannot climb (mesh.tier_climbs)',
+                      ws.size, ws.backend_kind, ws.agent_id);
     END IF;
     UPDATE mesh.agents a SET climbed_size = greatest(a.climbed_size, target), climbed_at = now(),
            clean_runs_since_climb = 0
@@ -452,6 +454,8 @@ BEGIN
     INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
     VALUES ('tier_climb', ws.run_id, ws.id, ws.backend_kind,
             jsonb_build_object('agent_id', ws.agent_id, 'exec_id', p_exec_id, 'from', ws.size, 'to', reached));
+    RETURN format('agent "%s" climbs from tier "%s" to "%s" for its next runs (mesh.tier_climbs)',
+                  ws.agent_id, ws.size, reached);
 END
 $$;
 

@@ -685,7 +685,7 @@ typedef struct ExecFinishArgs
 {
 	MeshWorkspace *ws;
 	int64		exec_id;
-	const MeshExecRecord *rec;
+	MeshExecRecord *rec;
 } ExecFinishArgs;
 
 /* The exec's end and the run's charge, in one statement: the result path is hot. */
@@ -774,7 +774,10 @@ exec_finish_body(void *arg)
 	if (r && r->egress_denials)
 		record_egress_denials(a->ws, a->exec_id, r->egress_denials);
 	if (strcmp(a->rec->status, "oom") == 0)
+	{
 		mesh_sql(climb_on_oom_sql, 1, args);
+		a->rec->tier_notice = mesh_sql_value(0, 1);
+	}
 }
 
 /*
@@ -782,7 +785,7 @@ exec_finish_body(void *arg)
  * in rec->result must already be sanitized text.
  */
 bool
-store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec, ErrorData **err)
+store_exec_finished(MeshWorkspace *ws, int64 exec_id, MeshExecRecord *rec, ErrorData **err)
 {
 	ExecFinishArgs a = {ws, exec_id, rec};
 

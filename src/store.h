@@ -49,6 +49,7 @@ typedef struct MeshExecRecord
 	const char *error;
 	double		charged_seconds;
 	const char *charge_basis;
+	char	   *tier_notice;	/* set by store_exec_finished: what an oom did to the agent's tier */
 } MeshExecRecord;
 
 extern bool mesh_backend_from_workspace(const MeshWorkspace *ws, MeshBackend *be);
@@ -66,7 +67,7 @@ extern bool store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int6
 							   XLogRecPtr *commit_lsn, List **delivered, ErrorData **err);
 extern bool store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err);
 extern void mesh_flush_to(XLogRecPtr lsn);
-extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
+extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, MeshExecRecord *rec,
 								ErrorData **err);
 extern bool store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
 							 const char *failure, ErrorData **err);

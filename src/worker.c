@@ -856,6 +856,11 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	}
 	charge_budget(call, rec.charged_seconds);
 	notice_egress_denials(call, result.egress_denials);
+	if (rec.tier_notice)
+		queue_message(call, json_pack("{s:s}", "notice",
+									  psprintf("mesh: the command ran out of memory in the workspace of run \"%s\"; %s",
+											   call->run_id, rec.tier_notice)),
+					  NULL, 0);
 	reply_ok(call, json_pack("{s:i,s:s,s:s,s:s,s:b,s:I}",
 							 "exit_code", result.exit_code,
 							 "stdout", result.stdout_data,

@@ -5,7 +5,7 @@
 # run out of memory; the agent's next run is acquired one tier up, and the climb is an
 # event and a row of mesh.tier_climbs.
 . "$(dirname "$0")/lib.sh"
-plan 10
+plan 11
 remote_daemon_start
 q "SELECT mesh.backend_add('oomhost', 'sandboxd', '{\"url\": \"http://127.0.0.1:$RD_PORT\"}', catalog_order => 20)" >/dev/null
 q "SELECT mesh.backend_set_credential('oomhost', trim(pg_read_file('$RD_DIR/token.pg'), E'\n'))" >/dev/null
@@ -13,8 +13,10 @@ q "SELECT mesh.agent_set('hog', 'oomhost', default_size => 'small')" >/dev/null
 hog="ARRAY['python3', '-c', E'b = []\nwhile True: b.append(bytearray(64 << 20))']"
 
 q "SELECT 1 FROM mesh_acquire('oom-1', 'hog', 'olga')" >/dev/null
-is "$(q "SELECT status || '/' || exit_code FROM mesh_exec('oom-1', $hog, timeout => '60 seconds')" 2>/dev/null)" "oom/137" \
+is "$(q "SELECT status || '/' || exit_code FROM mesh_exec('oom-1', $hog, timeout => '60 seconds')" 2>"$RD_DIR/notice")" "oom/137" \
    "a memory hog killed by the kernel comes back oom, exit 137"
+grep -q 'ran out of memory in the workspace of run "oom-1"; agent "hog" climbs from tier "small" to "standard"' "$RD_DIR/notice"
+ok $? "the caller is told, with a NOTICE, what that did to the agent's tier"
 is "$(q "SELECT size || '/' || (capabilities->>'resource_limits') FROM mesh.workspaces WHERE run_id = 'oom-1'")" "small/true" \
    "in a small workspace whose limits are enforced"
 is "$(q "SELECT status FROM mesh.execs WHERE run_id = 'oom-1'")" oom "the exec row says oom"
