@@ -685,7 +685,7 @@ typedef struct ExecFinishArgs
 {
 	MeshWorkspace *ws;
 	int64		exec_id;
-	MeshExecRecord *rec;
+	const MeshExecRecord *rec;
 } ExecFinishArgs;
 
 /* The exec's end and the run's charge, in one statement: the result path is hot. */
@@ -698,10 +698,6 @@ static const char exec_finish_sql[] =
 "   WHERE id = $1::bigint RETURNING workspace_id) "
 "UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + $9::float8, last_used_at = now() "
 "  FROM e WHERE w.id = e.workspace_id";
-
-/* An exec that ran out of memory raises its agent's tier, once per run. */
-static const char climb_on_oom_sql[] =
-"SELECT mesh.tier_climb_on_oom($1::bigint)";
 
 /* Text a PostgreSQL text column can hold: invalid UTF-8 and NUL become U+FFFD. */
 char *
@@ -773,11 +769,6 @@ exec_finish_body(void *arg)
 	mesh_sql(exec_finish_sql, 12, args);
 	if (r && r->egress_denials)
 		record_egress_denials(a->ws, a->exec_id, r->egress_denials);
-	if (strcmp(a->rec->status, "oom") == 0)
-	{
-		mesh_sql(climb_on_oom_sql, 1, args);
-		a->rec->tier_notice = mesh_sql_value(0, 1);
-	}
 }
 
 /*
@@ -785,11 +776,77 @@ exec_finish_body(void *arg)
  * in rec->result must already be sanitized text.
  */
 bool
-store_exec_finished(MeshWorkspace *ws, int64 exec_id, MeshExecRecord *rec, ErrorData **err)
+store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec, ErrorData **err)
 {
 	ExecFinishArgs a = {ws, exec_id, rec};
 
 	return mesh_txn("mesh worker: exec finished", exec_finish_body, &a, true, err);
+}
+
+/*--------------------------------------------------------------------------
+ * The OOM-aware tier climb (mesh.tier_climb_on_oom/_on_release).  Each runs
+ * in a transaction of its own, after the exec's end or the release is
+ * committed: bookkeeping on the agent's row must never cost the record of
+ * what happened (say, when the caller holds a lock on that row).
+ *--------------------------------------------------------------------------
+ */
+typedef struct ClimbArgs
+{
+	const char *id;
+	char	   *notice;
+} ClimbArgs;
+
+static const char climb_on_oom_sql[] =
+"SELECT mesh.tier_climb_on_oom($1::bigint)";
+
+static const char climb_on_release_sql[] =
+"SELECT mesh.tier_climb_on_release($1::bigint)";
+
+static void
+climb_on_oom_body(void *arg)
+{
+	ClimbArgs  *a = (ClimbArgs *) arg;
+
+	mesh_sql(climb_on_oom_sql, 1, &a->id);
+	a->notice = mesh_sql_value(0, 1);
+}
+
+/*
+ * An exec recorded oom raises its agent's tier, once per run; *notice says
+ * what happened, for the caller.
+ */
+bool
+store_tier_climb_on_oom(int64 exec_id, char **notice, ErrorData **err)
+{
+	ClimbArgs	a = {int64_text(exec_id), NULL};
+
+	if (!mesh_txn("mesh worker: tier climb", climb_on_oom_body, &a, true, err))
+		return false;
+	*notice = a.notice;
+	return true;
+}
+
+static void
+climb_on_release_body(void *arg)
+{
+	ClimbArgs  *a = (ClimbArgs *) arg;
+
+	mesh_sql(climb_on_release_sql, 1, &a->id);
+}
+
+/* A released run may be a clean one that counts towards resetting a climb. */
+static void
+count_clean_run(MeshWorkspace *ws)
+{
+	ClimbArgs	a = {int64_text(ws->id), NULL};
+	ErrorData  *err;
+
+	if (mesh_txn("mesh worker: tier climb reset", climb_on_release_body, &a, true, &err))
+		return;
+	ereport(LOG,
+			(errmsg("mesh: run \"%s\" was not counted towards resetting its agent's tier climb: %s",
+					ws->run_id, err->message)));
+	FreeErrorData(err);
 }
 
 /*--------------------------------------------------------------------------
@@ -984,10 +1041,6 @@ static const char revoke_run_tokens_sql[] =
 "UPDATE mesh.run_tokens SET revoked_at = now(), revoked_reason = 'the run released its workspace' "
 " WHERE run_id = $1 AND revoked_at IS NULL";
 
-/* A clean run at a climbed tier counts towards resetting the climb. */
-static const char climb_on_release_sql[] =
-"SELECT mesh.tier_climb_on_release($1::bigint)";
-
 static void
 released_body(void *arg)
 {
@@ -1000,7 +1053,6 @@ released_body(void *arg)
 	mesh_sql(mark_released_sql, 3, args);
 	mesh_sql(revoke_run_tokens_sql, 1, run);
 	mesh_sql(event_sql, 5, ev);
-	mesh_sql(climb_on_release_sql, 1, args);
 }
 
 bool
@@ -1010,6 +1062,7 @@ store_released(MeshWorkspace *ws, const char *outcome, const char *reason, Error
 
 	if (!mesh_txn("mesh worker: released", released_body, &a, true, err))
 		return false;
+	count_clean_run(ws);
 	if (strcmp(ws->status, "failed") != 0)
 		ws->status = "released";
 	ws->release_outcome = (char *) outcome;

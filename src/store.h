@@ -49,7 +49,6 @@ typedef struct MeshExecRecord
 	const char *error;
 	double		charged_seconds;
 	const char *charge_basis;
-	char	   *tier_notice;	/* set by store_exec_finished: what an oom did to the agent's tier */
 } MeshExecRecord;
 
 extern bool mesh_backend_from_workspace(const MeshWorkspace *ws, MeshBackend *be);
@@ -67,8 +66,9 @@ extern bool store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int6
 							   XLogRecPtr *commit_lsn, List **delivered, ErrorData **err);
 extern bool store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err);
 extern void mesh_flush_to(XLogRecPtr lsn);
-extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, MeshExecRecord *rec,
+extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
 								ErrorData **err);
+extern bool store_tier_climb_on_oom(int64 exec_id, char **notice, ErrorData **err);
 extern bool store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
 							 const char *failure, ErrorData **err);
 extern bool store_idle_hibernated(MeshWorkspace *ws, ErrorData **err);

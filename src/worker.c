@@ -107,6 +107,7 @@ static char *install_id;
 
 static void spawn_internal_release(const char *run_id, const char *reason);
 static bool workspace_has_capability(WorkerCall *call, const char *name);
+static void climb_tier(WorkerCall *call);
 
 /*--------------------------------------------------------------------------
  * Replies
@@ -856,11 +857,8 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	}
 	charge_budget(call, rec.charged_seconds);
 	notice_egress_denials(call, result.egress_denials);
-	if (rec.tier_notice)
-		queue_message(call, json_pack("{s:s}", "notice",
-									  psprintf("mesh: the command ran out of memory in the workspace of run \"%s\"; %s",
-											   call->run_id, rec.tier_notice)),
-					  NULL, 0);
+	if (strcmp(rec.status, "oom") == 0)
+		climb_tier(call);
 	reply_ok(call, json_pack("{s:i,s:s,s:s,s:s,s:b,s:I}",
 							 "exit_code", result.exit_code,
 							 "stdout", result.stdout_data,
@@ -869,6 +867,28 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 							 "truncated", result.truncated,
 							 "exec_id", (json_int_t) call->exec_id),
 			 NULL, 0);
+}
+
+/*
+ * The command ran out of memory: its agent's next runs get a larger tier
+ * (once per run), and the caller is told what happened to the tier.
+ */
+static void
+climb_tier(WorkerCall *call)
+{
+	ErrorData  *err;
+	char	   *what;
+
+	if (!store_tier_climb_on_oom(call->exec_id, &what, &err))
+	{
+		what = psprintf("its agent's tier climb could not be recorded: %s", err->message);
+		FreeErrorData(err);
+	}
+	if (what)
+		queue_message(call, json_pack("{s:s}", "notice",
+									  psprintf("mesh: the command ran out of memory in the workspace of run \"%s\"; %s",
+											   call->run_id, what)),
+					  NULL, 0);
 }
 
 /* The caller stopped waiting: kill the command's tree in the sandbox. */

@@ -3,9 +3,10 @@
 # (512 MiB) of a mesh-sandboxd that has the memory controller (run as root here) is
 # recorded oom, not ok; its run raises the agent's tier once, however many of its commands
 # run out of memory; the agent's next run is acquired one tier up, and the climb is an
-# event and a row of mesh.tier_climbs.
+# event and a row of mesh.tier_climbs.  A lock on the agent's row costs the climb, never
+# the exec's record.
 . "$(dirname "$0")/lib.sh"
-plan 11
+plan 14
 remote_daemon_start
 q "SELECT mesh.backend_add('oomhost', 'sandboxd', '{\"url\": \"http://127.0.0.1:$RD_PORT\"}', catalog_order => 20)" >/dev/null
 q "SELECT mesh.backend_set_credential('oomhost', trim(pg_read_file('$RD_DIR/token.pg'), E'\n'))" >/dev/null
@@ -37,6 +38,22 @@ is "$(q "SELECT size FROM mesh.workspaces WHERE run_id = 'oom-2'")" standard "th
 ref=$(q "SELECT external_ref FROM mesh.workspaces WHERE run_id = 'oom-2'")
 is "$(rd_api GET "/v1/workspaces/$ref" | python3 -c 'import json,sys;print(json.load(sys.stdin)["size"])')" standard \
    "and the backend was asked for that tier"
-q "SELECT mesh_release('oom-1'), mesh_release('oom-2')" >/dev/null
+# the climb is bookkeeping on the agent's row, in its own transaction: a caller holding a
+# lock on that row loses no record of what ran, only the climb, and is told so
+q "SELECT mesh.agent_set('hog-2', 'oomhost', default_size => 'small')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('oom-3', 'hog-2', 'olga')" >/dev/null
+q "SELECT exit_code FROM mesh_exec('oom-3', ARRAY['true'])" >/dev/null
+got=$(psql -X -qAt 2>"$RD_DIR/locked" <<SQL
+BEGIN;
+SELECT 1 FROM mesh.agents WHERE agent_id = 'hog-2' FOR UPDATE;
+SELECT status FROM mesh_exec('oom-3', $hog, timeout => '60 seconds');
+COMMIT;
+SQL
+)
+is "$(echo "$got" | tail -1)" oom "an oom exec in a transaction that locks its agent's row still returns oom"
+grep -q "tier climb could not be recorded" "$RD_DIR/locked"; ok $? "and the caller is told the climb was not recorded"
+is "$(q "SELECT string_agg(status::text, ',' ORDER BY id) FROM mesh.execs WHERE run_id = 'oom-3'")/$(q "SELECT count(*) FROM mesh.events WHERE run_id = 'oom-3' AND kind = 'tier_climb'")" \
+   "ok,oom/0" "the exec row is recorded all the same"
+q "SELECT mesh_release('oom-1'), mesh_release('oom-2'), mesh_release('oom-3')" >/dev/null
 q "SELECT mesh.backend_disable('oomhost')" >/dev/null
 done_testing
