@@ -18,7 +18,7 @@ SELECT state FROM regress.try($$SET mesh.max_stdin_size = '1GB'$$);
 
 -- a 250 MB stdin from a harness member is refused before the hand-off,
 -- with the argument, the size, the limit and the setting named
-SELECT status FROM mesh_acquire('contain-1', 'contain-agent', 'ivy');
+SELECT status FROM mesh_acquire('contain-1', 'bounded-agent', 'ivy');
 SELECT * FROM regress.try($$SELECT mesh_exec('contain-1', ARRAY['wc', '-c'], stdin => decode(repeat('a', 250000000), 'escape'))$$);
 -- one byte over the limit: the same, and the run was never even materialized
 SELECT * FROM regress.try($$SELECT mesh_exec('contain-1', ARRAY['wc', '-c'], stdin => decode(repeat('a', 16 * 1024 * 1024 + 1), 'escape'))$$);
