@@ -891,14 +891,19 @@ climb_on_release_body(void *arg)
 	mesh_sql(climb_on_release_sql, 1, &a->id);
 }
 
-/* A released run may be a clean one that counts towards resetting a climb. */
+/*
+ * A released run may be a clean one that counts towards resetting a climb.
+ * Committed asynchronously: a count lost in a crash only delays a reset.
+ */
 static void
 count_clean_run(MeshWorkspace *ws)
 {
 	ClimbArgs	a = {int64_text(ws->id), NULL};
 	ErrorData  *err;
 
-	if (mesh_txn("mesh worker: tier climb reset", climb_on_release_body, &a, true, &err))
+	if (ws->size == NULL)		/* never materialized: it ran nothing */
+		return;
+	if (mesh_txn("mesh worker: tier climb reset", climb_on_release_body, &a, false, &err))
 		return;
 	ereport(LOG,
 			(errmsg("mesh: run \"%s\" was not counted towards resetting its agent's tier climb: %s",
