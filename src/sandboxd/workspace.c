@@ -10,6 +10,7 @@
 #include "sandboxd.h"
 #include <dirent.h>
 #include <errno.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,8 +341,20 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
             json_object_update(ws->labels, labels);
     }
     bool ok = true;
-    if (fresh && !workspace_make_dirs(ws)) {
-        api_error_set(err, 500, "internal", "cannot create the workspace directory");
+    if (fresh && host_disk_refused()) {
+        struct passwd *self = getpwuid(geteuid());
+        api_error_set(err, 507, "disk_unbounded",
+                      "workspace files would share the filesystem of %s and could fill it; "
+                      "give them a filesystem of their own (as root: mesh-sandboxd --setup-host "
+                      "%s --state-dir %s --disk-bytes N, see docs/sandboxd.md)",
+                      g_config.protect_path, self ? self->pw_name : "USER", g_config.state_dir);
+        ok = false;
+    } else if (fresh && !workspace_make_dirs(ws)) {
+        if (errno == ENOSPC)
+            api_error_set(err, 507, "disk_full", "the workspaces' filesystem is full; release "
+                          "workspaces or give it more room (docs/sandboxd.md)");
+        else
+            api_error_set(err, 500, "internal", "cannot create the workspace directory");
         ok = false;
     } else if (ws->state != WS_RUNNING || !holder_running(ws)) {
         if (ws->state == WS_RUNNING)
@@ -504,6 +517,14 @@ static void workspace_revive(struct workspace *ws)
     workspace_persist(ws);
 }
 
+/* True when HOLDER_PID is the live holder of the registered running workspace ID (start-up,
+ * before the listeners: nothing else touches the registry yet). */
+static bool holds_workspace(const char *id, pid_t holder_pid)
+{
+    struct workspace *ws = registry_find(id);
+    return ws && ws->state == WS_RUNNING && ws->holder_pid == holder_pid && holder_running(ws);
+}
+
 /* Start-up: reload every workspace from the state dir; removes directories without a valid
  * meta.json (left by a crash during creation). */
 void workspaces_init(void)
@@ -535,6 +556,7 @@ void workspaces_init(void)
     if (d)
         closedir(d);
     free(root);
+    sandbox_kill_strays(holds_workspace);
 }
 
 /* --hibernate-on-exit: after the drain, stop every running workspace (files kept) so that no
@@ -559,4 +581,15 @@ void workspaces_hibernate_all(void)
         log_event("workspace %s: hibernated at exit", ws->id);
         workspace_put(ws);
     }
+}
+
+/* A bounded drain at exit: ends every command in flight in every workspace now (each answers
+ * "killed"), instead of waiting up to its timeout. Repeated while requests drain, so an exec
+ * that started just after one pass is ended by the next. */
+void workspaces_kill_execs(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (struct workspace *ws = registry; ws; ws = ws->next)
+        exec_kill_all(ws);
+    pthread_mutex_unlock(&registry_lock);
 }

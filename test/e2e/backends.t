@@ -4,10 +4,29 @@
 # the disable cascade, release by the row, size ceilings, capability records, and the
 # credential never leaking.
 . "$(dirname "$0")/lib.sh"
-plan 25
-remote_daemon_start
-sd=$RD_DIR port=$RD_PORT token=$RD_TOKEN
-remote_has() { rd_api GET "/v1/workspaces/$1" >/dev/null; }
+plan 26
+sd=$(mktemp -d /tmp/mesh-e2e-sd.XXXXXX); chmod 711 "$sd"
+port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+token="e2e-secret-$RANDOM$RANDOM$RANDOM"
+echo "$token" > "$sd/token"; chmod 600 "$sd/token"
+cp "$sd/token" "$sd/token.pg"; chown postgres "$sd/token.pg"; chmod 400 "$sd/token.pg"
+$(pg_config --bindir)/mesh-sandboxd --listen "127.0.0.1:$port" --token-file "$sd/token" \
+  --state-dir "$sd/state" --cgroup-name "mesh-e2e-$$" 2> "$sd/log" &
+daemon=$!
+cleanup() {   # destroy what the test daemon still holds (it keeps workspaces across its own exit)
+  for id in $(curl -sf -m 5 -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/workspaces" \
+              | python3 -c 'import json,sys;[print(w["id"]) for w in json.load(sys.stdin)["workspaces"]]' 2>/dev/null); do
+    curl -sf -m 10 -X DELETE -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/workspaces/$id" >/dev/null
+  done
+  kill -TERM $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$sd"
+  # the daemon leaves its (now empty) cgroup subtree behind: remove it, children first
+  for h in /sys/fs/cgroup/*/"mesh-e2e-$$"; do
+    [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null
+  done
+}
+trap cleanup EXIT
+for _ in $(seq 1 100); do curl -sf -m 2 -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/capabilities" >/dev/null && break; sleep 0.1; done
+remote_has() { curl -sf -m 5 -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/workspaces/$1" >/dev/null; }
 local_has() { curl -sf -m 5 --unix-socket "$PGDIR/data/mesh_sandboxd/sandboxd.sock" "http://localhost/v1/workspaces/$1" >/dev/null; }
 ref_of() { q "SELECT external_ref FROM mesh.workspaces WHERE run_id = '$1'"; }
 
@@ -32,14 +51,17 @@ q "SELECT 1 FROM mesh_acquire('pin-1', 'pinned-agent', 'mia')" >/dev/null
 is "$(q "SELECT stdout FROM mesh_exec('pin-1', ARRAY['echo', 'on remote'])")" "on remote" "a pinned agent's exec runs"
 is "$(q "SELECT backend_kind || '/' || size FROM mesh.workspaces WHERE run_id = 'pin-1'")" "remote/small" \
    "on its pinned backend, at the backend's size ceiling"
-size=$(rd_api GET "/v1/workspaces/$(ref_of pin-1)" | python3 -c 'import json,sys;print(json.load(sys.stdin)["size"])')
+size=$(curl -sf -m 5 -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/workspaces/$(ref_of pin-1)" | python3 -c 'import json,sys;print(json.load(sys.stdin)["size"])')
 is "$size" small "the backend was asked for the clamped tier"
 remote_has "$(ref_of pin-1)"; ok $? "the remote daemon holds the pinned run's workspace"
 local_has "$(ref_of pin-1)"; ok $((! $?)) "the local daemon does not"
 is "$(q "SELECT capabilities->>'shell' FROM mesh.workspaces WHERE run_id = 'pin-1'")" true "capabilities are recorded per workspace"
 is "$(q "SELECT (w1.capabilities->>'resource_limits') || '/' || (w2.capabilities->>'resource_limits')
-         FROM mesh.workspaces w1, mesh.workspaces w2 WHERE w1.run_id = 'pin-1' AND w2.run_id = 'sel-1'")" "true/false" \
-   "as each host reports them: limits enforced by the root daemon, not by the unprivileged one"
+         FROM mesh.workspaces w1, mesh.workspaces w2 WHERE w1.run_id = 'pin-1' AND w2.run_id = 'sel-1'")" "true/true" \
+   "as each host reports them: limits enforced by the root daemon and by the embedded one after its host set-up"
+is "$(q "SELECT (w1.capabilities->>'disk_limits') || '/' || (w2.capabilities->>'disk_limits')
+         FROM mesh.workspaces w1, mesh.workspaces w2 WHERE w1.run_id = 'pin-1' AND w2.run_id = 'sel-1'")" "false/true" \
+   "a disk bound on the embedded daemon's own filesystem, none on the bare root one"
 
 # the default changes; existing workspaces are still released by the backend their row names
 q "SELECT mesh.backend_set_order('remote', -1)" >/dev/null
@@ -70,7 +92,7 @@ is "$(q "SELECT mesh_release('gone-1')")" "must be released by hand" "a backend 
 is "$(q "SELECT release_outcome FROM mesh.workspaces WHERE run_id = 'gone-1'")" "must be released by hand" \
    "the row says so, and stays"
 remote_has "$ref3"; ok $? "the sandbox is still there, as the row says"
-rd_api DELETE "/v1/workspaces/$ref3" >/dev/null
+curl -sf -m 5 -X DELETE -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/workspaces/$ref3" >/dev/null
 
 # the credential never leaked
 leaks=$(grep -c "$token" "$PGDIR/server.log")
