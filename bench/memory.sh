@@ -12,15 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MIB=${1:-16}
-bash test/lib/deps.sh
-make -s >/dev/null && make -s install >/dev/null
-. test/lib/cluster.sh
-WORK=$(mktemp -d /tmp/mesh-bench.XXXXXX); chmod 755 "$WORK"
-trap 'mesh_cluster_stop "$WORK/pg"' EXIT
-mesh_cluster_start "$WORK/pg" "mesh.embedded_sandboxd = on" "mesh.workers = 1"
-mesh_wait_embedded "$WORK/pg"
-psql -X -q -c "CREATE EXTENSION mesh_exec"
-mesh_wait_workers
+. bench/lib.sh
+bench_cluster 1
 psql -X -qAt -c "SELECT 1 FROM mesh_acquire('bench-mem', 'bench', 'bench')" \
              -c "SELECT exit_code FROM mesh_exec('bench-mem', ARRAY['true'])" >/dev/null 2>&1
 worker=$(psql -X -qAt -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'mesh worker'")
