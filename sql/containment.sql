@@ -65,9 +65,10 @@ SELECT e.memory_peak_bytes IS NOT NULL = coalesce((w.capabilities->>'resource_li
 SELECT mesh_release('contain-1');
 
 ------------------------------------------------------------------------------
--- OOM-aware tier climb.  The embedded daemon here may not meter memory, so an
--- exec is marked oom as the worker records it and the worker's own state
--- function runs (test/e2e/containment.t provokes a real OOM).
+-- OOM-aware tier climb, its bookkeeping alone: an exec is marked oom as the
+-- worker records it, then the worker's own state function runs, so every
+-- branch (climb, once per run, clean runs, reset, cap) is quick to reach.
+-- test/e2e/oom_climb.t provokes a real OOM through the whole path.
 ------------------------------------------------------------------------------
 CREATE FUNCTION regress.oom_run(run text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
