@@ -94,6 +94,14 @@ static void init_report(const char *what, const char *reason)
         return;
 }
 
+/* strerror for the helpers: a constant string, no locale or translation machinery, which
+ * could allocate on memory shared with a daemon thread. */
+static const char *helper_strerror(int error)
+{
+    const char *text = strerrordesc_np(error);
+    return text ? text : "unknown error";
+}
+
 /* Highest capability number of this kernel (/proc/sys/kernel/cap_last_cap). */
 static int last_capability = CAP_LAST_CAP;
 
@@ -159,7 +167,7 @@ static int exec_command_stage(void *arg)
 {
     struct exec_run *run = arg;
     exec_with_path(run);
-    init_report(run->argv[0], errno == ENOENT ? "command not found" : strerror(errno));
+    init_report(run->argv[0], errno == ENOENT ? "command not found" : helper_strerror(errno));
     _exit(127);
 }
 
@@ -181,11 +189,11 @@ static int exec_init_stage(void *arg)
     signal(SIGPIPE, SIG_DFL);
     setsid();
     if (chdir("/workspace") != 0 || chdir(run->dir) != 0) {
-        init_report(run->dir, strerror(errno));
+        init_report(run->dir, helper_strerror(errno));
         _exit(127);
     }
     if (!drop_all_capabilities()) {
-        init_report("cannot drop privileges", strerror(errno));
+        init_report("cannot drop privileges", helper_strerror(errno));
         _exit(127);
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
@@ -194,7 +202,7 @@ static int exec_init_stage(void *arg)
     pid_t command = clone(exec_command_stage, run->stacks + 4 * HELPER_STACK_BYTES,
                           CLONE_VM | CLONE_VFORK | SIGCHLD, run);
     if (command < 0) {
-        init_report(run->argv[0], strerror(errno));
+        init_report(run->argv[0], helper_strerror(errno));
         _exit(127);
     }
     close(0);
@@ -529,6 +537,8 @@ static void exec_unregister(struct workspace *ws, struct exec_run *run)
             *p = run->next;
             break;
         }
+    if (!ws->execs)
+        pthread_cond_broadcast(&ws->execs_done);   /* a release may wait for this */
     pthread_mutex_unlock(&ws->lock);
 }
 

@@ -143,14 +143,14 @@ bool process_start_time(pid_t pid, unsigned long long *start, char *state)
     char st = ' ';
     unsigned long long value = 0;
     int field = 2;
-    for (char *tok = strtok(p + 1, " "); tok; tok = strtok(NULL, " ")) {
+    /* fields are single-space separated; no strtok: its state is shared by all threads */
+    for (char *tok = p + 1; field < 22 && *tok == ' '; tok += strcspn(tok, " ")) {
+        tok++;
         field++;
         if (field == 3)
-            st = tok[0];
-        if (field == 22) {
+            st = *tok;
+        if (field == 22)
             value = strtoull(tok, NULL, 10);
-            break;
-        }
     }
     if (state)
         *state = st;

@@ -46,14 +46,21 @@ char *workspace_files_dir(const char *id)
     return xasprintf("%s/workspaces/%s/files", g_config.state_dir, id);
 }
 
-/* A fresh, unregistered workspace object with every descriptor closed. */
+/* A fresh, unregistered workspace object with every descriptor closed; NULL when out of
+ * memory. */
 static struct workspace *workspace_new(const char *id)
 {
     struct workspace *ws = calloc(1, sizeof *ws);
+    json_t *labels = json_object();
+    if (!ws || !labels) {
+        free(ws);
+        json_decref(labels);
+        return NULL;
+    }
     snprintf(ws->id, sizeof ws->id, "%s", id);
     ws->tier = tier_by_name("standard");
     snprintf(ws->network, sizeof ws->network, "none");
-    ws->labels = json_object();
+    ws->labels = labels;
     ws->created_at = time(NULL);
     ws->state = WS_STOPPING;   /* not usable until started or loaded */
     for (int i = 0; i < 8; i++)
@@ -63,6 +70,7 @@ static struct workspace *workspace_new(const char *id)
         ws->cgroup_fds[c] = -1;
     pthread_mutex_init(&ws->lock, NULL);
     pthread_mutex_init(&ws->lifecycle, NULL);
+    pthread_cond_init(&ws->execs_done, NULL);
     return ws;
 }
 
@@ -75,6 +83,7 @@ static void workspace_free(struct workspace *ws)
     json_decref(ws->allow);
     pthread_mutex_destroy(&ws->lock);
     pthread_mutex_destroy(&ws->lifecycle);
+    pthread_cond_destroy(&ws->execs_done);
     free(ws);
 }
 
@@ -87,7 +96,9 @@ static struct workspace *registry_find(const char *id)
     return NULL;
 }
 
-/* Unlinks WS from the registry and drops the registry's reference. */
+/* Unlinks WS from the registry and drops the registry's reference. The caller holds
+ * WS's lifecycle lock and a reference of its own, so an acquire waiting for the lifecycle
+ * lock sees "removed" and starts over with a new object. */
 static void registry_remove(struct workspace *ws)
 {
     pthread_mutex_lock(&registry_lock);
@@ -96,9 +107,11 @@ static void registry_remove(struct workspace *ws)
             *p = ws->next;
             break;
         }
+    pthread_mutex_lock(&ws->lock);
     ws->removed = true;
+    pthread_mutex_unlock(&ws->lock);
+    ws->refcount--;   /* never the last: the caller holds one */
     pthread_mutex_unlock(&registry_lock);
-    workspace_put(ws);
 }
 
 /* Returns a referenced workspace by id, or NULL with bad_workspace_id/workspace_not_found. */
@@ -136,22 +149,32 @@ static void format_time(time_t t, char *out, size_t size)
     strftime(out, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* The state of WS as another thread sees it (the lifecycle holder may read ws->state). */
+enum ws_state workspace_state(struct workspace *ws)
+{
+    pthread_mutex_lock(&ws->lock);
+    enum ws_state state = ws->state;
+    pthread_mutex_unlock(&ws->lock);
+    return state;
+}
+
 /* The list-entry object of a workspace. */
 json_t *workspace_describe(struct workspace *ws)
 {
     char created[32];
     format_time(ws->created_at, created, sizeof created);
     json_t *doc = json_pack("{s:s,s:s,s:s,s:s,s:s,s:O}", "id", ws->id, "state",
-                            ws->state == WS_RUNNING ? "running" : "hibernated", "size",
+                            workspace_state(ws) == WS_RUNNING ? "running" : "hibernated", "size",
                             ws->tier->name, "network", ws->network, "created_at", created,
                             "labels", ws->labels);
-    if (ws->allow)
+    if (doc && ws->allow)
         json_object_set(doc, "allow", ws->allow);
     return doc;
 }
 
-/* Writes meta.json for WS (atomic replace). */
-static bool workspace_persist(struct workspace *ws)
+/* Writes meta.json for WS (atomic replace); ERR (may be NULL) says why it could not. The
+ * caller holds WS's lifecycle lock. */
+static bool workspace_persist(struct workspace *ws, struct api_error *err)
 {
     char *dir = workspace_dir(ws->id);
     char *path = xasprintf("%s/meta.json", dir);
@@ -162,12 +185,17 @@ static bool workspace_persist(struct workspace *ws)
                              ws->state == WS_RUNNING ? "running" : "hibernated", "holder_pid",
                              (json_int_t)ws->holder_pid, "holder_start",
                              (json_int_t)ws->holder_start);
-    if (ws->allow)
+    if (meta && ws->allow)
         json_object_set(meta, "allow", ws->allow);
-    char *text = json_dumps(meta, JSON_COMPACT);
-    bool ok = write_file_atomic(path, text, strlen(text), 0600);
-    if (!ok)
-        log_event("workspace %s: cannot persist state", ws->id);
+    char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
+    errno = ENOMEM;
+    bool ok = text && write_file_atomic(path, text, strlen(text), 0600);
+    if (!ok) {
+        int error = errno;
+        log_event("workspace %s: cannot persist state: %s", ws->id, strerror(error));
+        if (err)
+            api_error_from_errno(err, error, "cannot persist the workspace's state");
+    }
     free(text);
     json_decref(meta);
     free(path);
@@ -213,14 +241,17 @@ static void workspace_stop(struct workspace *ws)
     ws->state = WS_STOPPING;
     pthread_mutex_unlock(&ws->lock);
     exec_kill_all(ws);
-    for (int i = 0; i < 10000; i++) {   /* execs unregister once their helpers are reaped */
-        pthread_mutex_lock(&ws->lock);
-        bool idle = ws->execs == NULL;
-        pthread_mutex_unlock(&ws->lock);
-        if (idle)
-            break;
-        usleep(1000);
+    /* Execs unregister once their helpers are reaped. Only then may the descriptors they
+     * join through be closed: a closed number can be reused by another workspace's. */
+    pthread_mutex_lock(&ws->lock);
+    while (ws->execs) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 10;
+        if (pthread_cond_timedwait(&ws->execs_done, &ws->lock, &until) != 0 && ws->execs)
+            log_event("workspace %s: still waiting for killed execs to end", ws->id);
     }
+    pthread_mutex_unlock(&ws->lock);
     sandbox_stop(ws);
     cgroup_close_fds(ws->cgroup_fds);
     cgroup_workspace_remove(ws->id);
@@ -292,19 +323,46 @@ static bool parse_acquire_body(json_t *body, const struct size_tier **tier, json
     return true;
 }
 
-/* Finds or registers the workspace ID and returns it referenced; *CREATED if new. */
-static struct workspace *find_or_register(const char *id, bool *created)
+/* Creation-time settings of an acquire: a later acquire never changes them. */
+struct ws_settings {
+    const struct size_tier *tier;
+    const char *network;
+    json_t *allow;
+    json_t *labels;
+};
+
+/* A new workspace object carrying SETTINGS, complete before any other thread can see it
+ * (these fields are never written again); NULL when out of memory. */
+static struct workspace *workspace_new_with(const char *id, const struct ws_settings *settings)
+{
+    struct workspace *ws = workspace_new(id);
+    if (!ws)
+        return NULL;
+    ws->tier = settings->tier;
+    snprintf(ws->network, sizeof ws->network, "%s", settings->network);
+    ws->allow = json_incref(settings->allow);
+    if (settings->labels && json_object_update(ws->labels, settings->labels) != 0) {
+        workspace_free(ws);
+        return NULL;
+    }
+    return ws;
+}
+
+/* Finds or registers the workspace ID and returns it referenced; *CREATED if new. NULL only
+ * when a new object cannot be allocated. */
+static struct workspace *find_or_register(const char *id, const struct ws_settings *settings,
+                                          bool *created)
 {
     pthread_mutex_lock(&registry_lock);
     struct workspace *ws = registry_find(id);
     *created = ws == NULL;
-    if (!ws) {
-        ws = workspace_new(id);
+    if (!ws && (ws = workspace_new_with(id, settings))) {
         ws->refcount = 1;   /* the registry's */
         ws->next = registry;
         registry = ws;
     }
-    ws->refcount++;
+    if (ws)
+        ws->refcount++;
     pthread_mutex_unlock(&registry_lock);
     return ws;
 }
@@ -312,42 +370,37 @@ static struct workspace *find_or_register(const char *id, bool *created)
 /* PUT /v1/workspaces/{id}: create or wake, idempotent. */
 json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
 {
-    const struct size_tier *tier;
-    json_t *labels, *resp = NULL, *allow;
-    const char *network;
+    struct ws_settings settings;
+    json_t *resp = NULL;
     bool created, woke = false;
     if (!workspace_id_valid(id)) {
         api_error_set(err, 400, "bad_workspace_id", "workspace id is not valid");
         return NULL;
     }
-    if (!parse_acquire_body(body, &tier, &labels, err) ||
-        !parse_network(body, &network, &allow, err))
+    if (!parse_acquire_body(body, &settings.tier, &settings.labels, err) ||
+        !parse_network(body, &settings.network, &settings.allow, err))
         return NULL;
-    struct workspace *ws = find_or_register(id, &created);
+    struct workspace *ws = find_or_register(id, &settings, &created);
+    json_decref(settings.allow);
+    if (!ws) {
+        api_error_from_errno(err, ENOMEM, "cannot register the workspace");
+        return NULL;
+    }
     pthread_mutex_lock(&ws->lifecycle);
     if (ws->removed) {   /* released while we waited: start over */
         pthread_mutex_unlock(&ws->lifecycle);
         workspace_put(ws);
-        json_decref(allow);
         return workspace_acquire(id, body, err);
     }
-    bool fresh = created;
-    if (fresh) {   /* creation-time settings: a later acquire never changes them */
-        ws->tier = tier;
-        snprintf(ws->network, sizeof ws->network, "%s", network);
-        ws->allow = json_incref(allow);
-        if (labels)
-            json_object_update(ws->labels, labels);
-    }
     bool ok = true;
-    if (fresh && !workspace_make_dirs(ws)) {
+    if (created && !workspace_make_dirs(ws)) {
         api_error_set(err, 500, "internal", "cannot create the workspace directory");
         ok = false;
     } else if (ws->state != WS_RUNNING || !holder_running(ws)) {
         if (ws->state == WS_RUNNING)
             workspace_stop(ws);   /* holder died under us: restart it over the same files */
         woke = !created;
-        ok = workspace_start(ws, err) && workspace_persist(ws);
+        ok = workspace_start(ws, err) && workspace_persist(ws, err);
     }
     if (ok) {
         resp = workspace_describe(ws);
@@ -364,12 +417,10 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
         char *dir = workspace_dir(ws->id);
         remove_tree(dir);
         free(dir);
+        registry_remove(ws);
     }
     pthread_mutex_unlock(&ws->lifecycle);
-    if (!ok && created)
-        registry_remove(ws);
     workspace_put(ws);
-    json_decref(allow);
     return resp;
 }
 
@@ -396,16 +447,15 @@ json_t *workspace_release(const char *id, json_t *body, struct api_error *err)
     }
     workspace_stop(ws);
     if (hibernate) {
-        workspace_persist(ws);
+        workspace_persist(ws, NULL);
     } else {
         char *dir = workspace_dir(ws->id);
         if (!remove_tree(dir))
             log_event("workspace %s: could not remove %s completely", ws->id, dir);
         free(dir);
+        registry_remove(ws);
     }
     pthread_mutex_unlock(&ws->lifecycle);
-    if (!hibernate)
-        registry_remove(ws);
     log_event("workspace %s: released (%s)", id, hibernate ? "hibernated" : "destroyed");
     workspace_put(ws);
     return json_pack("{s:s,s:s}", "id", id, "outcome", hibernate ? "hibernated" : "destroyed");
@@ -432,7 +482,7 @@ json_t *workspace_list(const char *label_filter, struct api_error *err)
         json_t *v = value ? json_object_get(ws->labels, key) : NULL;
         if (value && (!json_is_string(v) || strcmp(json_string_value(v), value) != 0))
             continue;
-        if (ws->state == WS_STOPPING)
+        if (workspace_state(ws) == WS_STOPPING)
             continue;   /* being created or released */
         json_array_append_new(list, workspace_describe(ws));
     }
@@ -501,7 +551,7 @@ static void workspace_revive(struct workspace *ws)
     }
     if (ws->state != WS_RUNNING)
         ws->holder_pid = 0;
-    workspace_persist(ws);
+    workspace_persist(ws, NULL);
 }
 
 /* Start-up: reload every workspace from the state dir; removes directories without a valid
@@ -545,7 +595,7 @@ void workspaces_hibernate_all(void)
         struct workspace *ws = NULL;
         pthread_mutex_lock(&registry_lock);
         for (struct workspace *w = registry; w && !ws; w = w->next)
-            if (w->state == WS_RUNNING) {
+            if (workspace_state(w) == WS_RUNNING) {
                 ws = w;
                 ws->refcount++;
             }
@@ -554,7 +604,7 @@ void workspaces_hibernate_all(void)
             return;
         pthread_mutex_lock(&ws->lifecycle);
         workspace_stop(ws);
-        workspace_persist(ws);
+        workspace_persist(ws, NULL);
         pthread_mutex_unlock(&ws->lifecycle);
         log_event("workspace %s: hibernated at exit", ws->id);
         workspace_put(ws);

@@ -6,7 +6,8 @@
 # ok/not ok lines.
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-SANDBOXD="$REPO/src/sandboxd/mesh-sandboxd"
+# MESH_SANDBOXD selects another build of the daemon (e.g. the sanitizer ones, see .ci/run).
+SANDBOXD="${MESH_SANDBOXD:-$REPO/src/sandboxd/mesh-sandboxd}"
 TEST_N=0
 TEST_FAILED=0
 SD_DIRS=()
