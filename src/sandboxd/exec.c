@@ -37,6 +37,21 @@
 #include <unistd.h>
 
 #define HELPER_STACK_BYTES (128 * 1024)
+
+/*
+ * ThreadSanitizer models every clone() as a fork() and corrupts its own state when the child
+ * shares the parent's memory. A TSan build (make tsan) therefore gives the helpers a copy of
+ * the memory (slower, same results) and puts the exec_run they write back into a shared
+ * mapping: the daemon's threads stay fully checked, the helpers run as they would anyway.
+ */
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
+#define HELPER_CLONE_VM 0
+#else
+#define HELPER_CLONE_VM CLONE_VM
+#endif
 #define DEFAULT_TIMEOUT_MS 300000
 
 enum kill_reason { KILL_NONE, KILL_TIMEOUT, KILL_REQUEST, KILL_RELEASE };
@@ -200,7 +215,7 @@ static int exec_init_stage(void *arg)
     if (kill_requested(run))
         _exit(137);
     pid_t command = clone(exec_command_stage, run->stacks + 4 * HELPER_STACK_BYTES,
-                          CLONE_VM | CLONE_VFORK | SIGCHLD, run);
+                          HELPER_CLONE_VM | CLONE_VFORK | SIGCHLD, run);
     if (command < 0) {
         init_report(run->argv[0], helper_strerror(errno));
         _exit(127);
@@ -232,7 +247,7 @@ static int exec_pidns_stage(void *arg)
         helper_fail(run, "unshare(pid)");
     /* the kernel stores the pidfd in run->init_pidfd before init runs */
     pid_t init = clone(exec_init_stage, run->stacks + 3 * HELPER_STACK_BYTES,
-                       CLONE_VM | CLONE_PIDFD | SIGCHLD, run, &run->init_pidfd);
+                       HELPER_CLONE_VM | CLONE_PIDFD | SIGCHLD, run, &run->init_pidfd);
     if (init < 0)
         helper_fail(run, "clone(init)");
     if (kill_requested(run))
@@ -277,7 +292,7 @@ static int exec_outer_stage(void *arg)
     if (kill_requested(run))
         _exit(0);
     pid_t pidns = clone(exec_pidns_stage, run->stacks + 2 * HELPER_STACK_BYTES,
-                        CLONE_VM | CLONE_FILES | SIGCHLD, run);
+                        HELPER_CLONE_VM | CLONE_FILES | SIGCHLD, run);
     if (pidns < 0)
         helper_fail(run, "clone(pidns)");
     while (waitpid(pidns, NULL, __WALL) < 0 && errno == EINTR)
@@ -685,7 +700,8 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     pid_t outer = -1;
     if (run->stacks != MAP_FAILED && open_stdio(run, req->has_stdin, &stdin_w, &out_r, &err_r))
         outer = clone(exec_outer_stage, run->stacks + HELPER_STACK_BYTES,
-                      CLONE_VM | CLONE_FILES | CLONE_PIDFD | SIGCHLD, run, &run->outer_pidfd);
+                      HELPER_CLONE_VM | CLONE_FILES | CLONE_PIDFD | SIGCHLD, run,
+                      &run->outer_pidfd);
     if (outer < 0) {
         api_error_set(err, 500, "spawn_failed", "cannot start the exec: %s", strerror(errno));
     } else {
@@ -727,6 +743,26 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     return resp;
 }
 
+/* A zeroed exec_run the helpers can write into: ordinary memory when they share ours, a
+ * shared mapping when they run on a copy (HELPER_CLONE_VM 0). NULL when out of memory. */
+static struct exec_run *exec_run_alloc(void)
+{
+    if (HELPER_CLONE_VM)
+        return calloc(1, sizeof(struct exec_run));
+    void *p = mmap(NULL, sizeof(struct exec_run), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Frees what exec_run_alloc returned. */
+static void exec_run_free(struct exec_run *run)
+{
+    if (HELPER_CLONE_VM)
+        free(run);
+    else
+        munmap(run, sizeof *run);
+}
+
 /* POST /v1/workspaces/{id}/exec */
 json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *err)
 {
@@ -739,7 +775,12 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
         exec_request_free(&req);
         return NULL;
     }
-    run = calloc(1, sizeof *run);
+    run = exec_run_alloc();
+    if (!run) {
+        api_error_from_errno(err, ENOMEM, "cannot start the exec");
+        exec_request_free(&req);
+        return NULL;
+    }
     run->ws = ws;
     run->key = req.key ? strdup(req.key) : NULL;
     run->argv = req.argv;
@@ -761,7 +802,7 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
     close_fd(&run->outer_pidfd);
     close_fd(&run->init_pidfd);
     free(run->key);
-    free(run);
+    exec_run_free(run);
     exec_request_free(&req);
     return resp;
 }

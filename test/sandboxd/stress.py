@@ -2,7 +2,7 @@
 """stress.py - many concurrent clients, each on its own workspaces, checking that every answer
 belongs to its own request.
 
-Usage: stress.py URL TOKEN CLIENTS SECONDS
+Usage: stress.py URL TOKEN CLIENTS SECONDS [NETWORK]
 
 Each client thread keeps one HTTP/1.1 keep-alive connection (as the extension's workers do)
 and repeats a turn until SECONDS have passed: create a workspace with a fresh nonce as label,
@@ -22,6 +22,7 @@ import time
 import urllib.parse
 
 URL, TOKEN, CLIENTS, SECONDS = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+NETWORK = sys.argv[5] if len(sys.argv) > 5 else "none"
 parsed = urllib.parse.urlparse(URL)
 BURST = 10
 lock = threading.Lock()
@@ -61,13 +62,14 @@ def turn(conn, client, n):
     ws = "st-%d-%d" % (client, n)
     nonce = "%s-%s" % (ws, os.urandom(8).hex())
     base = "/v1/workspaces/" + ws
-    st, r = call(conn, "PUT", base, {"size": "small", "labels": {"nonce": nonce}})
+    st, r = call(conn, "PUT", base, {"size": "small", "network": NETWORK,
+                                      "labels": {"nonce": nonce}})
     expect(st == 200 and r.get("id") == ws and r.get("created") is True
            and r.get("labels", {}).get("nonce") == nonce, "acquire " + ws, (st, r))
     st, r = call(conn, "PUT", base + "/files?path=nonce.txt", nonce.encode())
     expect(st == 200 and r.get("path") == "/workspace/nonce.txt" and r.get("bytes") == len(nonce),
            "write " + ws, (st, r))
-    st, r = call(conn, "POST", base + "/exec", {"argv": ["echo", nonce]})
+    st, r = call(conn, "POST", base + "/exec", {"argv": ["echo", nonce], "exec_key": n})
     out = base64.b64decode(r.get("stdout_b64", "")) if st == 200 else b""
     expect(st == 200 and r.get("exit_code") == 0 and out == (nonce + "\n").encode(),
            "exec echo " + ws, (st, r))
