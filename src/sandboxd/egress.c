@@ -557,11 +557,19 @@ static void *accept_thread(void *arg)
 
 /* ---- the listener inside the workspace's network namespace ---- */
 
+/* The listener child's arguments. */
+struct listener_spawn {
+    struct workspace *ws;
+    int sock;
+};
+
 /* Child side: joins the namespace (through its owning user namespace when not root), binds
- * 127.0.0.1:EGRESS_PORT there and sends the socket back. Only system calls: we were forked
- * from a threaded process. */
-static void listener_child(struct workspace *ws, int sock)
+ * 127.0.0.1:EGRESS_PORT there and sends the socket back. Only system calls: it borrows the
+ * daemon's memory (spawn_borrowing). */
+static int listener_child(void *arg)
 {
+    struct workspace *ws = ((struct listener_spawn *)arg)->ws;
+    int sock = ((struct listener_spawn *)arg)->sock;
     if ((!g_config.is_root && setns(ws->ns_fds[0], CLONE_NEWUSER) != 0) ||
         setns(ws->ns_fds[3], CLONE_NEWNET) != 0)
         _exit(2);
@@ -608,9 +616,8 @@ static int make_listener(struct workspace *ws)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
         return -1;
-    pid_t pid = fork();
-    if (pid == 0)
-        listener_child(ws, sv[1]);
+    struct listener_spawn spawn = {ws, sv[1]};
+    pid_t pid = spawn_borrowing(listener_child, &spawn);
     close(sv[1]);
     int fd = pid > 0 ? receive_fd(sv[0]) : -1;
     close(sv[0]);

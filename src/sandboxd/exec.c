@@ -38,20 +38,6 @@
 
 #define HELPER_STACK_BYTES (128 * 1024)
 
-/*
- * ThreadSanitizer models every clone() as a fork() and corrupts its own state when the child
- * shares the parent's memory. A TSan build (make tsan) therefore gives the helpers a copy of
- * the memory (slower, same results) and puts the exec_run they write back into a shared
- * mapping: the daemon's threads stay fully checked, the helpers run as they would anyway.
- */
-#ifndef __has_feature
-#define __has_feature(x) 0
-#endif
-#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
-#define HELPER_CLONE_VM 0
-#else
-#define HELPER_CLONE_VM CLONE_VM
-#endif
 #define DEFAULT_TIMEOUT_MS 300000
 
 enum kill_reason { KILL_NONE, KILL_TIMEOUT, KILL_REQUEST, KILL_RELEASE };

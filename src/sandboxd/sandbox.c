@@ -19,6 +19,7 @@
 #include <linux/nsfs.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -256,15 +257,23 @@ static void build_holder_cmd(struct bwrap_cmd *cmd, const char *id, const char *
                                        "--info-fd", "3", "--", "sleep", "infinity", NULL});
 }
 
-/* In the forked child: join the workspace cgroups, become the sandbox user, exec bwrap with
- * the info pipe as fd 3 and nothing else inherited. Never returns. */
-static void holder_child_exec(struct workspace *ws, int info_write_fd, char **argv)
+/* What the holder's spawned child needs, all prepared before it starts. */
+struct holder_spawn {
+    struct workspace *ws;
+    int info_write_fd;
+    char **argv;
+    char *log_path;
+};
+
+/* In the child (spawn_borrowing: system calls only): join the workspace cgroups, become the
+ * sandbox user, exec bwrap with the info pipe as fd 3 and nothing else inherited. */
+static int holder_child_exec(void *arg)
 {
+    struct holder_spawn *spawn = arg;
+    struct workspace *ws = spawn->ws;
     sigset_t none;
-    char *dir = workspace_dir(ws->id);
-    char *log_path = xasprintf("%s/holder.log", dir);
     int null_fd = open("/dev/null", O_RDWR);
-    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int log_fd = open(spawn->log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (null_fd < 0 || log_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0 ||
         dup2(log_fd, 2) < 0)
         _exit(125);
@@ -272,18 +281,21 @@ static void holder_child_exec(struct workspace *ws, int info_write_fd, char **ar
         if (ws->cgroup_fds[c] >= 0 && write(ws->cgroup_fds[c], "0", 1) != 1)
             _exit(125);
     setsid();
-    if (dup2(info_write_fd, 3) != 3)
+    if (dup2(spawn->info_write_fd, 3) != 3)
         _exit(125);
     close_range(4, ~0U, 0);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
+    /* raw system calls: glibc's wrappers would broadcast to the daemon's threads */
     if (g_config.is_root &&
-        (setgroups(1, &g_config.sandbox_gid) != 0 ||
-         setresgid(g_config.sandbox_gid, g_config.sandbox_gid, g_config.sandbox_gid) != 0 ||
-         setresuid(g_config.sandbox_uid, g_config.sandbox_uid, g_config.sandbox_uid) != 0))
+        (syscall(SYS_setgroups, 1, &g_config.sandbox_gid) != 0 ||
+         syscall(SYS_setresgid, g_config.sandbox_gid, g_config.sandbox_gid,
+                 g_config.sandbox_gid) != 0 ||
+         syscall(SYS_setresuid, g_config.sandbox_uid, g_config.sandbox_uid,
+                 g_config.sandbox_uid) != 0))
         _exit(125);
-    execv(g_config.bwrap_path, argv);
+    execv(g_config.bwrap_path, spawn->argv);
     _exit(127);
 }
 
@@ -458,13 +470,18 @@ static void log_holder_failure(struct workspace *ws)
 bool sandbox_start(struct workspace *ws, struct api_error *err)
 {
     char *files = workspace_files_dir(ws->id);
+    char *dir = workspace_dir(ws->id);
+    struct holder_spawn spawn = {.ws = ws, .log_path = xasprintf("%s/holder.log", dir)};
     struct bwrap_cmd *cmd = calloc(1, sizeof *cmd);
     int info[2];
-    build_holder_cmd(cmd, ws->id, files);
-    bool ok = pipe2(info, O_CLOEXEC) == 0;
-    pid_t child = ok ? fork() : -1;
-    if (child == 0)
-        holder_child_exec(ws, info[1], cmd->argv);
+    bool ok = cmd && pipe2(info, O_CLOEXEC) == 0;
+    pid_t child = -1;
+    if (ok) {
+        build_holder_cmd(cmd, ws->id, files);
+        spawn.info_write_fd = info[1];
+        spawn.argv = cmd->argv;
+        child = spawn_borrowing(holder_child_exec, &spawn);
+    }
     if (ok) {
         close(info[1]);
         ws->holder_pid = child > 0 ? read_holder_pid(info[0]) : -1;
@@ -475,6 +492,7 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
          process_start_time(ws->holder_pid, &ws->holder_start, NULL) &&
          wait_holder_ready(ws->holder_pid) && open_holder_fds(ws) && egress_start(ws);
     if (!ok) {
+        int error = errno;   /* what the failing step left, before the cleanup's calls */
         log_holder_failure(ws);
         if (ws->holder_pid > 0)
             kill(ws->holder_pid, SIGKILL);
@@ -484,13 +502,18 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
         }
         sandbox_close_fds(ws);
         ws->holder_pid = 0;
-        api_error_set(err, 500, "spawn_failed", "the sandbox could not be started");
+        if (errno_is_exhaustion(error))
+            api_error_from_errno(err, error, "cannot start the sandbox");
+        else
+            api_error_set(err, 500, "spawn_failed", "the sandbox could not be started");
     } else {
         if (g_config.is_root)
             protect_holder_from_oom(ws->holder_pid);
         log_event("workspace %s: holder pid %d started", ws->id, (int)ws->holder_pid);
     }
     free(files);
+    free(dir);
+    free(spawn.log_path);
     free(cmd);
     return ok;
 }

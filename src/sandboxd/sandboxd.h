@@ -104,6 +104,7 @@ struct api_error {
 void api_error_set(struct api_error *err, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void api_error_from_errno(struct api_error *err, int error, const char *what);
+bool errno_is_exhaustion(int error);
 
 /* ---- JSON helpers (json.c) ---- */
 bool json_get_string(json_t *obj, const char *field, const char **out, struct api_error *err);
@@ -239,6 +240,23 @@ void http_stop(void);
 extern int g_shutting_down;   /* __atomic_load_n / __atomic_store_n */
 
 /* ---- small utilities (util.c) ---- */
+
+/*
+ * Children that borrow the daemon's memory (exec helpers, holder and listener spawns) are
+ * created with CLONE_VM: no page tables are copied, so their cost does not grow with the
+ * daemon's threads and mappings. ThreadSanitizer models every clone() as a fork() and corrupts
+ * its own state when the child shares memory, so a TSan build (make tsan) gives them a copy
+ * instead (slower, same results); what exec helpers write back then lives in a shared mapping.
+ */
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
+#define HELPER_CLONE_VM 0
+#else
+#define HELPER_CLONE_VM CLONE_VM
+#endif
+pid_t spawn_borrowing(int (*fn)(void *), void *arg);
 double monotonic_ms(void);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool write_file_atomic(const char *path, const char *data, size_t len, mode_t mode);

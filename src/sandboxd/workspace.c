@@ -13,12 +13,56 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct workspace *registry;
+
+/*
+ * Admission by descriptors: a running workspace keeps up to FDS_PER_WORKSPACE open (8
+ * namespaces, its root, 4 cgroups, the egress listener); a quarter of the open-files limit
+ * stays free for requests, exec pipes and proxied connections. Past running_max a create or
+ * wake answers out_of_resources before anything is made, instead of failing half way.
+ */
+#define FDS_PER_WORKSPACE 14
+static int running_count;   /* workspaces holding descriptors; under registry_lock */
+static int running_max;     /* set once at start */
+
+/* Reserves the descriptors of one more running workspace; out_of_resources at the limit. */
+static bool running_slot_take(struct api_error *err)
+{
+    pthread_mutex_lock(&registry_lock);
+    bool ok = running_count < running_max;
+    if (ok)
+        running_count++;
+    pthread_mutex_unlock(&registry_lock);
+    if (!ok)
+        api_error_set(err, 503, "out_of_resources",
+                      "%d workspaces are running, the most this daemon's open-files limit "
+                      "allows; release some or raise the limit", running_max);
+    return ok;
+}
+
+/* Gives a reservation back (start failed, or the workspace stopped). */
+static void running_slot_give(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    running_count--;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* Sets running_max from the open-files limit (after main raised it). */
+static void running_max_init(void)
+{
+    struct rlimit lim;
+    rlim_t files = getrlimit(RLIMIT_NOFILE, &lim) == 0 ? lim.rlim_cur : 1024;
+    running_max = (int)((files / 4 * 3) / FDS_PER_WORKSPACE);
+    log_event("at most %d running workspaces (open-files limit %llu)", running_max,
+              (unsigned long long)files);
+}
 
 /* [A-Za-z0-9][A-Za-z0-9._-]{0,127} */
 bool workspace_id_valid(const char *id)
@@ -218,13 +262,17 @@ static bool workspace_make_dirs(struct workspace *ws)
 /* Starts cgroups and holder for WS (new or hibernated); on failure nothing is left running. */
 static bool workspace_start(struct workspace *ws, struct api_error *err)
 {
+    if (!running_slot_take(err))
+        return false;
     if (!cgroup_workspace_create(ws->id, ws->tier, ws->cgroup_fds)) {
         api_error_set(err, 500, "spawn_failed", "cannot create the workspace's cgroups");
+        running_slot_give();
         return false;
     }
     if (!sandbox_start(ws, err)) {
         cgroup_close_fds(ws->cgroup_fds);
         cgroup_workspace_remove(ws->id);
+        running_slot_give();
         return false;
     }
     pthread_mutex_lock(&ws->lock);
@@ -237,6 +285,7 @@ static bool workspace_start(struct workspace *ws, struct api_error *err)
  * Files stay. */
 static void workspace_stop(struct workspace *ws)
 {
+    bool was_running = ws->state == WS_RUNNING;   /* it holds a slot */
     pthread_mutex_lock(&ws->lock);
     ws->state = WS_STOPPING;
     pthread_mutex_unlock(&ws->lock);
@@ -258,6 +307,8 @@ static void workspace_stop(struct workspace *ws)
     pthread_mutex_lock(&ws->lock);
     ws->state = WS_HIBERNATED;
     pthread_mutex_unlock(&ws->lock);
+    if (was_running)
+        running_slot_give();
 }
 
 /* Network settings of an acquire body: "network" none|open|allowlist and, for allowlist,
@@ -518,6 +569,10 @@ static struct workspace *workspace_load(const char *id)
         return NULL;
     }
     struct workspace *ws = workspace_new(id);
+    if (!ws) {
+        json_decref(meta);
+        return NULL;
+    }
     ws->tier = tier_by_name(size);
     if (json_is_object(json_object_get(meta, "labels")))
         json_object_update(ws->labels, json_object_get(meta, "labels"));
@@ -559,6 +614,7 @@ static void workspace_revive(struct workspace *ws)
 void workspaces_init(void)
 {
     char *root = xasprintf("%s/workspaces", g_config.state_dir);
+    running_max_init();
     mkdir(root, 0711);
     chmod(root, 0711);
     DIR *d = opendir(root);
@@ -576,6 +632,8 @@ void workspaces_init(void)
         }
         if (ws->state == WS_RUNNING)
             workspace_revive(ws);
+        if (ws->state == WS_RUNNING)
+            running_count++;   /* re-adopted ones count, even past the limit */
         ws->refcount = 1;
         ws->next = registry;
         registry = ws;

@@ -1,0 +1,38 @@
+#!/bin/bash
+# Scale on the embedded path (non-root daemon, unix socket, the inherited soft open-files
+# limit of 1024, network open as the default egress policy gives): 500 live workspaces at
+# once, the oldest and newest usable, every one released, nothing left behind; creating one
+# costs the same with 450 live as with none. Then a daemon whose hard limit is tiny (200):
+# creates past what its descriptors allow answer 503 out_of_resources and leave nothing.
+. "$(dirname "$0")/lib.sh"
+plan 14
+COUNT=${MESH_SCALE_COUNT:-500}
+ulimit -Sn 1024
+sd_start_as postgres
+like "$(grep 'open-files limit' "$SD_DIR/log")" "open-files limit [0-9]{4,}" "the daemon raises its open-files limit above 1024"
+fds_before=$(ls /proc/"$SD_PID"/fd | wc -l)
+summary=$(timeout 600 python3 "$(dirname "$0")/scale.py" --socket "$SD_SOCKET" "$COUNT" 4 open)
+diag "$summary"
+is "$(field "$summary" .created)" "$COUNT" "$COUNT workspaces created"
+is "$(field "$summary" .listed)" "$COUNT" "all $COUNT listed while live"
+is "$(field "$summary" .errors)" 0 "no error (the oldest and the newest run commands)"
+is "$(field "$summary" .released)" "$COUNT" "all released"
+is "$(field "$summary" .left)" 0 "none listed after"
+first=$(field "$summary" .create_ms_first_tenth); last=$(field "$summary" .create_ms_last_tenth)
+# flat, with room for a shared 2-core machine: the last tenth within 2x (+10 ms) of the first
+ok "$(python3 -c "print(0 if $last <= 2 * $first + 10 else 1)")" "create is flat in the number of live workspaces (${first} ms -> ${last} ms)"
+is "$(ls /proc/"$SD_PID"/fd | wc -l)" "$fds_before" "every descriptor is given back"
+is "$(pgrep -u postgres -fc "bwrap .*$SD_DIR/")" 0 "no holder is left"
+
+ulimit -n 200   # hard and soft: the daemon cannot raise it
+sd_start_as postgres
+fds_before=$(ls /proc/"$SD_PID"/fd | wc -l)
+summary=$(timeout 300 python3 "$(dirname "$0")/scale.py" --socket "$SD_SOCKET" 40 4 open)
+diag "$(echo "$summary" | cut -c1-300)"
+created=$(field "$summary" .created)
+ok $(( created < 1 || created >= 40 )) "at a hard limit of 200 some workspaces are created, not all ($created)"
+like "$(field "$summary" '.first_errors[0]')" "503 .*out_of_resources" "the others answer 503 out_of_resources, with the reason"
+kill -0 "$SD_PID"; ok $? "the daemon keeps running"
+is "$(find "$SD_STATE/workspaces" -mindepth 1 -maxdepth 1 | wc -l) $(pgrep -u postgres -fc "bwrap .*$SD_DIR/")" "0 0" "no directory and no holder is left"
+is "$(ls /proc/"$SD_PID"/fd | wc -l)" "$fds_before" "every descriptor is given back"
+finish
