@@ -100,13 +100,18 @@ if ls test/sandboxd/*.t >/dev/null 2>&1; then
   count_tap "$MESH_TEST_WORK/sandboxd.out" $rc
 fi
 
-# --- sanitizers (.ci/run sets MESH_SANITIZERS=1): the daemon tests again under ThreadSanitizer
-# and under ASan+LSan+UBSan, failing on any report (test/sandboxd/sanitize.sh).
+# --- sanitizers and fuzzers (.ci/run sets MESH_SANITIZERS=1): the daemon tests again under
+# ThreadSanitizer and under ASan+LSan+UBSan, failing on any report (test/sandboxd/sanitize.sh),
+# then each libFuzzer target for a bounded time (test/fuzz/run.sh).
 if [ "${MESH_SANITIZERS:-0}" = 1 ]; then
   echo "== sanitizers (test/sandboxd/ under tsan and asan)"
   bash test/sandboxd/sanitize.sh > "$MESH_TEST_WORK/sanitize.out" 2>&1; rc=$?
   grep -E '^not ok|^# (not ok|Result|=+|SUMMARY|WARNING)' "$MESH_TEST_WORK/sanitize.out" | head -40
   count_tap "$MESH_TEST_WORK/sanitize.out" $rc
+  echo "== fuzzing (test/fuzz/, ${MESH_FUZZ_SECONDS:-30}s per target)"
+  bash test/fuzz/run.sh > "$MESH_TEST_WORK/fuzz.out" 2>&1; rc=$?
+  grep -E '^(not )?ok|^# ' "$MESH_TEST_WORK/fuzz.out" | head -40
+  count_tap "$MESH_TEST_WORK/fuzz.out" $rc
 fi
 
 echo "logs and outputs: $MESH_TEST_WORK"

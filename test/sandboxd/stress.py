@@ -81,6 +81,9 @@ def turn(conn, client, n):
            "exec cat " + ws, (st, r))
     st, r = call(conn, "GET", base + "/files?path=nonce.txt", raw=True)
     expect(st == 200 and r == nonce.encode(), "read " + ws, (st, r))
+    # ".." resolution races with every mount on the host (other workspaces starting)
+    st, r = call(conn, "GET", base + "/files?path=/workspace/../workspace/nonce.txt", raw=True)
+    expect(st == 200 and r == nonce.encode(), "read through .. " + ws, (st, r))
     for _ in range(BURST):   # cheap calls back to back: routing races show up here
         st, r = call(conn, "GET", base)
         expect(st == 200 and r.get("id") == ws and r.get("labels", {}).get("nonce") == nonce,
