@@ -439,10 +439,10 @@ static void protect_holder_from_oom(pid_t pid)
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/oom_score_adj", (int)pid);
     int fd = open(path, O_WRONLY | O_CLOEXEC);
-    static bool warned;
+    static bool warned;   /* request threads race here: exchanged atomically */
     if (fd >= 0) {
-        if (write(fd, "-1000", 5) != 5 && !warned) {
-            warned = true;   /* needs CAP_SYS_RESOURCE, which some hosts withhold */
+        if (write(fd, "-1000", 5) != 5 && !__atomic_exchange_n(&warned, true, __ATOMIC_SEQ_CST)) {
+            /* needs CAP_SYS_RESOURCE, which some hosts withhold */
             log_event("holders keep their default oom_score_adj: %s", strerror(errno));
         }
         close(fd);
@@ -450,7 +450,7 @@ static void protect_holder_from_oom(pid_t pid)
 }
 
 /* Logs the first line bwrap wrote to <ws>/holder.log when a holder failed to start. */
-static void log_holder_failure(struct workspace *ws)
+static void log_holder_failure(struct workspace *ws, const char *step, int error, int status)
 {
     char *dir = workspace_dir(ws->id);
     char *path = xasprintf("%s/holder.log", dir);
@@ -460,7 +460,9 @@ static void log_holder_failure(struct workspace *ws)
         line[strcspn(line, "\n")] = '\0';
     if (f)
         fclose(f);
-    log_event("workspace %s: holder failed to start: %s", ws->id, line);
+    log_event("workspace %s: holder failed to start (%s: %s; bwrap %s %d): %s", ws->id, step,
+              strerror(error), WIFSIGNALED(status) ? "signal" : "exit",
+              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), line);
     free(path);
     free(dir);
 }
@@ -488,18 +490,22 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
         ws->bwrap_pid = child;
         close(info[0]);
     }
-    ok = ok && child > 0 && ws->holder_pid > 0 &&
-         process_start_time(ws->holder_pid, &ws->holder_start, NULL) &&
-         wait_holder_ready(ws->holder_pid) && open_holder_fds(ws) && egress_start(ws);
+    const char *step = "pipe";   /* the step that failed, for the log */
+    ok = ok && (step = "spawn", child > 0) && (step = "bwrap's info", ws->holder_pid > 0) &&
+         (step = "holder start time",
+          process_start_time(ws->holder_pid, &ws->holder_start, NULL)) &&
+         (step = "holder ready", wait_holder_ready(ws->holder_pid)) &&
+         (step = "namespaces", open_holder_fds(ws)) && (step = "egress", egress_start(ws));
     if (!ok) {
         int error = errno;   /* what the failing step left, before the cleanup's calls */
-        log_holder_failure(ws);
+        int status = 0;      /* bwrap's, or 125 when its set-up in the child failed */
         if (ws->holder_pid > 0)
             kill(ws->holder_pid, SIGKILL);
         if (child > 0) {
             kill(child, SIGKILL);
-            waitpid(child, NULL, 0);
+            waitpid(child, &status, 0);
         }
+        log_holder_failure(ws, step, error, status);
         sandbox_close_fds(ws);
         ws->holder_pid = 0;
         if (errno_is_exhaustion(error))

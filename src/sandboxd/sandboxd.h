@@ -13,7 +13,13 @@
  * - libmicrohttpd runs one thread per connection (request threads); each egress proxy has an
  *   accept thread and one thread per proxied connection.
  * - Exec helpers (exec.c) are processes that share the daemon's memory (CLONE_VM); they read
- *   their exec_run and the workspace's descriptors, and write only their exec_run.
+ *   their exec_run and the workspace's descriptors, and write only their exec_run. Holder and
+ *   egress-listener children borrow it the same way (spawn_borrowing) until they exec or exit.
+ *
+ * Shared mutable data and its lock: the registry list, every workspace's refcount and the
+ * count of running workspaces under registry_lock (workspace.c); requests in flight under
+ * in_flight_lock (http.c); g_shutting_down through __atomic builtins; each workspace's fields
+ * as struct workspace says; each egress proxy's denial ring and counts under its lock.
  *
  * Data written only before the listeners start, read-only afterwards (no lock): g_config,
  * g_caps, the tier table, the curated /etc path, the cgroup controller table, egress test
@@ -21,10 +27,12 @@
  *
  * Rules for request threads:
  * - No libc call with hidden static state: no strtok (route.c splits paths re-entrantly), no
- *   localtime/gmtime/ctime (gmtime_r), no getpwnam or getpwuid (users are resolved once at start), no
- *   getenv/setenv, no rand, no readdir on a shared stream (only at start). strerror is
- *   thread-safe in glibc >= 2.32 (unknown codes use a per-thread buffer); the exec helpers,
- *   which run on another task's stack, use strerrordesc_np.
+ *   localtime, gmtime or ctime (gmtime_r), no getpwnam or getpwuid (users are resolved once at
+ *   start), no getenv/setenv, no rand, no readdir on a shared stream (only at start). strerror
+ *   is thread-safe in glibc >= 2.32 (unknown codes use a per-thread buffer); the exec helpers,
+ *   which run on another task's stack, use strerrordesc_np. jansson's reference counts are
+ *   atomic (JSON_HAVE_ATOMIC_BUILTINS), so a shared read-only document (labels, allow) may be
+ *   packed into responses by several threads at once; no thread modifies a shared document.
  * - log_event writes one stdio call per line (stdio locks the stream).
  * - Lock order: lifecycle, then registry_lock (workspace.c), then workspace lock, then an
  *   egress lock; in_flight_lock (http.c) is taken alone. No lock is held across an exec.
@@ -137,6 +145,7 @@ struct exec_run;
  *   object, not the workspace: it may be released meanwhile.
  * - state, removed: written by the thread holding lifecycle, under lock (and registry_lock
  *   for removed); read under lock (workspace_state), or by the lifecycle holder.
+ * - fresh: set before publication, then read and cleared only by the lifecycle holder.
  * - holder_pid, bwrap_pid, holder_start, ns_fds, root_fd, cgroup_fds: written only by the
  *   lifecycle holder, and only while no exec is registered (workspace_stop waits for
  *   execs_done first); read by the lifecycle holder and by an exec between exec_register and
@@ -163,6 +172,8 @@ struct workspace {
     int cgroup_fds[CG_COUNT];         /* cgroup.procs of each controller, -1 if none */
     int refcount;                     /* registry + in-flight requests */
     bool removed;                     /* released: unreachable by id */
+    bool fresh;                       /* registered, never started: the next acquire makes it
+                                         (lifecycle holder only) */
     pthread_mutex_t lock;             /* state, removed, execs, egress */
     pthread_mutex_t lifecycle;        /* serialises acquire and release of this id */
     pthread_cond_t execs_done;        /* signalled (under lock) when execs becomes empty */

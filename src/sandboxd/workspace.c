@@ -399,15 +399,15 @@ static struct workspace *workspace_new_with(const char *id, const struct ws_sett
     return ws;
 }
 
-/* Finds or registers the workspace ID and returns it referenced; *CREATED if new. NULL only
- * when a new object cannot be allocated. */
-static struct workspace *find_or_register(const char *id, const struct ws_settings *settings,
-                                          bool *created)
+/* Finds or registers the workspace ID and returns it referenced. A new object is "fresh": the
+ * first acquire to take its lifecycle lock makes it, which need not be the one that
+ * registered it. NULL only when a new object cannot be allocated. */
+static struct workspace *find_or_register(const char *id, const struct ws_settings *settings)
 {
     pthread_mutex_lock(&registry_lock);
     struct workspace *ws = registry_find(id);
-    *created = ws == NULL;
     if (!ws && (ws = workspace_new_with(id, settings))) {
+        ws->fresh = true;
         ws->refcount = 1;   /* the registry's */
         ws->next = registry;
         registry = ws;
@@ -423,7 +423,7 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
 {
     struct ws_settings settings;
     json_t *resp = NULL;
-    bool created, woke = false;
+    bool woke = false;
     if (!workspace_id_valid(id)) {
         api_error_set(err, 400, "bad_workspace_id", "workspace id is not valid");
         return NULL;
@@ -431,7 +431,7 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
     if (!parse_acquire_body(body, &settings.tier, &settings.labels, err) ||
         !parse_network(body, &settings.network, &settings.allow, err))
         return NULL;
-    struct workspace *ws = find_or_register(id, &settings, &created);
+    struct workspace *ws = find_or_register(id, &settings);
     json_decref(settings.allow);
     if (!ws) {
         api_error_from_errno(err, ENOMEM, "cannot register the workspace");
@@ -443,7 +443,7 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
         workspace_put(ws);
         return workspace_acquire(id, body, err);
     }
-    bool ok = true;
+    bool created = ws->fresh, ok = true;
     if (created && !workspace_make_dirs(ws)) {
         api_error_set(err, 500, "internal", "cannot create the workspace directory");
         ok = false;
@@ -453,6 +453,8 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
         woke = !created;
         ok = workspace_start(ws, err) && workspace_persist(ws, err);
     }
+    if (ok)
+        ws->fresh = false;
     if (ok) {
         resp = workspace_describe(ws);
         json_object_set_new(resp, "created", json_boolean(created));

@@ -2,7 +2,7 @@
 """stress.py - many concurrent clients, each on its own workspaces, checking that every answer
 belongs to its own request.
 
-Usage: stress.py URL TOKEN CLIENTS SECONDS [NETWORK]
+Usage: stress.py URL TOKEN CLIENTS SECONDS [NETWORK [shared]]
 
 Each client thread keeps one HTTP/1.1 keep-alive connection (as the extension's workers do)
 and repeats a turn until SECONDS have passed: create a workspace with a fresh nonce as label,
@@ -11,6 +11,10 @@ file back, describe the workspace and ask to kill an exec that does not run (BUR
 back to back: cheap calls are where routing races show), release it. Every response is checked against what this
 request asked: the workspace id, the nonce, the path, the byte count, the outcome. Prints one
 JSON summary line: turns, calls, errors (the first few, in full).
+
+With "shared", all clients race on ONE workspace instead (acquire, exec, release in a loop):
+each answer must be one a lone client could also get (created or not, 409/404 while it is
+released under it), never a 5xx, and an exec that ran must echo its own nonce.
 """
 import base64
 import http.client
@@ -23,6 +27,7 @@ import urllib.parse
 
 URL, TOKEN, CLIENTS, SECONDS = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 NETWORK = sys.argv[5] if len(sys.argv) > 5 else "none"
+SHARED = len(sys.argv) > 6 and sys.argv[6] == "shared"
 parsed = urllib.parse.urlparse(URL)
 BURST = 10
 lock = threading.Lock()
@@ -95,12 +100,30 @@ def turn(conn, client, n):
     expect(st == 200 and r == {"id": ws, "outcome": "destroyed"}, "release " + ws, (st, r))
 
 
+def shared_turn(conn, client, n):
+    """One acquire, exec, release on the workspace every client uses."""
+    ws, base = "st-shared", "/v1/workspaces/st-shared"
+    nonce = "%d-%d-%s" % (client, n, os.urandom(4).hex())
+    st, r = call(conn, "PUT", base, {"network": NETWORK})
+    expect(st == 200 and r.get("id") == ws, "shared acquire", (st, r))
+    st, r = call(conn, "POST", base + "/exec", {"argv": ["echo", nonce]})
+    if st == 200:
+        expect(base64.b64decode(r.get("stdout_b64", "")) == (nonce + "\n").encode()
+               or r.get("killed") is True, "shared exec", (st, r))
+    else:
+        expect(st in (404, 409), "shared exec", (st, r))
+    st, r = call(conn, "DELETE", base)
+    expect((st == 200 and r == {"id": ws, "outcome": "destroyed"})
+           or (st == 404 and r.get("error", {}).get("code") == "workspace_not_found"),
+           "shared release", (st, r))
+
+
 def client(i, deadline):
     conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=120)
     n = 0
     while time.monotonic() < deadline:
         try:
-            turn(conn, i, n)
+            (shared_turn if SHARED else turn)(conn, i, n)
             with lock:
                 totals["turns"] += 1
         except (Mismatch, OSError, http.client.HTTPException) as e:
