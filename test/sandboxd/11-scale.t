@@ -21,7 +21,8 @@ is "$(field "$summary" .left)" 0 "none listed after"
 first=$(field "$summary" .create_ms_first_tenth); last=$(field "$summary" .create_ms_last_tenth)
 # flat, with room for a shared 2-core machine: the last tenth within 2x (+10 ms) of the first
 ok "$(python3 -c "print(0 if $last <= 2 * $first + 10 else 1)")" "create is flat in the number of live workspaces (${first} ms -> ${last} ms)"
-is "$(ls /proc/"$SD_PID"/fd | wc -l)" "$fds_before" "every descriptor is given back"
+fds_after=$(ls /proc/"$SD_PID"/fd | wc -l)   # may be fewer: the readiness probe's connection
+ok $(( fds_after > fds_before )) "every descriptor is given back ($fds_after open, $fds_before at start)"
 is "$(pgrep -u postgres -fc "bwrap .*$SD_DIR/")" 0 "no holder is left"
 
 ulimit -n 200   # hard and soft: the daemon cannot raise it
@@ -34,5 +35,6 @@ ok $(( created < 1 || created >= 40 )) "at a hard limit of 200 some workspaces a
 like "$(field "$summary" '.first_errors[0]')" "503 .*out_of_resources" "the others answer 503 out_of_resources, with the reason"
 kill -0 "$SD_PID"; ok $? "the daemon keeps running"
 is "$(find "$SD_STATE/workspaces" -mindepth 1 -maxdepth 1 | wc -l) $(pgrep -u postgres -fc "bwrap .*$SD_DIR/")" "0 0" "no directory and no holder is left"
-is "$(ls /proc/"$SD_PID"/fd | wc -l)" "$fds_before" "every descriptor is given back"
+fds_after=$(ls /proc/"$SD_PID"/fd | wc -l)   # may be fewer: the readiness probe's connection
+ok $(( fds_after > fds_before )) "every descriptor is given back ($fds_after open, $fds_before at start)"
 finish

@@ -148,7 +148,7 @@ api() {
     [ -n "$body" ] && args+=(--data-binary "$body" -H 'Content-Type: application/json')
     curl "${args[@]}" "$base$path" > "$resp.status" 2>/dev/null
     cat "$resp"
-    cp "$resp.status" "$SD_DIR/status"
+    mv -f "$resp.status" "$SD_DIR/status"   # a rename: a concurrent `status` never reads it half written
     rm -f "$resp" "$resp.status"
 }
 status() { cat "$SD_DIR/status" 2>/dev/null; }
