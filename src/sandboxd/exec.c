@@ -185,6 +185,8 @@ static int exec_init_stage(void *arg)
         dup2(run->child_stderr, 2) < 0)
         _exit(127);
     close_range(3, ~0U, 0);
+    if (g_config.inherited_files.rlim_max)   /* known: give the sandbox its own limit back */
+        setrlimit(RLIMIT_NOFILE, &g_config.inherited_files);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);

@@ -190,13 +190,15 @@ static void ensure_std_fds(void)
 /* Every running workspace keeps about ten descriptors open (namespaces, root, cgroups, egress
  * listener), so the inherited soft limit (often 1024) would cap the daemon at about 70
  * workspaces (workspace.c admits by descriptors). Raises the soft open-files limit to the hard
- * one, bounded so that a huge hard limit costs nothing; logs what it got. */
+ * one, bounded so that a huge hard limit costs nothing; logs what it got. Sandbox processes
+ * get the inherited limit back (programs that loop over every descriptor number stay fast). */
 #define MAX_OPEN_FILES (1 << 20)
 static void raise_open_files_limit(void)
 {
     struct rlimit lim;
     if (getrlimit(RLIMIT_NOFILE, &lim) != 0)
         return;
+    g_config.inherited_files = lim;
     rlim_t want = lim.rlim_max == RLIM_INFINITY || lim.rlim_max > MAX_OPEN_FILES
                       ? MAX_OPEN_FILES : lim.rlim_max;
     if (want > lim.rlim_cur) {

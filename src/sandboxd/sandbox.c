@@ -284,6 +284,8 @@ static int holder_child_exec(void *arg)
     if (dup2(spawn->info_write_fd, 3) != 3)
         _exit(125);
     close_range(4, ~0U, 0);
+    if (g_config.inherited_files.rlim_max)   /* known: give the sandbox its own limit back */
+        setrlimit(RLIMIT_NOFILE, &g_config.inherited_files);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);

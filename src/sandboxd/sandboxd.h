@@ -45,6 +45,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <jansson.h>
 
@@ -72,6 +73,8 @@ struct config {
     size_t max_body_bytes;
     size_t max_file_bytes;
     size_t max_output_bytes;
+    struct rlimit inherited_files; /* the open-files limit before the daemon raised its own;
+                                      sandbox processes get this one back */
 };
 
 /* capabilities detected at start (capabilities.c) */

@@ -5,11 +5,14 @@
 # costs the same with 450 live as with none. Then a daemon whose hard limit is tiny (200):
 # creates past what its descriptors allow answer 503 out_of_resources and leave nothing.
 . "$(dirname "$0")/lib.sh"
-plan 14
+plan 15
 COUNT=${MESH_SCALE_COUNT:-500}
 ulimit -Sn 1024
 sd_start_as postgres
 like "$(grep 'open-files limit' "$SD_DIR/log")" "open-files limit [0-9]{4,}" "the daemon raises its open-files limit above 1024"
+new_ws limits
+is "$(stdout_of "$(run_sh limits 'ulimit -Sn')")" 1024 "its sandboxes keep the limit it inherited"
+api DELETE /v1/workspaces/limits >/dev/null
 fds_before=$(ls /proc/"$SD_PID"/fd | wc -l)
 summary=$(timeout 600 python3 "$(dirname "$0")/scale.py" --socket "$SD_SOCKET" "$COUNT" 4 open)
 diag "$summary"
