@@ -719,22 +719,28 @@ json_t *egress_denials_since(struct egress *eg, uint64_t seq)
     return list;
 }
 
+/* The detection child: a fresh network namespace (in a fresh user namespace when not root)
+ * and a listener on 127.0.0.1 in it. spawn_borrowing, not fork: a sanitizer's fork child runs
+ * a thread of the runtime's, and a multithreaded process cannot unshare its user namespace. */
+static int detect_child(void *arg)
+{
+    (void)arg;
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0 && unshare(CLONE_NEWNET) != 0)
+        _exit(1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(EGRESS_PORT),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    /* a fresh namespace's loopback is down: binding 127.0.0.1 still works once up */
+    _exit(fd >= 0 &&
+          (bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 || errno == EADDRNOTAVAIL)
+              ? 0 : 1);
+}
+
 /* Start-up detection: can this daemon create a listener inside a fresh network namespace
  * (the mechanism above, as this user)? Only then is egress_control true. */
 bool egress_detect(void)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0 && unshare(CLONE_NEWNET) != 0)
-            _exit(1);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(EGRESS_PORT),
-                                   .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        /* a fresh namespace's loopback is down: binding 127.0.0.1 still works once up */
-        _exit(fd >= 0 &&
-              (bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 || errno == EADDRNOTAVAIL)
-                  ? 0 : 1);
-    }
+    pid_t pid = spawn_borrowing(detect_child, NULL);
     int status = 1;
     if (pid > 0)
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
