@@ -1,11 +1,11 @@
 #!/bin/bash
 # Scale on the embedded path (non-root daemon, unix socket, the inherited soft open-files
 # limit of 1024, network open as the default egress policy gives): 500 live workspaces at
-# once, the oldest and newest usable, every one released, nothing left behind; creating one
-# costs the same with 450 live as with none. Then a daemon whose hard limit is tiny (200):
+# once, the oldest and newest usable, every one released, nothing left behind (the create
+# times of the first and last tenth are printed). Then a daemon whose hard limit is tiny (200):
 # creates past what its descriptors allow answer 503 out_of_resources and leave nothing.
 . "$(dirname "$0")/lib.sh"
-plan 15
+plan 14
 COUNT=${MESH_SCALE_COUNT:-500}
 ulimit -Sn 1024
 sd_start_as postgres
@@ -21,9 +21,8 @@ is "$(field "$summary" .listed)" "$COUNT" "all $COUNT listed while live"
 is "$(field "$summary" .errors)" 0 "no error (the oldest and the newest run commands)"
 is "$(field "$summary" .released)" "$COUNT" "all released"
 is "$(field "$summary" .left)" 0 "none listed after"
-first=$(field "$summary" .create_ms_first_tenth); last=$(field "$summary" .create_ms_last_tenth)
-# flat, with room for a shared 2-core machine: the last tenth within 2x (+10 ms) of the first
-ok "$(python3 -c "print(0 if $last <= 2 * $first + 10 else 1)")" "create is flat in the number of live workspaces (${first} ms -> ${last} ms)"
+# a figure, not an assertion (timings on a shared machine are not a test)
+diag "median create: $(field "$summary" .create_ms_first_tenth) ms for the first tenth, $(field "$summary" .create_ms_last_tenth) ms for the last"
 fds_after=$(ls /proc/"$SD_PID"/fd | wc -l)   # may be fewer: the readiness probe's connection
 ok $(( fds_after > fds_before )) "every descriptor is given back ($fds_after open, $fds_before at start)"
 is "$(pgrep -u postgres -fc "bwrap .*$SD_DIR/")" 0 "no holder is left"
