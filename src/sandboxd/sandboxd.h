@@ -258,14 +258,17 @@ extern int g_shutting_down;   /* __atomic_load_n / __atomic_store_n */
 /*
  * Children that borrow the daemon's memory (exec helpers, holder and listener spawns) are
  * created with CLONE_VM: no page tables are copied, so their cost does not grow with the
- * daemon's threads and mappings. ThreadSanitizer models every clone() as a fork() and corrupts
- * its own state when the child shares memory, so a TSan build (make tsan) gives them a copy
- * instead (slower, same results); what exec helpers write back then lives in a shared mapping.
+ * daemon's threads and mappings. Sanitizer builds (make tsan, make asan) give them a copy
+ * instead (slower, same results; what exec helpers write back then lives in a shared
+ * mapping): ThreadSanitizer models every clone() as a fork() and corrupts its own state when
+ * the child shares memory, and a child running AddressSanitizer's instrumented code can exit
+ * holding one of its locks, which then deadlocks every thread of the daemon.
  */
 #ifndef __has_feature
 #define __has_feature(x) 0
 #endif
-#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
+#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer) || \
+    defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
 #define HELPER_CLONE_VM 0
 #else
 #define HELPER_CLONE_VM CLONE_VM
