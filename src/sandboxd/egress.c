@@ -568,7 +568,7 @@ struct listener_spawn {
 /* Child side: joins the namespace (through its owning user namespace when not root), binds
  * 127.0.0.1:EGRESS_PORT there and sends the socket back. Only system calls: it borrows the
  * daemon's memory (spawn_borrowing). */
-static int listener_child(void *arg)
+CHILD_ENTRY static int listener_child(void *arg)
 {
     struct workspace *ws = ((struct listener_spawn *)arg)->ws;
     int sock = ((struct listener_spawn *)arg)->sock;
@@ -722,7 +722,7 @@ json_t *egress_denials_since(struct egress *eg, uint64_t seq)
 /* The detection child: a fresh network namespace (in a fresh user namespace when not root)
  * and a listener on 127.0.0.1 in it. spawn_borrowing, not fork: a sanitizer's fork child runs
  * a thread of the runtime's, and a multithreaded process cannot unshare its user namespace. */
-static int detect_child(void *arg)
+CHILD_ENTRY static int detect_child(void *arg)
 {
     (void)arg;
     if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0 && unshare(CLONE_NEWNET) != 0)

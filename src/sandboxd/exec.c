@@ -72,7 +72,7 @@ struct exec_run {
 };
 
 /* Records which setup step failed so the daemon can answer spawn_failed with a reason. */
-static int helper_fail(struct exec_run *run, const char *step)
+CHILD_ENTRY static int helper_fail(struct exec_run *run, const char *step)
 {
     run->failed_errno = errno;
     run->failed_step = step;
@@ -164,7 +164,7 @@ static void exec_with_path(struct exec_run *run)
 }
 
 /* Stage 4, the command: everything is prepared by its parent; exec or report 127. */
-static int exec_command_stage(void *arg)
+CHILD_ENTRY static int exec_command_stage(void *arg)
 {
     struct exec_run *run = arg;
     exec_with_path(run);
@@ -176,7 +176,7 @@ static int exec_command_stage(void *arg)
  * command as pid 2 (so it keeps normal signal semantics, which pid 1 lacks). As init it
  * reaps orphans until the command exits, records the command's status and exits, upon which
  * the kernel kills whatever the command left behind. */
-static int exec_init_stage(void *arg)
+CHILD_ENTRY static int exec_init_stage(void *arg)
 {
     struct exec_run *run = arg;
     sigset_t none;
@@ -223,7 +223,7 @@ static int exec_init_stage(void *arg)
 
 /* Stage 2, inside the workspace pid namespace: creates the per-exec pid namespace, starts
  * its init and waits for it, storing status and resource usage for the daemon. */
-static int exec_pidns_stage(void *arg)
+CHILD_ENTRY static int exec_pidns_stage(void *arg)
 {
     struct exec_run *run = arg;
     int status;
@@ -250,7 +250,7 @@ static int exec_pidns_stage(void *arg)
 }
 
 /* Stage 1, outside: cgroups, identity and namespaces of the workspace, then stage 2. */
-static int exec_outer_stage(void *arg)
+CHILD_ENTRY static int exec_outer_stage(void *arg)
 {
     static const int ns_types[6] = {CLONE_NEWUSER, CLONE_NEWIPC, CLONE_NEWUTS,
                                     CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID};

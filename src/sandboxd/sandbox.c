@@ -267,7 +267,7 @@ struct holder_spawn {
 
 /* In the child (spawn_borrowing: system calls only): join the workspace cgroups, become the
  * sandbox user, exec bwrap with the info pipe as fd 3 and nothing else inherited. */
-static int holder_child_exec(void *arg)
+CHILD_ENTRY static int holder_child_exec(void *arg)
 {
     struct holder_spawn *spawn = arg;
     struct workspace *ws = spawn->ws;

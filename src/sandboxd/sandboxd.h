@@ -273,6 +273,10 @@ extern int g_shutting_down;   /* __atomic_load_n / __atomic_store_n */
 #else
 #define HELPER_CLONE_VM CLONE_VM
 #endif
+/* Marks a function that runs in such a child and exits from it: not instrumented by
+ * AddressSanitizer, whose runtime warns about the foreign stack at _exit and, inside a
+ * sandbox, cannot write that warning to its log and dies instead. */
+#define CHILD_ENTRY __attribute__((no_sanitize("address")))
 pid_t spawn_borrowing(int (*fn)(void *), void *arg);
 double monotonic_ms(void);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
