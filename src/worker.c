@@ -169,6 +169,8 @@ failure_sqlstate(MeshFailure failure)
 			return "22023";		/* invalid_parameter_value */
 		case MESH_FAIL_NOT_RUNNING:
 			return "55000";		/* object_not_in_prerequisite_state */
+		case MESH_FAIL_NO_RESOURCES:
+			return "53000";		/* insufficient_resources */
 		case MESH_FAIL_UNAVAILABLE:
 			return "08006";		/* connection_failure */
 		default:
@@ -185,6 +187,8 @@ failure_hint(MeshFailure failure)
 			return "Paths are relative to the workspace root, or absolute inside /workspace; they may not leave it.";
 		case MESH_FAIL_UNAVAILABLE:
 			return "Check that the backend is running and reachable; see mesh.backend_catalog.";
+		case MESH_FAIL_NO_RESOURCES:
+			return "The backend's host must be prepared for it (the message says how), or release workspaces.";
 		case MESH_FAIL_TOO_LARGE:
 			return "See mesh.max_file_size and the backend's limits.";
 		default:
@@ -878,6 +882,10 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 		rec.status = "budget_exhausted";
 	rec.result = &result;
 	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
+	/* stopped at the bound the budget set: what was left of it is spent, whatever the basis */
+	if (strcmp(rec.status, "budget_exhausted") == 0)
+		rec.charged_seconds = Max(rec.charged_seconds,
+								  call->ws.budget_seconds - call->ws.compute_seconds);
 	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
 	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
 	{

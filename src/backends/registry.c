@@ -63,11 +63,12 @@ mesh_size_parse(const char *name, MeshSize *size)
 json_t *
 mesh_capabilities_to_json(const MeshCapabilities *caps)
 {
-	return json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
+	return json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
 					 "shell", caps->shell,
 					 "resource_limits", caps->resource_limits,
 					 "compute_metering", caps->compute_metering,
 					 "egress_control", caps->egress_control,
+					 "disk_limits", caps->disk_limits,
 					 "snapshot", caps->snapshot,
 					 "hibernate", caps->hibernate,
 					 "caller_chosen_id", caps->caller_chosen_id);
@@ -174,6 +175,8 @@ mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend, Mes
 		failure = MESH_FAIL_UNAVAILABLE;
 	else if (resp->status >= 400 && resp->status < 500)
 		failure = MESH_FAIL_BAD_REQUEST;
+	else if (resp->status == 507)
+		failure = MESH_FAIL_NO_RESOURCES;
 	else
 		failure = MESH_FAIL_UNAVAILABLE;
 

@@ -10,6 +10,7 @@
 #include "sandboxd.h"
 #include <dirent.h>
 #include <errno.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -444,8 +445,22 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
         return workspace_acquire(id, body, err);
     }
     bool created = ws->fresh, ok = true;
-    if (created && !workspace_make_dirs(ws)) {
-        api_error_set(err, 500, "internal", "cannot create the workspace directory");
+    if (created && host_disk_refused()) {
+        char buf[1024];   /* getpwuid_r: request threads make no call with hidden state */
+        struct passwd pw, *self = NULL;
+        getpwuid_r(geteuid(), &pw, buf, sizeof buf, &self);
+        api_error_set(err, 507, "disk_unbounded",
+                      "workspace files would share the filesystem of %s and could fill it; "
+                      "give them a filesystem of their own (as root: mesh-sandboxd --setup-host "
+                      "%s --state-dir %s --disk-bytes N, see docs/sandboxd.md)",
+                      g_config.protect_path, self ? self->pw_name : "USER", g_config.state_dir);
+        ok = false;
+    } else if (created && !workspace_make_dirs(ws)) {
+        if (errno == ENOSPC)
+            api_error_set(err, 507, "disk_full", "the workspaces' filesystem is full; release "
+                          "workspaces or give it more room (docs/sandboxd.md)");
+        else
+            api_error_set(err, 500, "internal", "cannot create the workspace directory");
         ok = false;
     } else if (ws->state != WS_RUNNING || !holder_running(ws)) {
         if (ws->state == WS_RUNNING)
