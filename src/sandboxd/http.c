@@ -445,8 +445,9 @@ bool http_start(void)
 }
 
 /* Drain: stop accepting, answer 503 to new requests on open connections, wait for requests
- * in flight, then close everything. */
-void http_stop(void)
+ * in flight (calling EACH_TURN, when given, every 10 ms while they drain), then close
+ * everything. */
+void http_stop(void (*each_turn)(void))
 {
     __atomic_store_n(&g_shutting_down, 1, __ATOMIC_SEQ_CST);
     for (int i = 0; i < 2; i++)
@@ -455,12 +456,19 @@ void http_stop(void)
             if (fd >= 0)
                 close(fd);
         }
+    double next_log = 0;
     pthread_mutex_lock(&in_flight_lock);
     while (in_flight > 0) {
-        struct timespec until;
-        log_event("draining: %d request(s) in flight", in_flight);
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 10;
+        if (each_turn) {   /* repeated every 10 ms while requests drain */
+            pthread_mutex_unlock(&in_flight_lock);
+            each_turn();
+            pthread_mutex_lock(&in_flight_lock);
+        }
+        if (monotonic_ms() >= next_log) {
+            log_event("draining: %d request(s) in flight", in_flight);
+            next_log = monotonic_ms() + 10000;
+        }
+        struct timespec until = realtime_in_ms(each_turn ? 10 : 10000);
         pthread_cond_timedwait(&in_flight_done, &in_flight_lock, &until);
     }
     pthread_mutex_unlock(&in_flight_lock);

@@ -47,6 +47,7 @@
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/types.h>
+#include <time.h>
 #include <jansson.h>
 
 #define MESH_PROTOCOL_VERSION 1
@@ -72,6 +73,7 @@ struct config {
     bool is_root;               /* the daemon runs with euid 0 */
     enum release_mode release_default;
     bool hibernate_on_exit;     /* --hibernate-on-exit: no sandbox outlives the daemon */
+    int ready_fd;               /* --ready-fd: written once requests are served; 0 = none */
     size_t max_body_bytes;
     size_t max_file_bytes;
     size_t max_output_bytes;
@@ -209,6 +211,7 @@ json_t *workspace_release(const char *id, json_t *body, struct api_error *err);
 json_t *workspace_list(const char *label_filter, struct api_error *err);
 json_t *workspace_describe(struct workspace *ws);
 void workspaces_hibernate_all(void);
+void workspaces_kill_execs(void);
 char *workspace_dir(const char *id);
 char *workspace_files_dir(const char *id);
 
@@ -221,6 +224,7 @@ void sandbox_close_fds(struct workspace *ws);
 bool run_host_command(char *const argv[]);
 bool process_start_time(pid_t pid, unsigned long long *start, char *state);
 bool holder_running(struct workspace *ws);
+void sandbox_kill_strays(bool (*registered)(const char *id, pid_t holder_pid));
 
 /* ---- exec (exec.c) ---- */
 void exec_init(void);
@@ -266,7 +270,7 @@ void route_path_free(struct route_path *path);
 
 /* ---- http (http.c) ---- */
 bool http_start(void);
-void http_stop(void);
+void http_stop(void (*each_turn)(void));
 extern int g_shutting_down;   /* __atomic_load_n / __atomic_store_n */
 
 /* ---- small utilities (util.c) ---- */
@@ -295,6 +299,7 @@ extern int g_shutting_down;   /* __atomic_load_n / __atomic_store_n */
 #define CHILD_ENTRY __attribute__((no_sanitize("address")))
 pid_t spawn_borrowing(int (*fn)(void *), void *arg);
 double monotonic_ms(void);
+struct timespec realtime_in_ms(long ms);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool write_file_atomic(const char *path, const char *data, size_t len, mode_t mode);
 bool remove_tree(const char *path);

@@ -25,6 +25,20 @@ double monotonic_ms(void)
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
+/* The CLOCK_REALTIME instant MS milliseconds from now, for pthread_cond_timedwait. */
+struct timespec realtime_in_ms(long ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += ms / 1000;
+    t.tv_nsec += (ms % 1000) * 1000000;
+    if (t.tv_nsec >= 1000000000) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000;
+    }
+    return t;
+}
+
 /* asprintf that aborts on allocation failure, so callers need no error path for paths. */
 char *xasprintf(const char *fmt, ...)
 {
