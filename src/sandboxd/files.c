@@ -22,14 +22,14 @@
 #include <unistd.h>
 
 /* openat2 of an absolute sandbox path from the sandbox's root (no libc wrapper here). With
- * RESOLVE_IN_ROOT the kernel answers EAGAIN when a rename or mount anywhere on the host raced
- * with a ".." in the lookup; that is no answer about the path, so the lookup is repeated. */
+ * RESOLVE_IN_ROOT a ".." step fails with EAGAIN when any mount or rename happened on the host
+ * meanwhile (every sandbox start mounts), so that is retried, a bounded number of times. */
 static int open_in_sandbox(int root, const char *path, int flags, mode_t mode)
 {
     struct open_how how = {.flags = (uint64_t)flags, .mode = mode,
                            .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
     int fd = -1;
-    for (int attempt = 0; attempt < 64; attempt++) {
+    for (int attempt = 0; attempt < 1000; attempt++) {
         fd = (int)syscall(SYS_openat2, root, path, &how, sizeof how);
         if (fd >= 0 || errno != EAGAIN)
             break;

@@ -117,7 +117,7 @@ static bool seccomp_build(void)
 
 /* Installs the filter on the calling task; no_new_privs must be set. Only system calls: exec
  * helpers call this while sharing the daemon's memory. True when there is no filter. */
-bool seccomp_apply(void)
+CHILD_ENTRY bool seccomp_apply(void)
 {
     struct sock_fprog prog = {.len = program_len, .filter = program};
     return !program || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0;
@@ -125,7 +125,7 @@ bool seccomp_apply(void)
 
 /* A memfd holding the filter for bubblewrap's --seccomp, positioned at its start; -1 when
  * there is no filter. Called in the forked holder child (system calls only). */
-int seccomp_program_fd(void)
+CHILD_ENTRY int seccomp_program_fd(void)
 {
     if (!program)
         return -1;
