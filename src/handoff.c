@@ -178,16 +178,31 @@ check_client_still_there(void)
 				 errmsg("connection to client lost while waiting for a mesh call")));
 }
 
-/* Raise the error a worker reported, with its SQLSTATE, detail and hint. */
-static void
-raise_reported_error(json_t *error)
+/* A reply field copied out of the reply document, or NULL. */
+static char *
+reply_field(json_t *error, const char *name)
 {
-	const char *sqlstate = json_string_value(json_object_get(error, "sqlstate"));
-	const char *message = json_string_value(json_object_get(error, "message"));
-	const char *detail = json_string_value(json_object_get(error, "detail"));
-	const char *hint = json_string_value(json_object_get(error, "hint"));
+	const char *value = json_string_value(json_object_get(error, name));
+
+	return value ? pstrdup(value) : NULL;
+}
+
+/*
+ * Raise the error a worker reported, with its SQLSTATE, detail and hint.
+ * The reply document is freed first: jansson's memory is not PostgreSQL's
+ * and would outlive the error.
+ */
+static void
+raise_reported_error(json_t *doc)
+{
+	json_t	   *error = json_object_get(doc, "error");
+	char	   *sqlstate = reply_field(error, "sqlstate");
+	char	   *message = reply_field(error, "message");
+	char	   *detail = reply_field(error, "detail");
+	char	   *hint = reply_field(error, "hint");
 	int			code = ERRCODE_INTERNAL_ERROR;
 
+	json_decref(doc);
 	if (sqlstate && strlen(sqlstate) == 5)
 		code = MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]);
 	ereport(ERROR,
@@ -351,7 +366,7 @@ mesh_call_slot(int w, MeshOp op, json_t *request,
 	waiting_done = true;
 	dsm_detach(seg);
 	if (json_object_get(reply->doc, "error"))
-		raise_reported_error(json_object_get(reply->doc, "error"));
+		raise_reported_error(reply->doc);
 }
 
 /* A worker (re)starting: publish its pid and latch, drop any stale queue. */

@@ -16,6 +16,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
+#include "postmaster/bgworker_internals.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
@@ -105,6 +106,44 @@ register_worker(const char *name, const char *function, int index, int flags)
 	RegisterBackgroundWorker(&worker);
 }
 
+/* Background workers this library registers: the pool, reaper, broker, supervisor. */
+static int
+workers_needed(void)
+{
+	return mesh_worker_count + 1 + (mesh_broker_enabled ? 1 : 0) + (mesh_embedded_sandboxd ? 1 : 0);
+}
+
+/*
+ * A worker that does not fit in max_worker_processes is only a LOG line at
+ * start-up, and then a pool that silently lacks a worker (or the reaper, the
+ * broker, the daemon's supervisor): calls wait for a worker that never
+ * starts.  Refuse to start instead, saying what to set.  Workers already
+ * registered (the logical replication launcher, libraries loaded before this
+ * one) count too.
+ */
+static void
+check_worker_slots(void)
+{
+	int			registered = 0;
+	slist_iter	iter;
+
+	slist_foreach(iter, &BackgroundWorkerList)
+		registered++;
+	if (registered + workers_needed() <= max_worker_processes)
+		return;
+	ereport(FATAL,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("mesh_exec needs %d background worker processes, but max_worker_processes is %d",
+					registered + workers_needed(), max_worker_processes),
+			 errdetail("mesh.workers = %d pool workers, %d more for the reaper%s%s, and %d registered before mesh_exec.",
+					   mesh_worker_count, workers_needed() - mesh_worker_count,
+					   mesh_broker_enabled ? ", the broker" : "",
+					   mesh_embedded_sandboxd ? ", the sandbox daemon's supervisor" : "",
+					   registered),
+			 errhint("Set max_worker_processes to at least %d (more if parallel queries should get workers too), or lower mesh.workers, and restart the server.",
+					 registered + workers_needed())));
+}
+
 static void
 mesh_shmem_request_hook(void)
 {
@@ -131,6 +170,7 @@ _PG_init(void)
 				 errhint("Add mesh_exec to shared_preload_libraries in postgresql.conf and restart the server.")));
 
 	define_settings();
+	check_worker_slots();
 	curl_global_init(CURL_GLOBAL_ALL);
 
 	prev_shmem_request_hook = shmem_request_hook;

@@ -95,6 +95,7 @@ static char *install_id;
 
 static void spawn_internal_release(const char *run_id, const char *reason);
 static bool workspace_has_capability(WorkerCall *call, const char *name);
+static void wake_broker(void);
 
 /*--------------------------------------------------------------------------
  * Replies
@@ -318,6 +319,9 @@ free_call(WorkerCall *call)
 	if (call->req)
 		json_decref(call->req);
 	dlist_delete(&call->node);
+	/* the queue handle lives in the worker's top context: free it with the call */
+	if (call->mqh)
+		shm_mq_detach(call->mqh);
 	if (call->seg)
 		dsm_detach(call->seg);
 	MemoryContextDelete(call->cxt);
@@ -1028,8 +1032,15 @@ static void
 finish_release(WorkerCall *call, const MeshHttpResponse *resp)
 {
 	finish_release_outcome(call, resp);
-	if (call->step != STEP_OPERATING)
-		wake_parked(call->run_id, NULL);
+	if (call->step == STEP_OPERATING)
+		return;
+	if (call->ws.release_outcome != NULL)	/* released now (an idle hibernation is not) */
+	{
+		mesh_broker_forget_workspace(call->ws.external_ref);
+		if (call->ws.has_grants)
+			wake_broker();		/* it stops listening there and removes the rest */
+	}
+	wake_parked(call->run_id, NULL);
 }
 
 static void

@@ -48,7 +48,7 @@ typedef struct MeshCapabilities
 	bool		caller_chosen_id;
 } MeshCapabilities;
 
-extern json_t *mesh_capabilities_to_json(const MeshCapabilities *caps);
+extern char *mesh_capabilities_text(const MeshCapabilities *caps);
 
 /* A catalog entry resolved for one operation. */
 typedef struct MeshBackend
