@@ -137,8 +137,8 @@ check_worker_slots(void)
 					registered + workers_needed(), max_worker_processes),
 			 errdetail("mesh.workers = %d pool workers, %d more for the reaper%s%s, and %d registered before mesh_exec.",
 					   mesh_worker_count, workers_needed() - mesh_worker_count,
-					   mesh_broker_enabled ? ", the broker" : "",
-					   mesh_embedded_sandboxd ? ", the sandbox daemon's supervisor" : "",
+					   mesh_broker_enabled ? " and the broker" : "",
+					   mesh_embedded_sandboxd ? " and the sandbox daemon's supervisor" : "",
 					   registered),
 			 errhint("Set max_worker_processes to at least %d (more if parallel queries should get workers too), or lower mesh.workers, and restart the server.",
 					 registered + workers_needed())));
