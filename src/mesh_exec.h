@@ -4,7 +4,7 @@
  *	  Process-level settings (GUCs) and entry points shared across files.
  *
  * GUCs hold only process-level knobs; backends and credentials live in
- * tables (DESIGN invariant 7).
+ * tables (invariant 7, docs/design.md).
  *
  *-------------------------------------------------------------------------
  */

@@ -3,7 +3,7 @@
  * store.c
  *	  The rows a worker writes, each change in its own short transaction.
  *
- * Invariant 4: the row is written before the backend call, and every state
+ * Invariant 4 (docs/design.md): the row is written before the backend call, and every state
  * change is committed here, by the worker, never in the caller's
  * transaction, so a caller's ROLLBACK cannot erase that a sandbox exists or
  * that compute was spent.  Transactions are short and never span an HTTP

@@ -555,11 +555,16 @@ finish_acquire(WorkerCall *call, const MeshHttpResponse *resp)
  *--------------------------------------------------------------------------
  */
 
+/*
+ * Whether the workspace's recorded capabilities include NAME.  Capabilities
+ * are recorded when the workspace is materialized; a workspace without them
+ * (or with unreadable ones) has none: absent means absent (invariant 6).
+ */
 static bool
 workspace_has_capability(WorkerCall *call, const char *name)
 {
 	json_t	   *caps = call->ws.capabilities ? json_loads(call->ws.capabilities, 0, NULL) : NULL;
-	bool		has = caps == NULL || json_is_true(json_object_get(caps, name));
+	bool		has = caps != NULL && json_is_true(json_object_get(caps, name));
 
 	if (caps)
 		json_decref(caps);

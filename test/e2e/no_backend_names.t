@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Invariant 6: nothing above src/backends/ names a backend.  Fails if C code outside
+# Invariant 6 (docs/design.md): nothing above src/backends/ names a backend.  Fails if C code outside
 # src/backends/ (and the daemon itself) holds a driver name as a string literal, or
 # compares a backend's name or driver with any literal.
 cd "$(dirname "$0")/../.."
