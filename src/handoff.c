@@ -71,7 +71,10 @@ mesh_shmem_startup(void)
 		pg_atomic_init_u64(&mesh_shared->next_exec_key, 1);
 		mesh_shared->broker_procno = -1;
 		for (int i = 0; i <= MESH_MAX_WORKERS; i++)
+		{
 			SpinLockInit(&mesh_shared->workers[i].mutex);
+			ConditionVariableInit(&mesh_shared->workers[i].queue_changed);
+		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -109,23 +112,34 @@ call_detached(dsm_segment *seg, Datum arg)
 		SetLatch(worker_latch(w));
 }
 
-/* Queue a call segment for a worker; false when its queue is full. */
-static bool
+/* Why a call could not be queued for a worker. */
+typedef enum PushResult
+{
+	PUSHED,
+	NOT_RUNNING,
+	QUEUE_FULL
+} PushResult;
+
+/* Queue a call segment for a worker. */
+static PushResult
 push_call(int w, dsm_handle handle, uint64 *generation)
 {
 	MeshWorkerSlot *slot = &mesh_shared->workers[w];
-	bool		pushed = false;
+	PushResult	result = PUSHED;
 
 	SpinLockAcquire(&slot->mutex);
-	if (slot->pid != 0 && slot->tail - slot->head < MESH_QUEUE_LEN)
+	if (slot->pid == 0)
+		result = NOT_RUNNING;
+	else if (slot->tail - slot->head >= MESH_QUEUE_LEN)
+		result = QUEUE_FULL;
+	else
 	{
 		slot->queue[slot->tail % MESH_QUEUE_LEN] = handle;
 		slot->tail++;
 		*generation = slot->generation;
-		pushed = true;
 	}
 	SpinLockRelease(&slot->mutex);
-	return pushed;
+	return result;
 }
 
 static bool
@@ -141,26 +155,40 @@ worker_still_serving(int w, uint64 generation)
 }
 
 /*
- * Queue the call for worker w.  A worker that is (re)starting, or a full
- * queue, is waited for, cancellably, for up to MESH_SUBMIT_WAIT_MS.
+ * Queue the call for worker w.  A worker that is (re)starting, or whose
+ * queue is full (it runs mesh.worker_max_calls calls already and as many
+ * more wait), is waited for, cancellably, for up to MESH_SUBMIT_WAIT_MS,
+ * asleep until the worker takes calls or starts; then the caller gets one
+ * clear error that says which it was and what to raise.
  */
 static void
 submit_call(int w, dsm_segment *seg, uint64 *generation)
 {
+	MeshWorkerSlot *slot = &mesh_shared->workers[w];
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), MESH_SUBMIT_WAIT_MS);
+	PushResult	result;
 
-	while (!push_call(w, dsm_segment_handle(seg), generation))
+	ConditionVariablePrepareToSleep(&slot->queue_changed);
+	while ((result = push_call(w, dsm_segment_handle(seg), generation)) != PUSHED)
 	{
-		if (GetCurrentTimestamp() >= deadline)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-					 errmsg("mesh worker %d is not running or its queue is full", w),
-					 errhint("Check that mesh_exec is in shared_preload_libraries, that mesh.database names this database, and the server log for worker errors.")));
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 50L, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
+		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+
+		if (left <= 0)
+			break;
+		(void) ConditionVariableTimedSleep(&slot->queue_changed, left, PG_WAIT_EXTENSION);
 	}
+	ConditionVariableCancelSleep();
+	if (result == NOT_RUNNING)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("mesh worker %d is not running", w),
+				 errhint("Check that mesh_exec is in shared_preload_libraries, that mesh.database names this database, and the server log for worker errors.")));
+	if (result == QUEUE_FULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("mesh worker %d is saturated: it runs mesh.worker_max_calls (%d) calls and %d more are waiting",
+						w, mesh_worker_max_calls, MESH_QUEUE_LEN),
+				 errhint("Raise mesh.workers to spread runs over more workers, or mesh.worker_max_calls if the backend can take more concurrent calls; or retry later.")));
 	SetLatch(worker_latch(w));
 }
 
@@ -381,6 +409,7 @@ mesh_worker_attach_slot(int index)
 	slot->generation++;
 	slot->head = slot->tail;
 	SpinLockRelease(&slot->mutex);
+	ConditionVariableBroadcast(&slot->queue_changed);
 }
 
 void
@@ -421,7 +450,20 @@ mesh_attach_call(dsm_handle handle, MeshCall **hdr, shm_mq_handle **mqh)
 	return seg;
 }
 
-/* Take the next queued call, if any. */
+/* Are calls waiting in the worker's queue? */
+bool
+mesh_worker_has_queued(int index)
+{
+	MeshWorkerSlot *slot = &mesh_shared->workers[index];
+	bool		queued;
+
+	SpinLockAcquire(&slot->mutex);
+	queued = slot->head != slot->tail;
+	SpinLockRelease(&slot->mutex);
+	return queued;
+}
+
+/* Take the next queued call, if any; callers waiting for room are woken. */
 bool
 mesh_worker_pop(int index, dsm_handle *handle)
 {
@@ -436,5 +478,7 @@ mesh_worker_pop(int index, dsm_handle *handle)
 		got = true;
 	}
 	SpinLockRelease(&slot->mutex);
+	if (got)
+		ConditionVariableBroadcast(&slot->queue_changed);	/* room for a waiting caller */
 	return got;
 }

@@ -35,6 +35,7 @@ int			mesh_exec_timeout_ms = 300000;
 int			mesh_max_output_bytes = 65536;
 int			mesh_max_file_bytes = 16 * 1024 * 1024;
 int			mesh_worker_lock_timeout_ms = 2000;
+int			mesh_worker_max_calls = 128;
 int			mesh_reaper_interval_s = 600;
 int			mesh_reaper_sweep_timeout_ms = 60000;
 
@@ -78,6 +79,11 @@ define_settings(void)
 							"How long a worker waits for a row lock before failing the request.",
 							NULL, &mesh_worker_lock_timeout_ms, 2000, 10, 600000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	/* each call in progress holds a socket; curl's fd_set reaches descriptor 1023 only */
+	DefineCustomIntVariable("mesh.worker_max_calls",
+							"Calls one mesh worker runs at once; more wait in its queue.",
+							NULL, &mesh_worker_max_calls, 128, 1, 512,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("mesh.reaper_interval",
 							"Time between two sweeps of the reaper.",
 							NULL, &mesh_reaper_interval_s, 600, 1, 7 * 24 * 3600,

@@ -89,6 +89,7 @@ typedef struct WorkerCall
 } WorkerCall;
 
 static dlist_head calls = DLIST_STATIC_INIT(calls);
+static int	ncalls = 0;			/* length of calls */
 static MemoryContext worker_cxt;
 static int	worker_index;
 static char *install_id;
@@ -278,12 +279,19 @@ attach_call(dsm_handle handle)
 	return call;
 }
 
+/*
+ * Take calls from the queue while fewer than mesh.worker_max_calls are in
+ * progress here (internal releases included); the rest wait in the queue,
+ * their callers asleep, cancellably, and callers that find the queue full
+ * wait for room (handoff.c).  Bounding the calls bounds this process's
+ * sockets and the backend's concurrent requests.
+ */
 static void
 take_new_calls(void)
 {
 	dsm_handle	handle;
 
-	while (mesh_worker_pop(worker_index, &handle))
+	while (ncalls < mesh_worker_max_calls && mesh_worker_pop(worker_index, &handle))
 	{
 		WorkerCall *call = attach_call(handle);
 
@@ -306,7 +314,15 @@ take_new_calls(void)
 			MemoryContextSwitchTo(old);
 		}
 		dlist_push_tail(&calls, &call->node);
+		ncalls++;
 	}
+}
+
+/* Calls are waiting in the queue and there is room to take them now. */
+static bool
+queued_calls_fit(void)
+{
+	return ncalls < mesh_worker_max_calls && mesh_worker_has_queued(worker_index);
 }
 
 static void
@@ -319,6 +335,7 @@ free_call(WorkerCall *call)
 	if (call->req)
 		json_decref(call->req);
 	dlist_delete(&call->node);
+	ncalls--;
 	/* the queue handle lives in the worker's top context: free it with the call */
 	if (call->mqh)
 		shm_mq_detach(call->mqh);
@@ -345,6 +362,7 @@ spawn_internal_release(const char *run_id, const char *reason)
 	call->caller_gone = true;
 	call->step = STEP_START;
 	dlist_push_tail(&calls, &call->node);
+	ncalls++;
 }
 
 /*--------------------------------------------------------------------------
@@ -1496,7 +1514,7 @@ mesh_worker_main(Datum arg)
 		mesh_http_drive();
 		runnable = advance_all();
 		/* push new requests onto the wire; finished ones mean another pass */
-		if (mesh_http_drive() > 0 || runnable || any_call_ready())
+		if (mesh_http_drive() > 0 || runnable || any_call_ready() || queued_calls_fit())
 			continue;
 
 		set = mesh_http_wait_set(&timeout);
