@@ -11,17 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ITER=${1:-300}
 CLIENTS=${2:-4}
-bash test/lib/deps.sh
-make -s >/dev/null && make -s install >/dev/null
-mkdir -p bench/out
-cc -O2 -o bench/out/forkexec bench/forkexec.c
-. test/lib/cluster.sh
-WORK=$(mktemp -d /tmp/mesh-bench.XXXXXX); chmod 755 "$WORK"
-trap 'mesh_cluster_stop "$WORK/pg"' EXIT
-mesh_cluster_start "$WORK/pg" "mesh.embedded_sandboxd = on" "mesh.workers = 2"
-mesh_wait_embedded "$WORK/pg"
-psql -X -q -c "CREATE EXTENSION mesh_exec"
-mesh_wait_workers
+. bench/lib.sh
+bench_start
 
 base=$(bench/out/forkexec "$ITER" 1)
 out=$(psql -X -q -v iterations="$ITER" -f bench/exec.sql)
