@@ -11,6 +11,10 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'mesh_harness') THEN
         CREATE ROLE mesh_harness NOLOGIN;
     END IF;
+    -- what the background workers' statements run as (docs/security.md)
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'mesh_worker') THEN
+        CREATE ROLE mesh_worker NOLOGIN;
+    END IF;
 END
 $roles$;
 
@@ -67,7 +71,8 @@ CREATE TABLE mesh.settings (
     singleton           boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     max_run_lifetime    interval NOT NULL DEFAULT '24 hours' CHECK (max_run_lifetime > '0'),
     idle_timeout        interval NOT NULL DEFAULT '1 hour' CHECK (idle_timeout > '0'),
-    max_compute_seconds double precision CHECK (max_compute_seconds > 0)
+    max_compute_seconds double precision CHECK (max_compute_seconds > 0),
+    run_ownership       boolean NOT NULL DEFAULT false  -- a harness role sees and drives only its own runs
 );
 INSERT INTO mesh.settings DEFAULT VALUES;
 
@@ -93,7 +98,8 @@ CREATE TABLE mesh.workspaces (
     created_at          timestamptz NOT NULL DEFAULT now(),
     materialized_at     timestamptz,
     last_used_at        timestamptz,
-    released_at         timestamptz
+    released_at         timestamptz,
+    owner_role          regrole          -- the role that declared the run (current_user of mesh_acquire)
 );
 CREATE INDEX workspaces_live_idx ON mesh.workspaces (status, last_used_at)
     WHERE status NOT IN ('pending', 'released');
@@ -171,7 +177,7 @@ CREATE FUNCTION mesh.sweep() RETURNS TABLE (action text, run_id text, backend te
 -- a pin to another backend.
 CREATE FUNCTION mesh.select_backend(p_agent_id text,
                                     OUT backend text, OUT implicit boolean, OUT size mesh.size_tier)
-LANGUAGE plpgsql STABLE SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     pin text;
     pin_enabled boolean;
@@ -208,9 +214,23 @@ $$;
 ------------------------------------------------------------------------------
 -- Admin functions: the only way to configure backends and agents.
 ------------------------------------------------------------------------------
+-- The one error for a required argument given as NULL: names[i] is missing
+-- when missing[i] is true.
+CREATE FUNCTION mesh.require_args(fn text, names text[], missing boolean[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    FOR i IN 1 .. cardinality(names) LOOP
+        IF missing[i] THEN
+            RAISE EXCEPTION 'mesh.%: % must not be NULL', fn, names[i]
+                USING ERRCODE = 'null_value_not_allowed', HINT = format('Pass a value for %s.', names[i]);
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- The one error for a backend name that is not in the catalog.
 CREATE FUNCTION mesh.raise_unknown_backend(name text) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     RAISE EXCEPTION 'backend "%" does not exist', name
         USING ERRCODE = 'undefined_object', HINT = 'See mesh.backend_catalog for configured backends.';
@@ -220,8 +240,12 @@ $$;
 CREATE FUNCTION mesh.backend_add(name text, driver text, config jsonb DEFAULT '{}',
                                  enabled boolean DEFAULT true, catalog_order integer DEFAULT 100,
                                  max_size mesh.size_tier DEFAULT 'xlarge')
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('backend_add', ARRAY['name', 'driver', 'config', 'enabled', 'catalog_order', 'max_size'],
+        ARRAY[backend_add.name IS NULL, backend_add.driver IS NULL, backend_add.config IS NULL,
+              backend_add.enabled IS NULL, backend_add.catalog_order IS NULL,
+              backend_add.max_size IS NULL]);
     PERFORM mesh.validate_backend_config(driver, config);
     INSERT INTO mesh.backends AS b (name, driver, enabled, catalog_order, config, max_size)
     VALUES (backend_add.name, backend_add.driver, backend_add.enabled,
@@ -233,10 +257,12 @@ END
 $$;
 
 CREATE FUNCTION mesh.backend_configure(name text, config jsonb)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     drv text;
 BEGIN
+    PERFORM mesh.require_args('backend_configure', ARRAY['name', 'config'],
+        ARRAY[backend_configure.name IS NULL, backend_configure.config IS NULL]);
     SELECT b.driver INTO drv FROM mesh.backends b WHERE b.name = backend_configure.name FOR UPDATE;
     IF drv IS NULL THEN
         PERFORM mesh.raise_unknown_backend(backend_configure.name);
@@ -248,8 +274,9 @@ END
 $$;
 
 CREATE FUNCTION mesh.backend_enable(name text)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('backend_enable', ARRAY['name'], ARRAY[backend_enable.name IS NULL]);
     UPDATE mesh.backends b SET enabled = true, updated_at = now() WHERE b.name = backend_enable.name;
     IF NOT FOUND THEN
         PERFORM mesh.raise_unknown_backend(backend_enable.name);
@@ -260,8 +287,10 @@ $$;
 -- Disabling un-pins the backend's agents in the same transaction and
 -- reports which were reset.  What the backend minted is still released.
 CREATE FUNCTION mesh.backend_disable(name text, OUT reset_agents text[])
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('backend_disable', ARRAY['name'],
+        ARRAY[backend_disable.name IS NULL]);
     UPDATE mesh.backends b SET enabled = false, updated_at = now() WHERE b.name = backend_disable.name;
     IF NOT FOUND THEN
         PERFORM mesh.raise_unknown_backend(backend_disable.name);
@@ -277,8 +306,10 @@ $$;
 
 -- Write-only: nothing reads a credential back through SQL.
 CREATE FUNCTION mesh.backend_set_credential(name text, credential text)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('backend_set_credential', ARRAY['name'],
+        ARRAY[backend_set_credential.name IS NULL]);
     IF credential IS NULL OR credential = '' THEN
         RAISE EXCEPTION 'credential must not be empty'
             USING ERRCODE = 'invalid_parameter_value';
@@ -295,8 +326,10 @@ END
 $$;
 
 CREATE FUNCTION mesh.backend_set_order(name text, catalog_order integer)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('backend_set_order', ARRAY['name', 'catalog_order'],
+        ARRAY[backend_set_order.name IS NULL, backend_set_order.catalog_order IS NULL]);
     UPDATE mesh.backends b SET catalog_order = backend_set_order.catalog_order, updated_at = now()
      WHERE b.name = backend_set_order.name;
     IF NOT FOUND THEN
@@ -306,8 +339,10 @@ END
 $$;
 
 CREATE FUNCTION mesh.backend_set_max_size(name text, max_size mesh.size_tier)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('backend_set_max_size', ARRAY['name', 'max_size'],
+        ARRAY[backend_set_max_size.name IS NULL, backend_set_max_size.max_size IS NULL]);
     UPDATE mesh.backends b SET max_size = backend_set_max_size.max_size, updated_at = now()
      WHERE b.name = backend_set_max_size.name;
     IF NOT FOUND THEN
@@ -319,8 +354,9 @@ $$;
 -- Per-agent settings.  A pin can only name a backend that is enabled now.
 CREATE FUNCTION mesh.agent_set(agent_id text, backend text DEFAULT NULL,
                                default_size mesh.size_tier DEFAULT NULL)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('agent_set', ARRAY['agent_id'], ARRAY[agent_set.agent_id IS NULL]);
     IF backend IS NOT NULL AND NOT EXISTS
         (SELECT 1 FROM mesh.backends b WHERE b.name = agent_set.backend AND b.enabled) THEN
         RAISE EXCEPTION 'cannot pin agent "%" to backend "%": it is not an enabled backend',
@@ -339,8 +375,10 @@ $$;
 CREATE FUNCTION mesh.agent_set_budget(agent_id text, max_compute_seconds double precision DEFAULT NULL,
                                       max_concurrent_workspaces integer DEFAULT NULL,
                                       idle_timeout interval DEFAULT NULL)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('agent_set_budget', ARRAY['agent_id'],
+        ARRAY[agent_set_budget.agent_id IS NULL]);
     INSERT INTO mesh.agents AS a (agent_id, max_compute_seconds, max_concurrent_workspaces, idle_timeout)
     VALUES (agent_set_budget.agent_id, agent_set_budget.max_compute_seconds,
             agent_set_budget.max_concurrent_workspaces, agent_set_budget.idle_timeout)
@@ -353,8 +391,10 @@ $$;
 
 CREATE FUNCTION mesh.run_set_budget(run_id text, max_compute_seconds double precision DEFAULT NULL,
                                     idle_timeout interval DEFAULT NULL)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('run_set_budget', ARRAY['run_id'],
+        ARRAY[run_set_budget.run_id IS NULL]);
     INSERT INTO mesh.run_budgets AS b (run_id, max_compute_seconds, idle_timeout)
     VALUES (run_set_budget.run_id, run_set_budget.max_compute_seconds, run_set_budget.idle_timeout)
     ON CONFLICT ON CONSTRAINT run_budgets_pkey DO UPDATE
@@ -364,15 +404,17 @@ END
 $$;
 
 CREATE FUNCTION mesh.set_policy(max_run_lifetime interval DEFAULT NULL, idle_timeout interval DEFAULT NULL,
-                                max_compute_seconds double precision DEFAULT NULL)
-RETURNS mesh.settings LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+                                max_compute_seconds double precision DEFAULT NULL,
+                                run_ownership boolean DEFAULT NULL)
+RETURNS mesh.settings LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     result mesh.settings;
 BEGIN
     UPDATE mesh.settings s
        SET max_run_lifetime = coalesce(set_policy.max_run_lifetime, s.max_run_lifetime),
            idle_timeout = coalesce(set_policy.idle_timeout, s.idle_timeout),
-           max_compute_seconds = set_policy.max_compute_seconds
+           max_compute_seconds = set_policy.max_compute_seconds,
+           run_ownership = coalesce(set_policy.run_ownership, s.run_ownership)
     RETURNING * INTO result;
     RETURN result;
 END
@@ -391,6 +433,21 @@ SELECT w.id AS workspace_id, w.run_id, w.agent_id,
   LEFT JOIN mesh.run_budgets rb ON rb.run_id = w.run_id;
 
 ------------------------------------------------------------------------------
+-- Run ownership: with mesh.settings.run_ownership on, a run belongs to the
+-- role that declared it.  The workers check it for every call, the views
+-- the harness reads filter by it, so several harness services can share a
+-- database.  Off (the default), every harness role sees and drives every run.
+------------------------------------------------------------------------------
+-- May role caller see and drive a run declared by owner?  Its owner's
+-- members, mesh_admin's members and superusers always may.
+CREATE FUNCTION mesh.may_drive(owner regrole, caller oid) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT NOT s.run_ownership OR owner IS NULL OR caller IS NULL
+           OR pg_has_role(caller, owner::oid, 'MEMBER') OR pg_has_role(caller, 'mesh_admin', 'MEMBER')
+      FROM mesh.settings s
+$$;
+
+------------------------------------------------------------------------------
 -- Views for operators and harnesses (no credential, no env values).
 ------------------------------------------------------------------------------
 CREATE VIEW mesh.backend_catalog AS
@@ -406,19 +463,21 @@ SELECT w.run_id, w.parent_run_id, w.agent_id, w.created_by_actor_id, w.status, w
        (SELECT count(*) FROM mesh.execs e WHERE e.workspace_id = w.id) AS execs,
        (SELECT count(*) FROM mesh.execs e WHERE e.workspace_id = w.id AND e.status = 'running') AS running_execs
   FROM mesh.workspaces w
- WHERE w.status NOT IN ('released');
+ WHERE w.status NOT IN ('released') AND mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
 CREATE VIEW mesh.run_workspaces AS
 SELECT w.run_id, w.parent_run_id, w.agent_id, w.created_by_actor_id, w.status, w.status_reason,
        w.backend_kind, w.size, w.release_outcome, w.release_reason, w.compute_seconds,
-       w.created_at, w.materialized_at, w.last_used_at, w.released_at
-  FROM mesh.workspaces w;
+       w.created_at, w.materialized_at, w.last_used_at, w.released_at, w.owner_role
+  FROM mesh.workspaces w
+ WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
 CREATE VIEW mesh.exec_log AS
 SELECT e.id AS exec_id, e.run_id, w.agent_id, w.created_by_actor_id, e.argv, e.dir, e.env_names,
        e.status, e.exit_code, e.truncated, e.wall_seconds, e.cpu_seconds, e.charged_seconds,
        e.charge_basis, e.error, e.started_at, e.finished_at, e.stdout, e.stderr
-  FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id;
+  FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id
+ WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
 -- Spend: what each run and each agent used, and on what basis it was charged.
 CREATE VIEW mesh.spend_by_run AS
@@ -430,7 +489,8 @@ SELECT w.run_id, w.agent_id, w.created_by_actor_id, w.status, w.backend_kind,
        (SELECT coalesce(sum(e.charged_seconds) FILTER (WHERE e.charge_basis = 'wall'), 0)
           FROM mesh.execs e WHERE e.workspace_id = w.id) AS wall_charged_seconds,
        w.status_reason
-  FROM mesh.workspaces w JOIN mesh.run_limits l ON l.workspace_id = w.id;
+  FROM mesh.workspaces w JOIN mesh.run_limits l ON l.workspace_id = w.id
+ WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
 CREATE VIEW mesh.spend_by_agent AS
 SELECT w.agent_id, count(*) AS runs,
@@ -506,7 +566,7 @@ SELECT pg_catalog.pg_extension_config_dump('mesh.run_tokens', '');
 -- Revoke the live tokens of runs that can reach (agent, secret): their
 -- workspaces get fresh tokens on their next call, the old ones are refused.
 CREATE FUNCTION mesh.revoke_tokens_for_secret(p_agent_id text, p_name text, p_reason text)
-RETURNS integer LANGUAGE sql AS $$
+RETURNS integer LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
     WITH revoked AS (
         UPDATE mesh.run_tokens t SET revoked_at = now(), revoked_reason = p_reason
          WHERE t.revoked_at IS NULL
@@ -518,10 +578,11 @@ $$;
 
 -- Set or rotate a secret.  Rotation invalidates the tokens that could read it, at once.
 CREATE FUNCTION mesh.secret_set(agent_id text, name text, value text)
-RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     new_version integer;
 BEGIN
+    PERFORM mesh.require_args('secret_set', ARRAY['agent_id'], ARRAY[secret_set.agent_id IS NULL]);
     IF value IS NULL OR value = '' THEN
         RAISE EXCEPTION 'a secret value must not be empty' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -546,8 +607,10 @@ END
 $$;
 
 CREATE FUNCTION mesh.secret_delete(agent_id text, name text)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('secret_delete', ARRAY['agent_id', 'name'],
+        ARRAY[secret_delete.agent_id IS NULL, secret_delete.name IS NULL]);
     DELETE FROM mesh.secrets s WHERE s.agent_id = secret_delete.agent_id AND s.name = secret_delete.name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'agent "%" has no secret "%"', secret_delete.agent_id, secret_delete.name
@@ -562,10 +625,12 @@ $$;
 
 -- Declare what an environment needs; checked here so runs never carry a bad declaration.
 CREATE FUNCTION mesh.environment_set(name text, needs jsonb)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     need jsonb;
 BEGIN
+    PERFORM mesh.require_args('environment_set', ARRAY['name'],
+        ARRAY[environment_set.name IS NULL]);
     IF jsonb_typeof(needs) IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'needs must be a JSON array of grants' USING ERRCODE = 'invalid_parameter_value',
             HINT = 'For example [{"kind": "secret", "name": "github_pat", "as": "GH_TOKEN", "ttl": "1 hour"}].';
@@ -593,8 +658,10 @@ $$;
 
 -- Revoke one grant of a run: the broker refuses it from now on.
 CREATE FUNCTION mesh.grant_revoke(run_id text, kind text, name text, reason text DEFAULT NULL)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('grant_revoke', ARRAY['run_id', 'kind', 'name'],
+        ARRAY[grant_revoke.run_id IS NULL, grant_revoke.kind IS NULL, grant_revoke.name IS NULL]);
     UPDATE mesh.grants g SET revoked_at = now(), revoked_reason = coalesce(reason, 'revoked by an operator')
      WHERE g.run_id = grant_revoke.run_id AND g.kind = grant_revoke.kind AND g.name = grant_revoke.name
        AND g.revoked_at IS NULL;
@@ -613,7 +680,7 @@ CREATE FUNCTION mesh.run_grants(p_run_id text)
 RETURNS TABLE (kind text, name text, scope text, delivered_as text, issued_at timestamptz,
                expires_at timestamptz, revoked_at timestamptz, revoked_reason text,
                uses integer, first_used_at timestamptz, last_used_at timestamptz, live boolean)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
     SELECT g.kind, g.name, g.scope, g.deliver_as, g.issued_at, g.expires_at, g.revoked_at, g.revoked_reason,
            g.uses, g.first_used_at, g.last_used_at,
            g.revoked_at IS NULL AND (g.expires_at IS NULL OR g.expires_at > now())
@@ -628,7 +695,7 @@ SELECT agent_id, name, version, created_at, rotated_at FROM mesh.secrets;
 -- refusal with its reason.  Every call, granted or refused, is an event.
 CREATE FUNCTION mesh.broker_exchange(p_token_sha256 bytea, p_name text, p_workspace_ref text,
                                      OUT granted boolean, OUT value text, OUT reason text)
-LANGUAGE plpgsql SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     tok mesh.run_tokens;
     ws mesh.workspaces;
@@ -695,7 +762,7 @@ SELECT pg_catalog.pg_extension_config_dump('mesh.egress_settings', '');
 
 -- The built-in allowlist (source hosts and package registries): the one list.
 CREATE FUNCTION mesh.egress_default_domains() RETURNS text[]
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog AS $$
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT ARRAY['github.com', '*.github.com', '*.githubusercontent.com',
                  'gitlab.com', '*.gitlab.com', 'bitbucket.org',
                  'registry.npmjs.org', 'registry.yarnpkg.com',
@@ -710,7 +777,7 @@ $$;
 -- A domain pattern: a DNS name with at least two labels, lower case, optionally
 -- "*." as its whole first label.  No IP addresses, ports or schemes.
 CREATE FUNCTION mesh.egress_domain_valid(d text) RETURNS boolean
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog AS $$
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT d IS NOT NULL AND length(d) <= 253
        AND d ~ '^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]([a-z0-9-]{0,61}[a-z0-9])?$'
 $$;
@@ -719,7 +786,7 @@ $$;
 -- naming what is wrong.  A missing mode is the legacy allowlist only when
 -- legacy_ok (a row saved before modes existed); new writes must name it.
 CREATE FUNCTION mesh.egress_policy_parse(p jsonb, legacy_ok boolean) RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     mode text;
     unc text;
@@ -779,7 +846,7 @@ $$;
 -- The saved row parsed, or the install default; a row that cannot be parsed
 -- raises (so acquisition fails rather than silently widening access).
 CREATE FUNCTION mesh.egress_policy_saved() RETURNS jsonb
-LANGUAGE plpgsql STABLE SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     raw jsonb;
 BEGIN
@@ -799,7 +866,7 @@ $$;
 
 -- GET: the policy in force and the built-in domains it adds in allowlist mode.
 CREATE FUNCTION mesh.egress_policy() RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
     SELECT egress_policy_saved()
            || jsonb_build_object('default_domains', to_jsonb(egress_default_domains()),
                                  'saved', EXISTS (SELECT 1 FROM mesh.egress_settings))
@@ -807,7 +874,7 @@ $$;
 
 -- PUT: validate and save; affects workspaces created from now on only.
 CREATE FUNCTION mesh.set_egress_policy(policy jsonb) RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     parsed jsonb := egress_policy_parse(policy, false);
 BEGIN
@@ -823,7 +890,7 @@ $$;
 -- backend (before the backend is called).  Raises when the backend cannot
 -- enforce the allowlist and the policy refuses such backends.
 CREATE FUNCTION mesh.workspace_egress(backend text, caps jsonb) RETURNS jsonb
-LANGUAGE plpgsql STABLE SET search_path = mesh, pg_catalog AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     p jsonb := egress_policy_saved();
     capable boolean := coalesce((caps->>'egress_control')::boolean, false);
@@ -846,7 +913,7 @@ $$;
 
 -- "What could this run see" on the network: its workspace's captured policy.
 CREATE FUNCTION mesh.run_network(p_run_id text) RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = mesh, pg_catalog AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
     SELECT coalesce(w.egress, jsonb_build_object('mode', 'not materialized'))
            || jsonb_build_object('backend', w.backend_kind, 'status', w.status::text)
       FROM mesh.workspaces w WHERE w.run_id = p_run_id
@@ -894,13 +961,18 @@ REVOKE ALL ON FUNCTION @extschema@.mesh_read_file(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_release(text, text) FROM PUBLIC;
 
-GRANT USAGE ON SCHEMA mesh TO mesh_harness, mesh_admin;
+GRANT USAGE ON SCHEMA mesh TO mesh_harness, mesh_admin, mesh_worker;
+-- the workers read and write mesh's rows (no DELETE, no DDL), call its functions
+GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA mesh TO mesh_worker;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA mesh TO mesh_worker;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA mesh TO mesh_worker;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_acquire(text, text, text, text, text) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec(text, text[], text, bytea, interval, jsonb) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_read_file(text, text) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_release(text, text) TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.live_workspaces, mesh.run_workspaces, mesh.exec_log, mesh.spend_by_run TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION mesh.may_drive(regrole, oid) TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.spend_by_agent, mesh.run_limits, mesh.settings, mesh.run_budgets TO mesh_admin;
 GRANT SELECT ON mesh.secret_catalog, mesh.environments, mesh.grants TO mesh_admin;
 GRANT SELECT ON mesh.backend_catalog, mesh.event_log TO mesh_admin;
@@ -915,7 +987,7 @@ GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, 
                           mesh.agent_set(text, text, mesh.size_tier),
                           mesh.agent_set_budget(text, double precision, integer, interval),
                           mesh.run_set_budget(text, double precision, interval),
-                          mesh.set_policy(interval, interval, double precision),
+                          mesh.set_policy(interval, interval, double precision, boolean),
                           mesh.drivers(),
                           mesh.sweep(),
                           mesh.secret_set(text, text, text),

@@ -32,6 +32,20 @@
 
 #define MESH_MAX_TIMEOUT_MS (7L * 24 * 3600 * 1000)
 
+/*
+ * Input limits, checked before anything is handed off.  Identifiers are
+ * indexed (a btree entry must fit a third of a page); paths follow Linux's
+ * PATH_MAX and NAME_MAX; one argv element or "NAME=value" must stay below
+ * the kernel's MAX_ARG_STRLEN (32 pages, 128 KiB) and all of them together
+ * well below ARG_MAX (a quarter of the 8 MiB stack), or execve fails with
+ * E2BIG inside the sandbox.
+ */
+#define MESH_MAX_ID_BYTES 255
+#define MESH_MAX_PATH_BYTES 4095
+#define MESH_MAX_NAME_BYTES 255
+#define MESH_MAX_ARG_BYTES (128 * 1024 - 1)
+#define MESH_MAX_ARGS_TOTAL_BYTES (1024 * 1024)
+
 /* json -> mesh.workspaces, prepared once per session (plancache revalidates it) */
 static SPIPlanPtr row_plan = NULL;
 
@@ -41,17 +55,24 @@ PG_FUNCTION_INFO_V1(mesh_read_file);
 PG_FUNCTION_INFO_V1(mesh_write_file);
 PG_FUNCTION_INFO_V1(mesh_release);
 
+/* A required argument: NULL is the caller's error, named, with a hint. */
+static void
+require_arg(FunctionCallInfo fcinfo, int argno, const char *name, const char *hint)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", name),
+				 errhint("%s", hint)));
+}
+
 /* A required text argument: NULL and empty are the caller's error. */
 static char *
 required_text(FunctionCallInfo fcinfo, int argno, const char *name)
 {
 	char	   *value;
 
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be NULL", name),
-				 errhint("Pass a non-empty text value for %s.", name)));
+	require_arg(fcinfo, argno, name, psprintf("Pass a non-empty text value for %s.", name));
 	value = text_to_cstring(PG_GETARG_TEXT_PP(argno));
 	if (value[0] == '\0')
 		ereport(ERROR,
@@ -67,6 +88,25 @@ optional_text(FunctionCallInfo fcinfo, int argno)
 	return PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
+/* An identifier longer than the limit is refused naming the argument. */
+static char *
+check_id_length(char *value, const char *name)
+{
+	if (value && strlen(value) > MESH_MAX_ID_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("%s is %zu bytes long, the limit is %d", name, strlen(value), MESH_MAX_ID_BYTES),
+				 errhint("Use a shorter %s, e.g. a UUID or a hash of a longer name.", name)));
+	return value;
+}
+
+/* A required identifier: not NULL, not empty, not longer than the limit. */
+static char *
+required_id(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	return check_id_length(required_text(fcinfo, argno, name), name);
+}
+
 /*
  * Refuse paths that climb out of the workspace before any backend sees them,
  * so the error is the same whatever the backend; backends confine as well.
@@ -76,10 +116,21 @@ check_path(const char *path, const char *what)
 {
 	const char *p = path;
 
+	if (strlen(path) > MESH_MAX_PATH_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("%s is %zu bytes long, the limit is %d", what, strlen(path), MESH_MAX_PATH_BYTES),
+				 errhint("Paths inside the workspace are at most %d bytes (PATH_MAX).", MESH_MAX_PATH_BYTES)));
 	while (*p)
 	{
 		const char *end = strchrnul(p, '/');
 
+		if (end - p > MESH_MAX_NAME_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+					 errmsg("%s has a name of %d bytes, the limit is %d",
+							what, (int) (end - p), MESH_MAX_NAME_BYTES),
+					 errhint("Each name between two \"/\" is at most %d bytes (NAME_MAX).", MESH_MAX_NAME_BYTES)));
 		if (end - p == 2 && p[0] == '.' && p[1] == '.')
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -96,11 +147,11 @@ check_path(const char *path, const char *what)
 Datum
 mesh_acquire(PG_FUNCTION_ARGS)
 {
-	char	   *run_id = required_text(fcinfo, 0, "run_id");
-	char	   *agent_id = required_text(fcinfo, 1, "agent_id");
-	char	   *actor_id = required_text(fcinfo, 2, "actor_id");
-	char	   *parent = optional_text(fcinfo, 3);
-	char	   *environment = optional_text(fcinfo, 4);
+	char	   *run_id = required_id(fcinfo, 0, "run_id");
+	char	   *agent_id = required_id(fcinfo, 1, "agent_id");
+	char	   *actor_id = required_id(fcinfo, 2, "actor_id");
+	char	   *parent = check_id_length(optional_text(fcinfo, 3), "parent_run_id");
+	char	   *environment = check_id_length(optional_text(fcinfo, 4), "environment");
 	json_t	   *req = json_pack("{s:s,s:s,s:s,s:s?,s:s?}", "run_id", run_id, "agent_id", agent_id,
 								"actor_id", actor_id, "parent_run_id", parent,
 								"environment", environment);
@@ -125,7 +176,7 @@ mesh_acquire(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (row_plan == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare("SELECT (json_populate_record(NULL::mesh.workspaces, $1::json)).*",
+		SPIPlanPtr	plan = SPI_prepare("SELECT (pg_catalog.json_populate_record(NULL::mesh.workspaces, $1::json)).*",
 									   1, types);
 
 		if (plan == NULL || SPI_keepplan(plan) != 0)
@@ -154,11 +205,7 @@ argv_to_json(FunctionCallInfo fcinfo)
 	int			n;
 	json_t	   *argv;
 
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argv must not be NULL"),
-				 errhint("Pass the command as an array, e.g. ARRAY['ls', '-l'].")));
+	require_arg(fcinfo, 1, "argv", "Pass the command as an array, e.g. ARRAY['ls', '-l'].");
 	arr = PG_GETARG_ARRAYTYPE_P(1);
 	if (ARR_NDIM(arr) > 1)
 		ereport(ERROR,
@@ -182,6 +229,11 @@ argv_to_json(FunctionCallInfo fcinfo)
 					 errmsg("argv[%d] is NULL", i + 1),
 					 errhint("Every element of argv must be a string.")));
 		arg = TextDatumGetCString(elems[i]);
+		if (strlen(arg) > MESH_MAX_ARG_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("argv[%d] is %zu bytes long, the limit is %d", i + 1, strlen(arg), MESH_MAX_ARG_BYTES),
+					 errhint("The kernel refuses a longer argument; pass large data as stdin or a file (mesh_write_file).")));
 		if (i == 0 && arg[0] == '\0')
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -253,8 +305,39 @@ env_to_json(FunctionCallInfo fcinfo, int argno)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("env value of \"%s\" must be a string", key),
 					 errhint("Pass every value as a JSON string, e.g. '{\"N\": \"1\"}'.")));
+		if (strlen(key) + 1 + json_string_length(value) > MESH_MAX_ARG_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("env variable \"%.64s\" is %zu bytes long as NAME=value, the limit is %d",
+							key, strlen(key) + 1 + json_string_length(value), MESH_MAX_ARG_BYTES),
+					 errhint("The kernel refuses a longer variable; pass large data as stdin or a file (mesh_write_file).")));
 	}
 	return env;
+}
+
+/*
+ * argv and env together, as execve counts them (each string with its NUL
+ * and its pointer), must stay below the kernel's ARG_MAX.
+ */
+static void
+check_exec_size(json_t *argv, json_t *env)
+{
+	size_t		total = 0;
+	size_t		i;
+	json_t	   *item;
+	const char *key;
+
+	json_array_foreach(argv, i, item)
+		total += json_string_length(item) + 1 + sizeof(char *);
+	if (env)
+		json_object_foreach(env, key, item)
+			total += strlen(key) + 1 + json_string_length(item) + 1 + sizeof(char *);
+	if (total > MESH_MAX_ARGS_TOTAL_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("argv and env take %zu bytes together, the limit is %d", total,
+						MESH_MAX_ARGS_TOTAL_BYTES),
+				 errhint("The kernel refuses larger argument lists; pass large data as stdin or a file (mesh_write_file).")));
 }
 
 /* mesh_exec: run a command in the run's workspace, materializing it first. */
@@ -262,7 +345,7 @@ Datum
 mesh_exec(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *run_id = required_text(fcinfo, 0, "run_id");
+	char	   *run_id = required_id(fcinfo, 0, "run_id");
 	json_t	   *argv = argv_to_json(fcinfo);
 	char	   *dir = optional_text(fcinfo, 2);
 	bytea	   *stdin_data = PG_ARGISNULL(3) ? NULL : PG_GETARG_BYTEA_PP(3);
@@ -273,6 +356,7 @@ mesh_exec(PG_FUNCTION_ARGS)
 	Datum		values[6];
 	bool		nulls[6] = {false};
 
+	check_exec_size(argv, env);
 	if (dir)
 		check_path(dir, "dir");
 	req = json_pack("{s:s,s:o,s:s?,s:o?,s:b,s:I,s:i}",
@@ -302,7 +386,7 @@ mesh_exec(PG_FUNCTION_ARGS)
 Datum
 mesh_read_file(PG_FUNCTION_ARGS)
 {
-	char	   *run_id = required_text(fcinfo, 0, "run_id");
+	char	   *run_id = required_id(fcinfo, 0, "run_id");
 	char	   *path = required_text(fcinfo, 1, "path");
 	json_t	   *req;
 	MeshReply	reply;
@@ -323,18 +407,17 @@ mesh_read_file(PG_FUNCTION_ARGS)
 Datum
 mesh_write_file(PG_FUNCTION_ARGS)
 {
-	char	   *run_id = required_text(fcinfo, 0, "run_id");
+	char	   *run_id = required_id(fcinfo, 0, "run_id");
 	char	   *path = required_text(fcinfo, 1, "path");
 	bytea	   *content;
-	int32		mode = PG_ARGISNULL(3) ? 0644 : PG_GETARG_INT32(3);
+	int32		mode;
 	json_t	   *req;
 	MeshReply	reply;
 
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("content must not be NULL"),
-				 errhint("Write an empty file with ''::bytea.")));
+	require_arg(fcinfo, 3, "mode", "Leave mode out for 420 (0644), or pass a mode in decimal, e.g. 493 for 0755.");
+	mode = PG_GETARG_INT32(3);
+
+	require_arg(fcinfo, 2, "content", "Write an empty file with ''::bytea.");
 	content = PG_GETARG_BYTEA_PP(2);
 	check_path(path, "path");
 	if (mode < 0 || mode > 07777)
@@ -342,6 +425,11 @@ mesh_write_file(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("mode %d is not a file mode", mode),
 				 errhint("Modes are given in decimal: 420 is 0644, 493 is 0755.")));
+	if ((mode & 0400) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("mode %d (0%o) leaves the file unreadable to the workspace's own user", mode, mode),
+				 errhint("Include owner read (0400): 420 is 0644, 256 is 0400.")));
 	if (VARSIZE_ANY_EXHDR(content) > (Size) mesh_max_file_bytes)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -359,7 +447,7 @@ mesh_write_file(PG_FUNCTION_ARGS)
 Datum
 mesh_release(PG_FUNCTION_ARGS)
 {
-	char	   *run_id = required_text(fcinfo, 0, "run_id");
+	char	   *run_id = required_id(fcinfo, 0, "run_id");
 	char	   *reason = optional_text(fcinfo, 1);
 	json_t	   *req = json_pack("{s:s,s:s?}", "run_id", run_id, "reason", reason);
 	MeshReply	reply;

@@ -120,7 +120,7 @@ typedef struct ExchangeArgs
 } ExchangeArgs;
 
 static const char exchange_sql[] =
-"SELECT granted, value, reason FROM mesh.broker_exchange(decode($1, 'hex'), $2, $3)";
+"SELECT granted, value, reason FROM mesh.broker_exchange(pg_catalog.decode($1, 'hex'), $2, $3)";
 
 static void
 exchange_body(void *arg)
@@ -296,8 +296,8 @@ close_workspace_socket(int i)
 
 static const char live_refs_sql[] =
 "SELECT DISTINCT w.external_ref FROM mesh.run_tokens t JOIN mesh.workspaces w ON w.run_id = t.run_id "
-" WHERE t.revoked_at IS NULL AND t.expires_at > now() AND w.external_ref IS NOT NULL "
-"   AND w.status NOT IN ('released', 'failed')";
+" WHERE t.revoked_at IS NULL AND t.expires_at > pg_catalog.now() AND w.external_ref IS NOT NULL "
+"   AND w.status OPERATOR(pg_catalog.<>) ALL ('{released,failed}')";
 
 typedef struct LiveArgs
 {
@@ -445,8 +445,7 @@ mesh_broker_main(Datum arg)
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(mesh_database, NULL, 0);
-	pgstat_report_appname("mesh broker");
+	mesh_worker_connect("mesh broker");
 
 	broker_root = psprintf("%s/%s", DataDir, BROKER_DIR);
 	if (mkdir(broker_root, 0755) != 0 && errno != EEXIST)

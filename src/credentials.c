@@ -16,6 +16,8 @@
  */
 #include "postgres.h"
 
+#include "mesh_json.h"
+
 #include "common/cryptohash.h"
 #include "common/sha2.h"
 #include "lib/stringinfo.h"
@@ -114,6 +116,53 @@ mesh_redact(char **data, size_t *len, const char *secret, const char *label)
 	}
 	*data = out.data;
 	*len = out.len;
+}
+
+/* Redact secret from every string inside a jansson value, in place. */
+static void
+redact_json_value(json_t *value, const char *secret, const char *label)
+{
+	const char *key;
+	json_t	   *item;
+	size_t		i;
+
+	if (json_is_string(value))
+	{
+		char	   *text = pstrdup(json_string_value(value));
+		size_t		len = strlen(text);
+
+		mesh_redact(&text, &len, secret, label);
+		json_string_set(value, text);
+	}
+	else if (json_is_object(value))
+		json_object_foreach(value, key, item)
+			redact_json_value(item, secret, label);
+	else if (json_is_array(value))
+		json_array_foreach(value, i, item)
+			redact_json_value(item, secret, label);
+}
+
+/*
+ * Redact secret from every string of a JSON document given as text, e.g.
+ * the egress denials a backend reports (a host name can carry a value).
+ * The document is parsed, so a value is found however JSON escaped it.
+ * Returns the redacted text, or json_text itself when it is not JSON.
+ */
+char *
+mesh_redact_json(char *json_text, const char *secret, const char *label)
+{
+	json_t	   *doc = json_loads(json_text, JSON_DECODE_ANY, NULL);
+	char	   *dumped;
+	char	   *result;
+
+	if (doc == NULL)
+		return json_text;
+	redact_json_value(doc, secret, label);
+	dumped = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY);
+	json_decref(doc);
+	result = pstrdup(dumped);
+	free(dumped);
+	return result;
 }
 
 /* Wipe a secret from memory before its buffer is freed. */

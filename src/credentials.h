@@ -25,6 +25,7 @@ typedef struct MeshDelivered
 extern char *mesh_token_new(char **hash_hex);
 extern char *mesh_token_hash_hex(const char *token);
 extern void mesh_redact(char **data, size_t *len, const char *secret, const char *label);
+extern char *mesh_redact_json(char *json_text, const char *secret, const char *label);
 extern void mesh_forget(char *secret);
 
 /* src/broker.c */

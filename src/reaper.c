@@ -120,15 +120,15 @@ reaper_query(const char *sql, int nargs, const char **args, int ncols)
  */
 static const char lost_execs_sql[] =
 "WITH lost AS ("
-"  UPDATE mesh.execs e SET status = 'error', finished_at = clock_timestamp(), "
+"  UPDATE mesh.execs e SET status = 'error', finished_at = pg_catalog.clock_timestamp(), "
 "         error = 'lost: no worker finished it within its timeout', charge_basis = 'wall', "
-"         charged_seconds = least(extract(epoch FROM clock_timestamp() - e.started_at), e.timeout_ms / 1000.0) "
-"   WHERE e.status = 'running' "
-"     AND e.started_at + e.timeout_ms * interval '1 millisecond' + interval '1 minute' < clock_timestamp() "
+"         charged_seconds = least(extract(epoch FROM pg_catalog.clock_timestamp() - e.started_at), e.timeout_ms / 1000.0) "
+"   WHERE e.status OPERATOR(pg_catalog.=) 'running' "
+"     AND e.started_at + e.timeout_ms * interval '1 millisecond' + interval '1 minute' < pg_catalog.clock_timestamp() "
 "  RETURNING e.id, e.run_id, e.workspace_id, e.charged_seconds), "
 "charged AS ("
 "  UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + l.seconds "
-"    FROM (SELECT workspace_id, sum(charged_seconds) AS seconds FROM lost GROUP BY workspace_id) l "
+"    FROM (SELECT workspace_id, pg_catalog.sum(charged_seconds) AS seconds FROM lost GROUP BY workspace_id) l "
 "   WHERE w.id = l.workspace_id) "
 "SELECT run_id, id::text FROM lost";
 
@@ -151,18 +151,18 @@ fail_lost_execs(json_t *rows)
  */
 static const char due_sql[] =
 "SELECT w.run_id, coalesce(w.backend_kind, ''), "
-"       CASE WHEN w.status = 'failed' THEN 'failed: ' || coalesce(w.status_reason, 'no reason recorded') "
-"            WHEN w.status = 'releasing' THEN 'finishing an interrupted release' "
-"            WHEN w.created_at < now() - l.max_run_lifetime "
+"       CASE WHEN w.status OPERATOR(pg_catalog.=) 'failed' THEN 'failed: ' || coalesce(w.status_reason, 'no reason recorded') "
+"            WHEN w.status OPERATOR(pg_catalog.=) 'releasing' THEN 'finishing an interrupted release' "
+"            WHEN w.created_at < pg_catalog.now() - l.max_run_lifetime "
 "              THEN 'outlived the longest possible run (' || l.max_run_lifetime || ')' "
 "            ELSE 'idle for more than ' || l.idle_timeout END, "
-"       (w.status = 'ready' AND w.created_at >= now() - l.max_run_lifetime)::text "
+"       (w.status OPERATOR(pg_catalog.=) 'ready' AND w.created_at >= pg_catalog.now() - l.max_run_lifetime)::text "
 "  FROM mesh.workspaces w JOIN mesh.run_limits l ON l.workspace_id = w.id "
-" WHERE (w.status = 'failed' AND w.external_ref IS NOT NULL AND w.release_outcome IS NULL) "
-"    OR (w.status = 'releasing' AND w.release_outcome IS NULL) "
-"    OR (w.status IN ('ready', 'acquiring', 'pending') AND w.external_ref IS NOT NULL "
-"        AND w.created_at < now() - l.max_run_lifetime) "
-"    OR (w.status = 'ready' AND coalesce(w.last_used_at, w.materialized_at, w.created_at) < now() - l.idle_timeout) "
+" WHERE (w.status OPERATOR(pg_catalog.=) 'failed' AND w.external_ref IS NOT NULL AND w.release_outcome IS NULL) "
+"    OR (w.status OPERATOR(pg_catalog.=) 'releasing' AND w.release_outcome IS NULL) "
+"    OR (w.status OPERATOR(pg_catalog.=) ANY ('{ready,acquiring,pending}') AND w.external_ref IS NOT NULL "
+"        AND w.created_at < pg_catalog.now() - l.max_run_lifetime) "
+"    OR (w.status OPERATOR(pg_catalog.=) 'ready' AND coalesce(w.last_used_at, w.materialized_at, w.created_at) < pg_catalog.now() - l.idle_timeout) "
 " ORDER BY w.backend_kind, w.id LIMIT 1000";
 
 /* How many distinct backends appear from position 'from' on (list is sorted). */
@@ -290,13 +290,13 @@ static const char lost_sql[] =
 "WITH lost AS ("
 "  UPDATE mesh.workspaces SET status = 'failed', "
 "         status_reason = 'the backend no longer has this workspace (found by the reaper)' "
-"   WHERE backend_kind = $1 AND external_ref = $2 AND status = 'ready' RETURNING id, run_id) "
+"   WHERE backend_kind = $1 AND external_ref = $2 AND status OPERATOR(pg_catalog.=) 'ready' RETURNING id, run_id) "
 "INSERT INTO mesh.events (kind, run_id, workspace_id, backend) "
 "SELECT 'workspace_lost', run_id, id, $1 FROM lost RETURNING run_id";
 
 static const char orphan_event_sql[] =
 "INSERT INTO mesh.events (kind, backend, detail) "
-"VALUES ('orphan_released', $1, jsonb_build_object('ref', $2, 'outcome', $3))";
+"VALUES ('orphan_released', $1, pg_catalog.jsonb_build_object('ref', $2, 'outcome', $3))";
 
 /*
  * One HTTP request, waited for on the latch and the socket, abandoned at
@@ -587,8 +587,7 @@ mesh_reaper_main(Datum arg)
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(mesh_database, NULL, 0);
-	pgstat_report_appname("mesh reaper");
+	mesh_worker_connect("mesh reaper");
 	install_id = MemoryContextStrdup(TopMemoryContext,
 									 psprintf(UINT64_FORMAT, GetSystemIdentifier()));
 	mesh_http_init();

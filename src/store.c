@@ -47,25 +47,26 @@ int64_text(int64 v)
  */
 typedef struct DeclareArgs
 {
-	const char *args[5];
+	const char *args[6];
 	char	   *row_json;
 } DeclareArgs;
 
 static const char declare_insert_sql[] =
-"INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, parent_run_id, environment) "
-"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id) DO NOTHING "
-"RETURNING row_to_json(workspaces)::text";
+"INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, parent_run_id, environment, owner_role) "
+"VALUES ($1, $2, $3, $4, $5, $6::oid::regrole) ON CONFLICT (run_id) DO NOTHING "
+"RETURNING pg_catalog.row_to_json(workspaces)::text";
 
 static const char declare_existing_sql[] =
-"SELECT row_to_json(w)::text, agent_id, created_by_actor_id, coalesce(parent_run_id, '(none)'), "
+"SELECT pg_catalog.row_to_json(w)::text, agent_id, created_by_actor_id, coalesce(parent_run_id, '(none)'), "
 "       agent_id = $2 AND created_by_actor_id = $3 AND parent_run_id IS NOT DISTINCT FROM $4 "
-"       AND environment IS NOT DISTINCT FROM $5, coalesce(environment, '(none)') "
+"       AND environment IS NOT DISTINCT FROM $5, coalesce(environment, '(none)'), "
+"       mesh.may_drive(owner_role, $6::oid) "
 "  FROM mesh.workspaces w WHERE run_id = $1";
 
 /* The environment's needs, checked against what the agent really has. */
 static const char environment_check_sql[] =
 "SELECT e.name IS NOT NULL, "
-"       (SELECT string_agg(n->>'name', ', ') FROM jsonb_array_elements(e.needs) n "
+"       (SELECT pg_catalog.string_agg(n->>'name', ', ') FROM pg_catalog.jsonb_array_elements(e.needs) n "
 "         WHERE n->>'kind' = 'secret' AND NOT EXISTS "
 "               (SELECT 1 FROM mesh.secrets s WHERE s.agent_id = $2 AND s.name = n->>'name')) "
 "  FROM (SELECT $1::text AS wanted) x LEFT JOIN mesh.environments e ON e.name = x.wanted";
@@ -73,8 +74,8 @@ static const char environment_check_sql[] =
 static const char grants_insert_sql[] =
 "INSERT INTO mesh.grants (run_id, kind, name, scope, deliver_as, expires_at) "
 "SELECT $1, n->>'kind', n->>'name', n->>'scope', n->>'as', "
-"       CASE WHEN n ? 'ttl' THEN now() + (n->>'ttl')::interval END "
-"  FROM mesh.environments e, jsonb_array_elements(e.needs) n WHERE e.name = $2 "
+"       CASE WHEN n ? 'ttl' THEN pg_catalog.now() + (n->>'ttl')::interval END "
+"  FROM mesh.environments e, pg_catalog.jsonb_array_elements(e.needs) n WHERE e.name = $2 "
 "ON CONFLICT (run_id, kind, name) DO NOTHING";
 
 /* The run's declaration becomes its grants: what it could ever see. */
@@ -106,14 +107,19 @@ declare_body(void *arg)
 {
 	DeclareArgs *a = (DeclareArgs *) arg;
 
-	if (mesh_sql(declare_insert_sql, 5, a->args) == 1)
+	if (mesh_sql(declare_insert_sql, 6, a->args) == 1)
 	{
 		a->row_json = mesh_sql_value(0, 1);
 		if (a->args[4])
 			declare_grants(a);
 		return;
 	}
-	mesh_sql(declare_existing_sql, 5, a->args);
+	mesh_sql(declare_existing_sql, 6, a->args);
+	if (strcmp(mesh_sql_value(0, 7), "t") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNIQUE_VIOLATION),
+				 errmsg("run \"%s\" is already declared by another role", a->args[0]),
+				 errhint("Run ownership is on: use a new run_id.")));
 	if (strcmp(mesh_sql_value(0, 5), "t") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
@@ -127,9 +133,10 @@ declare_body(void *arg)
 
 bool
 store_declare(const char *run_id, const char *agent_id, const char *actor_id,
-			  const char *parent_run_id, const char *environment, char **row_json, ErrorData **err)
+			  const char *parent_run_id, const char *environment, const char *owner_role,
+			  char **row_json, ErrorData **err)
 {
-	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id, environment}, NULL};
+	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id, environment, owner_role}, NULL};
 
 	/* with grants the declaration is more than intent: commit it durably */
 	if (!mesh_txn("mesh worker: declare run", declare_body, &a, environment == NULL, err))
@@ -145,6 +152,7 @@ store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 typedef struct LoadArgs
 {
 	const char *run_id;
+	const char *caller_role;
 	MeshWorkspace *ws;
 	bool		found;
 	bool		for_update;
@@ -157,8 +165,8 @@ static const char load_sql[] =
 "       w.compute_seconds, coalesce(l.max_compute_seconds, -1), w.release_outcome, "
 "       EXISTS (SELECT 1 FROM mesh.grants g WHERE g.run_id = w.run_id AND g.revoked_at IS NULL), "
 "       EXISTS (SELECT 1 FROM mesh.run_tokens t WHERE t.run_id = w.run_id AND t.revoked_at IS NULL "
-"               AND t.expires_at > now() + interval '1 minute'), "
-"       w.egress::text "
+"               AND t.expires_at > pg_catalog.now() + interval '1 minute'), "
+"       w.egress::text, mesh.may_drive(w.owner_role, $2::oid) "
 "  FROM mesh.workspaces w "
 "  JOIN mesh.run_limits l ON l.workspace_id = w.id "
 "  LEFT JOIN mesh.backends b ON b.name = w.backend_kind "
@@ -201,20 +209,25 @@ static void
 load_body(void *arg)
 {
 	LoadArgs   *a = (LoadArgs *) arg;
-	const char *args[1] = {a->run_id};
+	const char *args[2] = {a->run_id, a->caller_role};
 
 	if (a->for_update && mesh_sql(lock_sql, 1, args) == 0)
 		return;
-	a->found = mesh_sql(load_sql, 1, args) == 1;
+	/* a run another role owns is, to this caller, a run that does not exist */
+	a->found = mesh_sql(load_sql, 2, args) == 1 && strcmp(mesh_sql_value(0, 22), "t") == 0;
 	if (a->found)
 		fill_workspace(a->ws);
 }
 
-/* Load the run's row; an unknown run is the caller's error. */
+/*
+ * Load the run's row; an unknown run is the caller's error, and so is, with
+ * run ownership on, a run caller_role (an oid; NULL: the pool's own call)
+ * may not drive.
+ */
 bool
-store_load(const char *run_id, MeshWorkspace *ws, ErrorData **err)
+store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, ErrorData **err)
 {
-	LoadArgs	a = {run_id, ws, false, false};
+	LoadArgs	a = {run_id, caller_role, ws, false, false};
 
 	memset(ws, 0, sizeof(*ws));
 	if (!mesh_txn("mesh worker: load run", load_body, &a, false, err))
@@ -270,7 +283,7 @@ static const char event_sql[] =
 "VALUES ($1, $2, $3::bigint, $4, coalesce($5::jsonb, '{}'))";
 
 static const char touch_sql[] =
-"UPDATE mesh.workspaces SET last_used_at = now() WHERE id = $1::bigint";
+"UPDATE mesh.workspaces SET last_used_at = pg_catalog.now() WHERE id = $1::bigint";
 
 /* Build a MeshBackend from catalog fields; false when the driver is unknown. */
 bool
@@ -306,8 +319,8 @@ static const char agent_lock_sql[] =
 "SELECT max_concurrent_workspaces FROM mesh.agents WHERE agent_id = $1 FOR UPDATE";
 
 static const char agent_live_sql[] =
-"SELECT count(*) FROM mesh.workspaces "
-" WHERE agent_id = $1 AND status IN ('acquiring', 'ready', 'releasing') AND id <> $2::bigint";
+"SELECT pg_catalog.count(*) FROM mesh.workspaces "
+" WHERE agent_id = $1 AND status OPERATOR(pg_catalog.=) ANY ('{acquiring,ready,releasing}') AND id <> $2::bigint";
 
 /*
  * The agent's concurrency limit, checked under a lock on the agent's row so
@@ -436,7 +449,7 @@ typedef struct ReadyArgs
 
 static const char mark_ready_sql[] =
 "UPDATE mesh.workspaces SET status = 'ready', capabilities = $2::jsonb, status_reason = NULL, "
-"       materialized_at = now(), last_used_at = now() WHERE id = $1::bigint";
+"       materialized_at = pg_catalog.now(), last_used_at = pg_catalog.now() WHERE id = $1::bigint";
 
 static void
 ready_body(void *arg)
@@ -513,12 +526,12 @@ typedef struct ExecStartArgs
 /* Secrets the run's grants deliver as environment, counted as reads. */
 static const char delivered_sql[] =
 "WITH d AS ("
-"  UPDATE mesh.grants g SET uses = uses + 1, last_used_at = now(), "
-"         first_used_at = coalesce(first_used_at, now()) "
+"  UPDATE mesh.grants g SET uses = uses + 1, last_used_at = pg_catalog.now(), "
+"         first_used_at = coalesce(first_used_at, pg_catalog.now()) "
 "    FROM mesh.workspaces w, mesh.secrets s "
 "   WHERE g.run_id = $1 AND w.run_id = g.run_id AND s.agent_id = w.agent_id AND s.name = g.name "
 "     AND g.kind = 'secret' AND g.deliver_as IS NOT NULL AND g.revoked_at IS NULL "
-"     AND (g.expires_at IS NULL OR g.expires_at > now()) "
+"     AND (g.expires_at IS NULL OR g.expires_at > pg_catalog.now()) "
 "  RETURNING g.deliver_as, g.name, s.value) "
 "SELECT deliver_as, name, value FROM d";
 
@@ -533,13 +546,13 @@ static const char redact_only_sql[] =
 "  JOIN mesh.secrets s ON s.agent_id = w.agent_id AND s.name = g.name "
 " WHERE g.run_id = $1 AND g.kind = 'secret' "
 "   AND NOT (g.deliver_as IS NOT NULL AND g.revoked_at IS NULL "
-"            AND (g.expires_at IS NULL OR g.expires_at > now()))";
+"            AND (g.expires_at IS NULL OR g.expires_at > pg_catalog.now()))";
 
 static const char delivered_event_sql[] =
 "INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
 "SELECT 'secret_read', $1, $2::bigint, $3, "
-"       jsonb_build_object('secret', x, 'delivered_as_env', true, 'exec_id', $4::bigint) "
-"  FROM unnest($5::text[]) x";
+"       pg_catalog.jsonb_build_object('secret', x, 'delivered_as_env', true, 'exec_id', $4::bigint) "
+"  FROM pg_catalog.unnest($5::text[]) x";
 
 /* Append the rows of the last statement to a->delivered (variable may be NULL). */
 static void
@@ -585,10 +598,51 @@ fetch_delivered(ExecStartArgs *a)
 
 /* The exec row, and the workspace's last use, in one statement. */
 static const char exec_insert_sql[] =
-"WITH touched AS (UPDATE mesh.workspaces SET last_used_at = now() WHERE id = $1::bigint) "
+"WITH touched AS (UPDATE mesh.workspaces SET last_used_at = pg_catalog.now() WHERE id = $1::bigint) "
 "INSERT INTO mesh.execs (workspace_id, run_id, argv, dir, env_names, stdin_bytes, timeout_ms) "
-"VALUES ($1::bigint, $2, ARRAY(SELECT json_array_elements_text($3::json)), $4, "
-"        ARRAY(SELECT json_object_keys($5::json)), $6::int, $7::bigint) RETURNING id";
+"VALUES ($1::bigint, $2, ARRAY(SELECT pg_catalog.json_array_elements_text($3::json)), $4, "
+"        ARRAY(SELECT pg_catalog.json_object_keys($5::json)), $6::int, $7::bigint) RETURNING id";
+
+static const char exec_argv_redacted_sql[] =
+"UPDATE mesh.execs SET argv = ARRAY(SELECT pg_catalog.json_array_elements_text($2::json)) "
+" WHERE id = $1::bigint";
+
+/*
+ * A secret the run may see never stays in its exec row, not even in argv
+ * (the command itself gets argv as given).  One more statement, only when
+ * a value really is in it.
+ */
+static void
+redact_argv(ExecStartArgs *a)
+{
+	json_t	   *argv = json_array();
+	bool		changed = false;
+	ListCell   *lc;
+
+	for (int i = 0; i < a->spec->argc; i++)
+	{
+		char	   *arg = pstrdup(a->spec->argv[i]);
+		size_t		len = strlen(arg);
+
+		foreach(lc, a->delivered)
+		{
+			MeshDelivered *d = lfirst(lc);
+
+			mesh_redact(&arg, &len, d->value, d->variable ? d->variable : d->name);
+		}
+		changed |= strcmp(arg, a->spec->argv[i]) != 0;
+		json_array_append_new(argv, json_string(arg));
+	}
+	if (changed)
+	{
+		char	   *text = json_dumps(argv, JSON_COMPACT);
+		const char *args[2] = {int64_text(a->exec_id), pstrdup(text)};
+
+		free(text);
+		mesh_sql(exec_argv_redacted_sql, 2, args);
+	}
+	json_decref(argv);
+}
 
 static void
 exec_start_body(void *arg)
@@ -615,7 +669,10 @@ exec_start_body(void *arg)
 	mesh_sql(exec_insert_sql, 7, args);
 	a->exec_id = pg_strtoint64(mesh_sql_value(0, 1));
 	if (a->ws->has_grants)
+	{
 		fetch_delivered(a);
+		redact_argv(a);
+	}
 }
 
 /*
@@ -645,10 +702,10 @@ typedef struct MintArgs
 } MintArgs;
 
 static const char mint_sql[] =
-"WITH old AS (UPDATE mesh.run_tokens SET revoked_at = now(), revoked_reason = 'replaced by a new token' "
+"WITH old AS (UPDATE mesh.run_tokens SET revoked_at = pg_catalog.now(), revoked_reason = 'replaced by a new token' "
 "              WHERE run_id = $1 AND revoked_at IS NULL) "
 "INSERT INTO mesh.run_tokens (run_id, token_sha256, expires_at) "
-"SELECT $1, decode($2, 'hex'), now() + s.max_run_lifetime FROM mesh.settings s";
+"SELECT $1, pg_catalog.decode($2, 'hex'), pg_catalog.now() + s.max_run_lifetime FROM mesh.settings s";
 
 static void
 mint_body(void *arg)
@@ -690,9 +747,9 @@ static const char exec_finish_sql[] =
 "WITH e AS ("
 "  UPDATE mesh.execs SET status = $2::mesh.exec_status, exit_code = $3::int, stdout = $4, stderr = $5, "
 "         truncated = coalesce($6::boolean, false), wall_seconds = $7::float8, cpu_seconds = $8::float8, "
-"         charged_seconds = $9::float8, charge_basis = $10, error = $11, finished_at = clock_timestamp() "
+"         charged_seconds = $9::float8, charge_basis = $10, error = $11, finished_at = pg_catalog.clock_timestamp() "
 "   WHERE id = $1::bigint RETURNING workspace_id) "
-"UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + $9::float8, last_used_at = now() "
+"UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + $9::float8, last_used_at = pg_catalog.now() "
 "  FROM e WHERE w.id = e.workspace_id";
 
 /* Text a PostgreSQL text column can hold: invalid UTF-8 and NUL become U+FFFD. */
@@ -725,9 +782,9 @@ mesh_sanitize_text(const char *data, size_t len)
 static const char egress_denied_sql[] =
 "INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
 "SELECT 'egress_denied', $1, $2::bigint, $3, "
-"       jsonb_build_object('host', d->>'host', 'port', (d->>'port')::integer, "
+"       pg_catalog.jsonb_build_object('host', d->>'host', 'port', (d->>'port')::integer, "
 "                          'reason', d->>'reason', 'at', d->>'at', 'exec_id', $5::bigint) "
-"  FROM jsonb_array_elements($4::jsonb) d";
+"  FROM pg_catalog.jsonb_array_elements($4::jsonb) d";
 
 /*
  * Each outbound connection the backend refused during the exec becomes one
@@ -835,13 +892,13 @@ typedef struct ReleaseArgs
 
 /* A failed workspace stays failed (terminal, with its reason) while released. */
 static const char mark_releasing_sql[] =
-"UPDATE mesh.workspaces SET status = CASE WHEN status = 'failed' THEN status ELSE 'releasing' END, "
+"UPDATE mesh.workspaces SET status = CASE WHEN status OPERATOR(pg_catalog.=) 'failed' THEN status ELSE 'releasing' END, "
 "       release_reason = coalesce($2, release_reason) "
 " WHERE id = $1::bigint";
 
 static const char mark_released_sql[] =
-"UPDATE mesh.workspaces SET status = CASE WHEN status = 'failed' THEN status ELSE 'released' END, "
-"       release_outcome = $2, release_reason = coalesce($3, release_reason), released_at = now() "
+"UPDATE mesh.workspaces SET status = CASE WHEN status OPERATOR(pg_catalog.=) 'failed' THEN status ELSE 'released' END, "
+"       release_outcome = $2, release_reason = coalesce($3, release_reason), released_at = pg_catalog.now() "
 " WHERE id = $1::bigint";
 
 static const char mark_exhausted_sql[] =
@@ -967,7 +1024,7 @@ store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err)
 }
 
 static const char revoke_run_tokens_sql[] =
-"UPDATE mesh.run_tokens SET revoked_at = now(), revoked_reason = 'the run released its workspace' "
+"UPDATE mesh.run_tokens SET revoked_at = pg_catalog.now(), revoked_reason = 'the run released its workspace' "
 " WHERE run_id = $1 AND revoked_at IS NULL";
 
 static void
@@ -1039,16 +1096,16 @@ typedef struct RecoverArgs
 
 static const char recover_execs_sql[] =
 "WITH lost AS ("
-"  UPDATE mesh.execs e SET status = 'error', finished_at = clock_timestamp(), "
+"  UPDATE mesh.execs e SET status = 'error', finished_at = pg_catalog.clock_timestamp(), "
 "         error = 'interrupted: the server or a mesh worker restarted while the command ran', "
 "         charge_basis = 'wall', "
-"         charged_seconds = least(extract(epoch FROM clock_timestamp() - e.started_at), e.timeout_ms / 1000.0) "
-"   WHERE e.status = 'running' "
-"     AND ((hashtext(e.run_id)::bigint & 4294967295) % $2::bigint) = $1::bigint "
+"         charged_seconds = least(extract(epoch FROM pg_catalog.clock_timestamp() - e.started_at), e.timeout_ms / 1000.0) "
+"   WHERE e.status OPERATOR(pg_catalog.=) 'running' "
+"     AND ((pg_catalog.hashtext(e.run_id)::bigint & 4294967295) % $2::bigint) = $1::bigint "
 "  RETURNING e.id, e.workspace_id, e.charged_seconds), "
 "charged AS ("
 "  UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + l.seconds "
-"    FROM (SELECT workspace_id, sum(charged_seconds) AS seconds FROM lost GROUP BY workspace_id) l "
+"    FROM (SELECT workspace_id, pg_catalog.sum(charged_seconds) AS seconds FROM lost GROUP BY workspace_id) l "
 "   WHERE w.id = l.workspace_id) "
 "SELECT l.id, w.external_ref, w.backend_kind, b.driver, b.config::text, c.credential "
 "  FROM lost l JOIN mesh.workspaces w ON w.id = l.workspace_id "

@@ -11,13 +11,17 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "executor/spi.h"
 #include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "mesh_exec.h"
 #include "txn.h"
 
 #define MAX_PLANS 64
@@ -37,6 +41,42 @@ static int	nplans = 0;
 static MemoryContext result_cxt = NULL;
 
 /*
+ * Connect a mesh background worker to mesh.database, with a search_path
+ * nobody else can steer: a name resolved through a schema a harness member
+ * may create in (public, before PostgreSQL 15) would run that member's
+ * function with the worker's privileges (docs/security.md).  Only
+ * pg_catalog and mesh are searched, pg_temp last; PGC_S_OVERRIDE outranks
+ * ALTER ROLE/DATABASE SET and the SET clauses of functions the worker calls.
+ */
+void
+mesh_worker_connect(const char *appname)
+{
+	BackgroundWorkerInitializeConnection(mesh_database, NULL, 0);
+	SetConfigOption("search_path", MESH_WORKER_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
+	pgstat_report_appname(appname);
+}
+
+/*
+ * Every statement of a mesh background worker runs as the NOLOGIN role
+ * mesh_worker (created by the extension, granted only what the workers do
+ * on mesh's tables), not as the bootstrap superuser the process connected
+ * as: PostgreSQL 15 cannot connect a background worker as a NOLOGIN role.
+ * The switch is security-restricted, as for maintenance commands run as a
+ * table's owner, and ends with the transaction.  A missing role fails the
+ * transaction: nothing runs as superuser instead.
+ */
+static void
+become_worker_role(void)
+{
+	Oid			saved_user;
+	int			saved_context;
+
+	GetUserIdAndSecContext(&saved_user, &saved_context);
+	SetUserIdAndSecContext(get_role_oid(MESH_WORKER_ROLE, false),
+						   saved_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+}
+
+/*
  * Run body in a transaction of its own: a worker never writes in anybody
  * else's.  durable=false commits asynchronously, for intent whose loss in a
  * crash loses nothing real.  On error the transaction is rolled back and
@@ -51,8 +91,13 @@ mesh_txn(const char *what, MeshTxnBody body, void *arg, bool durable, ErrorData 
 	result_cxt = outer;
 	PG_TRY();
 	{
+		Oid			connected_user;
+		int			connected_context;
+
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
+		GetUserIdAndSecContext(&connected_user, &connected_context);
+		become_worker_role();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "mesh: SPI_connect failed");
@@ -63,6 +108,7 @@ mesh_txn(const char *what, MeshTxnBody body, void *arg, bool durable, ErrorData 
 		body(arg);
 		SPI_finish();
 		PopActiveSnapshot();
+		SetUserIdAndSecContext(connected_user, connected_context);
 		CommitTransactionCommand();
 	}
 	PG_CATCH();

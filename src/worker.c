@@ -46,6 +46,7 @@
 #include "handoff.h"
 #include "mesh_exec.h"
 #include "store.h"
+#include "txn.h"
 #include "worker_http.h"
 
 typedef enum CallStep
@@ -193,11 +194,43 @@ failure_hint(MeshFailure failure)
 	}
 }
 
-static void
-reply_backend_error(WorkerCall *call, const MeshError *err)
+/* What the caller asked for, as the subject of an error message. */
+static const char *
+op_noun(MeshOp op)
 {
-	reply_error(call, failure_sqlstate(err->failure), err->message, NULL,
-				failure_hint(err->failure));
+	switch (op)
+	{
+		case MESH_OP_EXEC:
+			return "the command";
+		case MESH_OP_READ_FILE:
+			return "the file read";
+		case MESH_OP_WRITE_FILE:
+			return "the file write";
+		case MESH_OP_RELEASE:
+			return "the release";
+		default:
+			return "the call";
+	}
+}
+
+/*
+ * A backend's refusal, in the caller's terms: what failed (what, or the
+ * call's operation when NULL), for which run, and the backend's own words;
+ * its HTTP status and error code go to the detail.  Without an answer
+ * (unreachable) the transport's words say it.
+ */
+static void
+reply_backend_error(WorkerCall *call, const char *what, const MeshError *err)
+{
+	if (err->reason == NULL)
+		reply_error(call, failure_sqlstate(err->failure), err->message, NULL,
+					failure_hint(err->failure));
+	else
+		reply_error(call, failure_sqlstate(err->failure),
+					psprintf("%s of run \"%s\" failed on backend \"%s\": %s", what ? what : op_noun(call->op),
+							 call->run_id, call->ws.backend_kind ? call->ws.backend_kind : "?",
+							 err->reason),
+					err->message, failure_hint(err->failure));
 }
 
 /*
@@ -216,14 +249,14 @@ reply_file_error(WorkerCall *call, const char *path, const MeshError *err)
 							   path, call->run_id);
 			break;
 		case MESH_FAIL_PATH_REFUSED:
-			message = psprintf("path \"%s\" is refused: it is not a file inside the workspace of run \"%s\"",
-							   path, call->run_id);
+			message = psprintf("path \"%s\" is refused in the workspace of run \"%s\": %s", path, call->run_id,
+							   err->reason ? err->reason : "it is not a file inside the workspace");
 			break;
 		case MESH_FAIL_TOO_LARGE:
 			message = psprintf("file \"%s\" is too large", path);
 			break;
 		default:
-			reply_backend_error(call, err);
+			reply_backend_error(call, NULL, err);
 			return;
 	}
 	reply_error(call, failure_sqlstate(err->failure), message, err->message,
@@ -409,7 +442,7 @@ wake_parked(const char *run_id, const MeshError *failed)
 		{
 			MemoryContext old = MemoryContextSwitchTo(other->cxt);
 
-			reply_backend_error(other, failed);
+			reply_backend_error(other, "setting up the workspace", failed);
 			MemoryContextSwitchTo(old);
 		}
 		else
@@ -553,7 +586,7 @@ finish_acquire(WorkerCall *call, const MeshHttpResponse *resp)
 		if (!store_materialize_failed(&call->ws, retryable, merr.message, &err))
 			FreeErrorData(err);
 		call->step = STEP_START;	/* so wake_parked does not see us acquiring */
-		reply_backend_error(call, &merr);
+		reply_backend_error(call, "setting up the workspace", &merr);
 		wake_parked(call->run_id, &merr);
 		return;
 	}
@@ -662,7 +695,10 @@ deliver_environment(WorkerCall *call)
 	json_object_set_new(call->req, "delivered_env", env);	/* freed with the request */
 }
 
-/* Delivered values never come back out: redact them from the output. */
+/*
+ * Delivered values never come back out: redact them from the output and
+ * from the egress denials.
+ */
 static void
 redact_delivered(WorkerCall *call, MeshExecResult *result)
 {
@@ -676,8 +712,28 @@ redact_delivered(WorkerCall *call, MeshExecResult *result)
 
 		mesh_redact(&result->stdout_data, &result->stdout_len, d->value, label);
 		mesh_redact(&result->stderr_data, &result->stderr_len, d->value, label);
+		/* a denied host name can carry a value: events and NOTICEs get this text */
+		if (result->egress_denials)
+			result->egress_denials = mesh_redact_json(result->egress_denials, d->value, label);
 		mesh_forget(d->value);
 	}
+}
+
+/* A backend's message about a failed exec, without the run's secret values. */
+static char *
+redact_message(WorkerCall *call, char *message)
+{
+	ListCell   *lc;
+	size_t		len = message ? strlen(message) : 0;
+
+	foreach(lc, call->delivered)
+	{
+		MeshDelivered *d = lfirst(lc);
+
+		if (message)
+			mesh_redact(&message, &len, d->value, d->variable ? d->variable : d->name);
+	}
+	return message;
 }
 
 static void
@@ -823,6 +879,8 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	if (r == MESH_STEP_FAILED)
 	{
 		rec.status = "error";
+		merr.message = redact_message(call, merr.message);
+		merr.reason = redact_message(call, merr.reason);
 		rec.error = merr.message;
 		if (merr.failure == MESH_FAIL_NOT_RUNNING && !call->woke_once)
 			rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
@@ -831,7 +889,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
 			FreeErrorData(err);
 		if (!wake_and_retry(call, &merr))
-			reply_backend_error(call, &merr);
+			reply_backend_error(call, NULL, &merr);
 		return;
 	}
 	redact_delivered(call, &result);
@@ -1092,8 +1150,10 @@ finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp)
 		if (!store_release_stuck(&call->ws, merr.message, &err))
 			FreeErrorData(err);
 		reply_error(call, failure_sqlstate(merr.failure),
-					psprintf("could not release the workspace of run \"%s\": %s", call->run_id, merr.message),
-					"The workspace stays recorded as releasing; mesh_release can be called again.",
+					psprintf("could not release the workspace of run \"%s\": %s", call->run_id,
+							 merr.reason ? merr.reason : merr.message),
+					psprintf("%s%sThe workspace stays recorded as releasing; mesh_release can be called again.",
+							 merr.reason ? merr.message : "", merr.reason ? ". " : ""),
 					failure_hint(merr.failure));
 		return;
 	}
@@ -1118,6 +1178,18 @@ finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp)
  *--------------------------------------------------------------------------
  */
 
+/*
+ * The role that made the call (an oid, as text), which a run belongs to
+ * when it declares it; NULL for the pool's own calls (reaper releases).
+ */
+static const char *
+caller_role(WorkerCall *call)
+{
+	if (call->hdr == NULL || !OidIsValid(call->hdr->user))
+		return NULL;
+	return psprintf("%u", call->hdr->user);
+}
+
 static void
 run_declare(WorkerCall *call)
 {
@@ -1129,7 +1201,7 @@ run_declare(WorkerCall *call)
 					   json_string_value(json_object_get(call->req, "actor_id")),
 					   json_string_value(json_object_get(call->req, "parent_run_id")),
 					   json_string_value(json_object_get(call->req, "environment")),
-					   &row_json, &err))
+					   caller_role(call), &row_json, &err))
 		reply_txn_error(call, err);
 	else
 		reply_ok(call, json_pack("{s:s}", "row", row_json), NULL, 0);
@@ -1287,7 +1359,7 @@ advance_call(WorkerCall *call)
 		call->step = STEP_PARKED;
 		return;
 	}
-	if (!store_load(call->run_id, &call->ws, &err))
+	if (!store_load(call->run_id, caller_role(call), &call->ws, &err))
 	{
 		reply_txn_error(call, err);
 		return;
@@ -1483,8 +1555,7 @@ mesh_worker_main(Datum arg)
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(mesh_database, NULL, 0);
-	pgstat_report_appname("mesh worker");
+	mesh_worker_connect("mesh worker");
 	apply_worker_settings();
 
 	worker_cxt = AllocSetContextCreate(TopMemoryContext, "mesh worker", ALLOCSET_DEFAULT_SIZES);

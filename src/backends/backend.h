@@ -104,6 +104,7 @@ typedef struct MeshError
 {
 	MeshFailure failure;
 	char	   *message;		/* human text, never containing a credential */
+	char	   *reason;			/* the backend's own words, when it answered with an error */
 } MeshError;
 
 typedef struct MeshExecSpec

@@ -141,6 +141,7 @@ mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...)
 	va_end(ap);
 	err->failure = failure;
 	err->message = pstrdup(buf);
+	err->reason = NULL;
 }
 
 /*
@@ -191,6 +192,7 @@ mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend, Mes
 				   backend, resp->status,
 				   code ? " " : "", code ? code : "",
 				   message ? ": " : "", message ? message : "");
+	err->reason = pstrdup(message ? message : (code ? code : "no reason given"));
 	if (doc)
 		json_decref(doc);
 	return false;

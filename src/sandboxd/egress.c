@@ -209,7 +209,9 @@ static void record_denial(struct egress *eg, const char *host, int port, const c
     d->reason = reason;
     clock_gettime(CLOCK_REALTIME, &d->at);
     pthread_mutex_unlock(&eg->lock);
-    log_event("workspace %s: egress to %s:%d denied (%s)", eg->ws_id, host, port, reason);
+    /* no host: a name can carry a secret the daemon cannot know to redact; the caller
+     * gets it in egress_denials and redacts it there */
+    log_event("workspace %s: egress to port %d denied (%s)", eg->ws_id, port, reason);
 }
 
 /* Decides HOST:PORT; on allow returns the vetted addresses (connect to these only, never
