@@ -323,6 +323,7 @@ mesh_call(MeshOp op, const char *run_id, json_t *request,
 
 /*
  * Hand a request to the process serving slot w and wait for its reply.
+ * The request document is consumed (freed here), as json_pack's "o" does.
  * Notices sent on the way are re-raised here, to the caller's client.  An
  * error reply is raised as an ERROR with the sender's SQLSTATE.  With
  * mesh_call_deadline set, waiting past it is an error (the reaper bounds
@@ -338,6 +339,8 @@ mesh_call_slot(int w, MeshOp op, json_t *request,
 	shm_mq_handle *mqh;
 	uint64		generation = 0;
 
+	if (request)
+		json_decref(request);	/* consumed: nothing of it outlives an error below */
 	if (json == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
