@@ -9,7 +9,7 @@
 LIB=$(cd "$(dirname "$0")/../lib" && pwd)
 TURNS=${MESH_SOAK_TURNS:-1600}          # measured turns, spread over 4 clients
 CLIENTS=4
-plan 6
+plan 7
 out=$(mktemp -d)
 agent=soak-$$
 export PGOPTIONS="-c client_min_messages=warning"
@@ -74,6 +74,32 @@ is "$(echo "$growth" | grep -c '^BAD')" 0 \
 is "$(q "SELECT count(*) FROM mesh.workspaces WHERE agent_id = '$agent' AND status <> 'released'")" 0 "every soak workspace was released"
 is "$(broker_dirs)" "$before_dirs" "no broker directory is left per workspace"
 is "$(holders)" "$before_holders" "no sandbox holder is left per workspace"
+# a harness session's own backend: calls that succeed, fail in the backend, or are refused
+# as bad input leave nothing behind either (jansson's memory is not the query's)
+session=$(psql -X -qAt -v ON_ERROR_STOP=1 2>&1 <<SQL
+SET client_min_messages = warning;
+SELECT 1 FROM mesh_acquire('$agent-session', '$agent', 'soak') \\g /dev/null
+CREATE FUNCTION pg_temp.calls(n int) RETURNS int LANGUAGE plpgsql AS \$\$
+DECLARE failed int := 0;
+BEGIN
+  FOR i IN 1..n LOOP
+    PERFORM mesh_exec('$agent-session', ARRAY['true']);
+    BEGIN PERFORM mesh_read_file('$agent-session', 'no-such-file'); EXCEPTION WHEN undefined_file THEN failed := failed + 1; END;
+    BEGIN PERFORM mesh_exec('$agent-session', ARRAY['true'], env => '{"A": 1}'); EXCEPTION WHEN invalid_parameter_value THEN failed := failed + 1; END;
+  END LOOP;
+  RETURN failed;
+END \$\$;
+CREATE FUNCTION pg_temp.anon_kb() RETURNS bigint LANGUAGE sql AS
+  \$\$ SELECT (regexp_match(pg_read_file('/proc/' || pg_backend_pid() || '/status'), 'RssAnon:\\s+(\\d+)'))[1]::bigint \$\$;
+SELECT pg_temp.calls(200) \\g /dev/null
+SELECT pg_temp.anon_kb() AS before \\gset
+SELECT pg_temp.calls(400) AS failed, pg_temp.anon_kb() - :before AS grown;
+SELECT mesh_release('$agent-session') \\g /dev/null
+SQL
+)
+echo "# harness session, 400 x (exec, failed read, refused input): failed|grown kB = $session"
+ok "$(echo "$session" | awk -F'|' '{ exit !($1 == 800 && $2 <= 96) }'; echo $?)" \
+   "a harness session's backend does not grow per call, failed or refused ones included"
 q "DROP FUNCTION mesh_turn_expect(text, text, text)" >/dev/null
 rm -rf "$out"
 done_testing
