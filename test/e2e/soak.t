@@ -7,7 +7,7 @@
 # The bounds are per-turn rates far below one leaked object per turn.
 . "$(dirname "$0")/lib.sh"
 LIB=$(cd "$(dirname "$0")/../lib" && pwd)
-TURNS=${MESH_SOAK_TURNS:-1600}          # measured turns, spread over 4 clients
+TURNS=${MESH_SOAK_TURNS:-1200}          # measured turns, spread over 4 clients
 CLIENTS=4
 plan 7
 out=$(mktemp -d)
@@ -47,7 +47,7 @@ snapshot() {
   echo "mesh-sandboxd $d 0 $(anon_kb "$d") $(fds "$d")"
 }
 
-turns 800                                # warm-up: plans, caches, connections, the malloc heap's high-water mark
+turns 600                                # warm-up: plans, caches, connections, the malloc heap's high-water mark
 ok $? "warm-up turns ran"
 before_dirs=$(broker_dirs); before_holders=$(holders)
 snapshot > "$out/before"
