@@ -173,6 +173,8 @@ failure_sqlstate(MeshFailure failure)
 			return "55000";		/* object_not_in_prerequisite_state */
 		case MESH_FAIL_UNAVAILABLE:
 			return "08006";		/* connection_failure */
+		case MESH_FAIL_OVERLOADED:
+			return "53000";		/* insufficient_resources */
 		default:
 			return "XX000";
 	}
@@ -189,6 +191,8 @@ failure_hint(MeshFailure failure)
 			return "Check that the backend is running and reachable; see mesh.backend_catalog.";
 		case MESH_FAIL_TOO_LARGE:
 			return "See mesh.max_file_size and the backend's limits.";
+		case MESH_FAIL_OVERLOADED:
+			return "The backend has no room for this now: release workspaces that are done, or raise the backend's capacity (for mesh-sandboxd, its open-files limit); then retry.";
 		default:
 			return NULL;
 	}
@@ -581,7 +585,7 @@ finish_acquire(WorkerCall *call, const MeshHttpResponse *resp)
 	if (r == MESH_STEP_FAILED)
 	{
 		bool		retryable = merr.failure == MESH_FAIL_UNAVAILABLE ||
-			merr.failure == MESH_FAIL_PROTOCOL;
+			merr.failure == MESH_FAIL_OVERLOADED || merr.failure == MESH_FAIL_PROTOCOL;
 
 		if (!store_materialize_failed(&call->ws, retryable, merr.message, &err))
 			FreeErrorData(err);

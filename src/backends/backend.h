@@ -97,6 +97,7 @@ typedef enum MeshFailure
 	MESH_FAIL_BAD_REQUEST,		/* the backend refused the input */
 	MESH_FAIL_NOT_RUNNING,		/* workspace exists but is not running */
 	MESH_FAIL_UNAVAILABLE,		/* cannot reach the backend */
+	MESH_FAIL_OVERLOADED,		/* the backend has no room for it now; retry later */
 	MESH_FAIL_PROTOCOL			/* an answer the driver cannot understand */
 } MeshFailure;
 

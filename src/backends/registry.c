@@ -179,6 +179,8 @@ mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend, Mes
 		failure = MESH_FAIL_PATH_REFUSED;
 	else if (resp->status == 413)
 		failure = MESH_FAIL_TOO_LARGE;
+	else if (resp->status == 429 || (resp->status == 503 && code && strcmp(code, "out_of_resources") == 0))
+		failure = MESH_FAIL_OVERLOADED;
 	else if (resp->status == 409)
 		failure = MESH_FAIL_NOT_RUNNING;
 	else if (resp->status == 401 || resp->status == 403)
