@@ -21,7 +21,10 @@
  * worker accepts, hands each connection over with the workspace as its
  * client address, and drives the library from its wait loop; requests are
  * handled on this thread, inside PG_TRY, so no PostgreSQL error ever
- * unwinds through the library.  The set of sockets is refreshed when a
+ * unwinds through the library.  Each workspace may hold a few connections
+ * at a time (its share of the library's limit); one more is answered 503
+ * too_many_connections, so idle connections of one workspace never starve
+ * another's secret fetches.  The set of sockets is refreshed when a
  * worker mints a token (it sets this worker's latch) and every half minute.
  *
  *-------------------------------------------------------------------------
@@ -62,12 +65,16 @@
 #define SECRETS_PREFIX "/v1/secrets/"
 #define MAX_WORKSPACE_SOCKETS 1024
 #define REFRESH_MS 30000
+#define MAX_CONNECTIONS 256
+/* a workspace's share: MAX_CONNECTIONS / CONNECTIONS_PER_WORKSPACE hoarders leave room */
+#define CONNECTIONS_PER_WORKSPACE 8
 
-/* One listening socket, for one workspace. */
+/* One listening socket, for one workspace, and the connections it has open. */
 typedef struct WorkspaceSocket
 {
 	char	   *ref;
 	int			fd;
+	int			connections;
 } WorkspaceSocket;
 
 static WorkspaceSocket sockets[MAX_WORKSPACE_SOCKETS];
@@ -277,6 +284,7 @@ open_workspace_socket(const char *ref)
 	}
 	sockets[nsockets].ref = MemoryContextStrdup(TopMemoryContext, ref);
 	sockets[nsockets].fd = fd;
+	sockets[nsockets].connections = 0;
 	nsockets++;
 }
 
@@ -368,20 +376,77 @@ refresh_sockets(void)
 	list_free_deep(refs);
 }
 
-/* Hand a new connection to the library, with its workspace as the client address. */
+/* The listening socket of workspace REF, or NULL once it is closed. */
+static WorkspaceSocket *
+socket_of(const char *ref)
+{
+	for (int i = 0; i < nsockets; i++)
+		if (strcmp(sockets[i].ref, ref) == 0)
+			return &sockets[i];
+	return NULL;
+}
+
+/*
+ * The library closed a connection: give it back to its workspace's share
+ * (its client address names the workspace).
+ */
 static void
-accept_connection(struct MHD_Daemon *http, const WorkspaceSocket *ws)
+connection_closed(void *cls, struct MHD_Connection *conn, void **socket_context,
+				  enum MHD_ConnectionNotificationCode toe)
+{
+	const char *ref;
+	WorkspaceSocket *ws;
+
+	if (toe != MHD_CONNECTION_NOTIFY_CLOSED)
+		return;
+	ref = workspace_of(conn);
+	ws = ref ? socket_of(ref) : NULL;
+	if (ws && ws->connections > 0)
+		ws->connections--;
+}
+
+/*
+ * Refuse a connection over its workspace's share with a clear answer: the
+ * workspace hoarding connections learns why, and no other workspace waits.
+ */
+static void
+refuse_connection(int fd)
+{
+	static const char answer[] =
+		"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+		"Connection: close\r\n\r\n"
+		"{\"error\": {\"code\": \"too_many_connections\", \"message\": \"this workspace "
+		"already has " CppAsString2(CONNECTIONS_PER_WORKSPACE) " connections open to the broker; "
+		"close idle ones\"}}\n";
+
+	(void) send(fd, answer, sizeof(answer) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	close(fd);
+}
+
+/*
+ * Hand a new connection to the library, with its workspace as the client
+ * address, within the workspace's share of connections.
+ */
+static void
+accept_connection(struct MHD_Daemon *http, WorkspaceSocket *ws)
 {
 	struct sockaddr_un from;
 	int			fd = accept4(ws->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
 	if (fd < 0)
 		return;
+	if (ws->connections >= CONNECTIONS_PER_WORKSPACE)
+	{
+		refuse_connection(fd);
+		return;
+	}
 	memset(&from, 0, sizeof(from));
 	from.sun_family = AF_UNIX;
 	strlcpy(from.sun_path, ws->ref, sizeof(from.sun_path));
 	if (MHD_add_connection(http, fd, (struct sockaddr *) &from, sizeof(from)) != MHD_YES)
 		close(fd);
+	else
+		ws->connections++;
 }
 
 static struct MHD_Daemon *
@@ -389,8 +454,9 @@ start_http(void)
 {
 	struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET,
 											0, NULL, NULL, handle_request, NULL,
-											MHD_OPTION_CONNECTION_LIMIT, (unsigned int) 256,
+											MHD_OPTION_CONNECTION_LIMIT, (unsigned int) MAX_CONNECTIONS,
 											MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) 10,
+											MHD_OPTION_NOTIFY_CONNECTION, connection_closed, NULL,
 											MHD_OPTION_END);
 
 	if (d == NULL)

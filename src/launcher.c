@@ -7,7 +7,12 @@
  * installed next to the postgres binary, on a unix socket in the data
  * directory (mesh_sandboxd/sandboxd.sock), as the database's OS user.  The
  * socket file's permissions are the authentication.  The daemon declares
- * what it cannot enforce as that user (cgroup limits, for one).
+ * what it cannot enforce as that user.  It enforces the size tiers' limits
+ * when root delegated it a cgroup subtree at install time, and it refuses
+ * new workspaces whose files would share the data directory's filesystem
+ * (--protect-path) until root gave them one of their own: both are what
+ * `mesh-sandboxd --setup-host postgres --state-dir $PGDATA/mesh_sandboxd
+ * --disk-bytes N` prepares (docs/sandboxd.md).
  *
  * The daemon gets SIGTERM when this worker dies (PR_SET_PDEATHSIG), drains
  * and exits, stopping its sandboxes but keeping their files
@@ -67,6 +72,7 @@ spawn_daemon(const char *binary, const char *state_dir, const char *socket_path)
 		/* no sandbox outlives the server: stopping it stops them, keeping their files */
 		char	   *argv[] = {"mesh-sandboxd", "--socket", (char *) socket_path,
 			"--state-dir", (char *) state_dir, "--hibernate-on-exit",
+			"--protect-path", DataDir,
 			mesh_broker_enabled ? "--broker-dir" : NULL, broker_dir, NULL};
 
 		prctl(PR_SET_PDEATHSIG, SIGTERM);

@@ -171,10 +171,10 @@ failure_sqlstate(MeshFailure failure)
 			return "22023";		/* invalid_parameter_value */
 		case MESH_FAIL_NOT_RUNNING:
 			return "55000";		/* object_not_in_prerequisite_state */
+		case MESH_FAIL_NO_RESOURCES:
+			return "53000";		/* insufficient_resources */
 		case MESH_FAIL_UNAVAILABLE:
 			return "08006";		/* connection_failure */
-		case MESH_FAIL_OVERLOADED:
-			return "53000";		/* insufficient_resources */
 		default:
 			return "XX000";
 	}
@@ -189,10 +189,10 @@ failure_hint(MeshFailure failure)
 			return "Paths are relative to the workspace root, or absolute inside /workspace; they may not leave it.";
 		case MESH_FAIL_UNAVAILABLE:
 			return "Check that the backend is running and reachable; see mesh.backend_catalog.";
+		case MESH_FAIL_NO_RESOURCES:
+			return "The backend has no room for this: prepare its host as the message says, or release workspaces that are done (mesh-sandboxd at capacity: raise its open-files limit); then retry.";
 		case MESH_FAIL_TOO_LARGE:
 			return "See mesh.max_file_size and the backend's limits.";
-		case MESH_FAIL_OVERLOADED:
-			return "The backend has no room for this now: release workspaces that are done, or raise the backend's capacity (for mesh-sandboxd, its open-files limit); then retry.";
 		default:
 			return NULL;
 	}
@@ -585,7 +585,7 @@ finish_acquire(WorkerCall *call, const MeshHttpResponse *resp)
 	if (r == MESH_STEP_FAILED)
 	{
 		bool		retryable = merr.failure == MESH_FAIL_UNAVAILABLE ||
-			merr.failure == MESH_FAIL_OVERLOADED || merr.failure == MESH_FAIL_PROTOCOL;
+			merr.failure == MESH_FAIL_NO_RESOURCES || merr.failure == MESH_FAIL_PROTOCOL;
 
 		if (!store_materialize_failed(&call->ws, retryable, merr.message, &err))
 			FreeErrorData(err);
@@ -904,6 +904,10 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 		rec.status = "budget_exhausted";
 	rec.result = &result;
 	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
+	/* stopped at the bound the budget set: what was left of it is spent, whatever the basis */
+	if (strcmp(rec.status, "budget_exhausted") == 0)
+		rec.charged_seconds = Max(rec.charged_seconds,
+								  call->ws.budget_seconds - call->ws.compute_seconds);
 	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
 	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
 	{

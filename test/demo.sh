@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test/demo.sh: set everything up and run a short harness session you can read.
 #
-#   sudo test/demo.sh
+#   test/demo.sh            (as root)
 #
-# Installs the packages, builds and installs mesh_exec, starts a local
+# Installs the packages, builds and installs mesh_exec, prepares the host for the
+# embedded daemon (mesh-sandboxd --setup-host, test/lib/cluster.sh), starts a local
 # PostgreSQL 15 (port 5499, socket in /tmp/mesh-demo) with mesh_exec preloaded
 # and its embedded mesh-sandboxd, and runs the harness flow in psql.  The
 # server keeps running afterwards; the last lines say how to connect and stop.
@@ -29,6 +30,8 @@ SELECT stdout FROM mesh_exec('demo-run', ARRAY['sh', '-c', 'python3 hello.py 2>/
 -- Isolated: no network, no host home, an unprivileged user with no capabilities.
 SELECT stdout FROM mesh_exec('demo-run', ARRAY['bash', '-c',
   'id -u; grep CapEff /proc/self/status; ls /root /home 2>&1 | head -2; (echo > /dev/tcp/127.0.0.1/5499) 2>&1 | head -1']);
+-- Contained: the size tier's memory, pids and CPU limits hold, and files cannot fill the server's disk.
+SELECT size, capabilities->>'resource_limits' AS tier_limits, capabilities->>'disk_limits' AS own_disk FROM mesh.workspaces WHERE run_id = 'demo-run';
 -- Every command is a row.
 SELECT exec_id, argv, status, exit_code, round(wall_seconds::numeric, 4) AS wall_s FROM mesh.exec_log WHERE run_id = 'demo-run';
 -- Release: the run can no longer reach its workspace.
@@ -38,4 +41,4 @@ SQL
 
 echo
 echo "PostgreSQL with mesh_exec is running:  psql -h $DEMO -p $MESH_PORT -U postgres mesh_test"
-echo "stop it with:  runuser -u postgres -- $(pg_config --bindir)/pg_ctl -D $DEMO/data stop"
+echo "stop it (and undo its host set-up) with:  bash -c '. test/lib/cluster.sh; mesh_cluster_stop $DEMO'"

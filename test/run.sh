@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/run.sh: the whole test suite, on a fresh Debian 12 machine, as root.
 #
-#   sudo test/run.sh
+#   test/run.sh             (as root)
 #
 # Installs what it needs, builds and installs mesh_exec and mesh-sandboxd,
 # starts a throwaway PostgreSQL 15 cluster with mesh_exec preloaded (and its
@@ -19,6 +19,8 @@ bash test/lib/deps.sh || exit 1
 make -s >/dev/null && make -s install >/dev/null || { echo "build failed"; exit 1; }
 
 export MESH_TEST_WORK=${MESH_TEST_WORK:-$(mktemp -d /tmp/mesh-test.XXXXXX)}
+# the workspaces' own filesystem (mesh-sandboxd --setup-host): small, the tests fill it
+export MESH_DISK_BYTES=${MESH_DISK_BYTES:-536870912}
 chmod 755 "$MESH_TEST_WORK"
 # shellcheck source=test/lib/cluster.sh
 . test/lib/cluster.sh

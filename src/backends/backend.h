@@ -43,6 +43,7 @@ typedef struct MeshCapabilities
 	bool		resource_limits;
 	bool		compute_metering;
 	bool		egress_control;
+	bool		disk_limits;	/* workspace files cannot fill the host's filesystem */
 	bool		snapshot;
 	bool		hibernate;
 	bool		caller_chosen_id;
@@ -96,8 +97,10 @@ typedef enum MeshFailure
 	MESH_FAIL_TOO_LARGE,		/* over a size limit */
 	MESH_FAIL_BAD_REQUEST,		/* the backend refused the input */
 	MESH_FAIL_NOT_RUNNING,		/* workspace exists but is not running */
+	MESH_FAIL_NO_RESOURCES,		/* the backend's host lacks (or will not risk) a resource:
+								 * HTTP 507, e.g. no bounded disk for workspaces; or it
+								 * has no room now: 503 out_of_resources, 429 */
 	MESH_FAIL_UNAVAILABLE,		/* cannot reach the backend */
-	MESH_FAIL_OVERLOADED,		/* the backend has no room for it now; retry later */
 	MESH_FAIL_PROTOCOL			/* an answer the driver cannot understand */
 } MeshFailure;
 

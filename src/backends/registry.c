@@ -68,11 +68,12 @@ mesh_size_parse(const char *name, MeshSize *size)
 char *
 mesh_capabilities_text(const MeshCapabilities *caps)
 {
-	json_t	   *doc = json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
+	json_t	   *doc = json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
 								"shell", caps->shell,
 								"resource_limits", caps->resource_limits,
 								"compute_metering", caps->compute_metering,
 								"egress_control", caps->egress_control,
+								"disk_limits", caps->disk_limits,
 								"snapshot", caps->snapshot,
 								"hibernate", caps->hibernate,
 								"caller_chosen_id", caps->caller_chosen_id);
@@ -179,14 +180,16 @@ mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend, Mes
 		failure = MESH_FAIL_PATH_REFUSED;
 	else if (resp->status == 413)
 		failure = MESH_FAIL_TOO_LARGE;
-	else if (resp->status == 429 || (resp->status == 503 && code && strcmp(code, "out_of_resources") == 0))
-		failure = MESH_FAIL_OVERLOADED;
 	else if (resp->status == 409)
 		failure = MESH_FAIL_NOT_RUNNING;
+	else if (resp->status == 429 || (resp->status == 503 && code && strcmp(code, "out_of_resources") == 0))
+		failure = MESH_FAIL_NO_RESOURCES;	/* no room now */
 	else if (resp->status == 401 || resp->status == 403)
 		failure = MESH_FAIL_UNAVAILABLE;
 	else if (resp->status >= 400 && resp->status < 500)
 		failure = MESH_FAIL_BAD_REQUEST;
+	else if (resp->status == 507)
+		failure = MESH_FAIL_NO_RESOURCES;
 	else
 		failure = MESH_FAIL_UNAVAILABLE;
 

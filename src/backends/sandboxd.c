@@ -199,6 +199,7 @@ refine_capabilities(json_t *reported, MeshCapabilities *caps)
 	REFINE(resource_limits);
 	REFINE(compute_metering);
 	REFINE(egress_control);
+	REFINE(disk_limits);
 	REFINE(snapshot);
 	REFINE(hibernate);
 	REFINE(caller_chosen_id);

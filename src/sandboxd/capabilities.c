@@ -51,12 +51,13 @@ void caps_detect(void)
                              cgroup_available(CG_CPU);
     g_caps.compute_metering = cgroup_available(CG_CPUACCT);
     g_caps.egress_control = egress_detect();   /* the per-workspace proxy can be set up */
+    g_caps.disk_limits = host_disk_isolated();
     g_caps.snapshot = false;
     g_caps.hibernate = true;
     g_caps.caller_chosen_id = true;
-    log_event("capabilities: shell=%d resource_limits=%d compute_metering=%d egress_control=%d",
-              g_caps.shell, g_caps.resource_limits, g_caps.compute_metering,
-              g_caps.egress_control);
+    log_event("capabilities: shell=%d resource_limits=%d compute_metering=%d egress_control=%d "
+              "disk_limits=%d", g_caps.shell, g_caps.resource_limits, g_caps.compute_metering,
+              g_caps.egress_control, g_caps.disk_limits);
 }
 
 /* The GET /v1/capabilities document. */
@@ -70,11 +71,11 @@ json_t *caps_to_json(void)
                             json_pack("{s:I,s:f,s:I}", "memory_mb", (json_int_t)t[i].memory_mb,
                                       "cpus", t[i].cpus, "pids", (json_int_t)t[i].pids));
     return json_pack(
-        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I}}", "protocol",
+        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I}}", "protocol",
         MESH_PROTOCOL_VERSION, "capabilities", "shell", g_caps.shell, "resource_limits",
         g_caps.resource_limits, "compute_metering", g_caps.compute_metering, "egress_control",
-        g_caps.egress_control, "snapshot", g_caps.snapshot, "hibernate", g_caps.hibernate,
-        "caller_chosen_id", g_caps.caller_chosen_id, "tiers", tier_obj, "limits",
+        g_caps.egress_control, "disk_limits", g_caps.disk_limits, "snapshot", g_caps.snapshot,
+        "hibernate", g_caps.hibernate, "caller_chosen_id", g_caps.caller_chosen_id, "tiers", tier_obj, "limits",
         "max_body_bytes", (json_int_t)g_config.max_body_bytes, "max_file_bytes",
         (json_int_t)g_config.max_file_bytes, "max_output_bytes",
         (json_int_t)g_config.max_output_bytes);

@@ -3,10 +3,19 @@
  *
  * Layout: /sys/fs/cgroup/<controller>/<cgroup-name>/<workspace id>. The holder and every exec
  * of a workspace are attached to these groups, so the tier's limits cover the whole workspace.
- * Where a hierarchy is not writable (non-root) the controller is reported unavailable and the
- * matching capability is declared false.
+ * Each exec also gets a memory and a cpuacct group of its own below the workspace's
+ * (.../<id>/exec-<n>, a slot reused by later execs): the workspace's limit still covers it,
+ * the memory group's oom_kill counter says whether the kernel killed a process of this exec
+ * and no other, and the cpuacct group counts the CPU of every process of it.
+ *
+ * A root daemon creates its subtree itself. A non-root daemon (the embedded one) uses a subtree
+ * root delegated to its user at install time (`mesh-sandboxd --setup-host`, cgroup_delegate):
+ * the subtree directory and its cgroup.procs/tasks belong to that user, groups it creates below
+ * belong to it too, and cgroup v1 lets a process move tasks of its own uid. Where a hierarchy is
+ * not writable the controller is reported unavailable and the matching capability is false.
  */
 #include "sandboxd.h"
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -18,6 +27,8 @@
 
 static const char *controller_names[CG_COUNT] = {"memory", "pids", "cpu", "cpuacct"};
 static bool controller_ok[CG_COUNT];
+
+static void remove_exec_groups(const char *dir);
 
 /* Directory of our subtree (ID NULL) or of one workspace in CONTROLLER's hierarchy. */
 static char *cgroup_path(int controller, const char *id)
@@ -42,7 +53,8 @@ static bool cgroup_write(const char *dir, const char *file, const char *value)
     return ok;
 }
 
-/* Creates our subtree in each hierarchy; a controller is usable only if that works (root). */
+/* Creates our subtree in each hierarchy (or finds the delegated one); a controller is usable
+ * only if we may attach tasks to it. */
 void cgroup_init(void)
 {
     for (int c = 0; c < CG_COUNT; c++) {
@@ -142,6 +154,8 @@ void cgroup_workspace_remove(const char *id)
             continue;
         char *dir = cgroup_path(c, id);
         for (int attempt = 0; attempt < 2000; attempt++) {
+            if (c == CG_MEMORY || c == CG_CPUACCT)
+                remove_exec_groups(dir);
             if (rmdir(dir) == 0 || errno == ENOENT)
                 break;
             cgroup_kill_members(dir);
@@ -151,22 +165,163 @@ void cgroup_workspace_remove(const char *id)
     }
 }
 
-/* The workspace memory group's oom_kill counter (0 without the memory controller). */
-uint64_t cgroup_workspace_oom_kills(const char *id)
+/* The oom_kill counter of the memory group DIR (0 when unreadable). In cgroup v1 a kill is
+ * counted only in the group of the killed process, not in its ancestors. */
+static uint64_t oom_kills_in(const char *dir)
 {
-    if (!controller_ok[CG_MEMORY])
-        return 0;
-    char *dir = cgroup_path(CG_MEMORY, id);
     char *path = xasprintf("%s/memory.oom_control", dir);
     FILE *f = fopen(path, "re");
     char key[64];
     unsigned long long value, kills = 0;
     free(path);
-    free(dir);
     while (f && fscanf(f, "%63s %llu", key, &value) == 2)
         if (strcmp(key, "oom_kill") == 0)
             kills = value;
     if (f)
         fclose(f);
     return kills;
+}
+
+/* Directory of exec slot SLOT's group inside workspace ID in CONTROLLER's hierarchy. */
+static char *exec_group_path(int controller, const char *id, int slot)
+{
+    char *ws = cgroup_path(controller, id);
+    char *dir = xasprintf("%s/exec-%d", ws, slot);
+    free(ws);
+    return dir;
+}
+
+/* Reads the unsigned number at the start of DIR/FILE; -1 when there is none. */
+static long long read_number(const char *dir, const char *file)
+{
+    char *path = xasprintf("%s/%s", dir, file);
+    FILE *f = fopen(path, "re");
+    unsigned long long value;
+    long long result = f && fscanf(f, "%llu", &value) == 1 ? (long long)value : -1;
+    if (f)
+        fclose(f);
+    free(path);
+    return result;
+}
+
+/* What an exec's own group is kept for: the OOM kills of its memory group, the CPU time (ns)
+ * of its cpuacct group, whose processes are counted even when killed before anything reaped
+ * them (a timeout, background jobs at the end of the exec). */
+static uint64_t exec_group_counter(int controller, const char *dir)
+{
+    long long ns = controller == CG_CPUACCT ? read_number(dir, "cpuacct.usage") : 0;
+    return controller == CG_MEMORY ? oom_kills_in(dir) : ns > 0 ? (uint64_t)ns : 0;
+}
+
+/* Opens (creating it the first time) exec slot SLOT's group below workspace ID's in
+ * CONTROLLER's hierarchy (memory or cpuacct) and returns its cgroup.procs, with its counter so
+ * far in *COUNTER; -1 without the controller. Slots are kept until the workspace stops:
+ * creating and removing a group per exec would cost more than the exec itself. */
+int cgroup_exec_group_open(int controller, const char *id, int slot, uint64_t *counter)
+{
+    *counter = 0;
+    if (!controller_ok[controller])
+        return -1;
+    char *dir = exec_group_path(controller, id, slot);
+    char *procs = xasprintf("%s/cgroup.procs", dir);
+    int fd = mkdir(dir, 0755) == 0 || errno == EEXIST ? open(procs, O_WRONLY | O_CLOEXEC) : -1;
+    if (fd >= 0)
+        *counter = exec_group_counter(controller, dir);
+    free(procs);
+    free(dir);
+    return fd;
+}
+
+/* The counter of exec slot SLOT's group of CONTROLLER in workspace ID (see above). */
+uint64_t cgroup_exec_group_counter(int controller, const char *id, int slot)
+{
+    char *dir = exec_group_path(controller, id, slot);
+    uint64_t value = exec_group_counter(controller, dir);
+    free(dir);
+    return value;
+}
+
+/* The oom_kill counter of workspace ID's own memory group (where its holder is). */
+uint64_t cgroup_workspace_oom_kills(const char *id)
+{
+    if (!controller_ok[CG_MEMORY])
+        return 0;
+    char *dir = cgroup_path(CG_MEMORY, id);
+    uint64_t kills = oom_kills_in(dir);
+    free(dir);
+    return kills;
+}
+
+/* Starts a new peak-memory window for workspace ID (the peak becomes the current usage). */
+void cgroup_peak_reset(const char *id)
+{
+    if (!controller_ok[CG_MEMORY])
+        return;
+    char *dir = cgroup_path(CG_MEMORY, id);
+    cgroup_write(dir, "memory.max_usage_in_bytes", "0");
+    free(dir);
+}
+
+/* The workspace's peak memory (bytes, incl. tmpfs pages) since the last reset; -1 without
+ * the memory controller. */
+long long cgroup_peak_bytes(const char *id)
+{
+    if (!controller_ok[CG_MEMORY])
+        return -1;
+    char *dir = cgroup_path(CG_MEMORY, id);
+    long long peak = read_number(dir, "memory.max_usage_in_bytes");
+    free(dir);
+    return peak;
+}
+
+/* Removes the per-exec groups a crash may have left below workspace group DIR. */
+static void remove_exec_groups(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "exec-", 5) != 0)
+            continue;
+        char *sub = xasprintf("%s/%s", dir, e->d_name);
+        cgroup_kill_members(sub);
+        rmdir(sub);
+        free(sub);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* ---- install-time delegation (mesh-sandboxd --setup-host, as root) ---- */
+
+/* Gives UID the subtree NAME in every v1 hierarchy this daemon uses: the directory (so it may
+ * create groups below) and its cgroup.procs and tasks (so it may attach its own processes).
+ * Control files of the subtree root stay root's. A hierarchy the host does not mount (a
+ * cgroup v2 host) is reported, not an error: the capability will say it; a failure to delegate
+ * one that exists is. */
+bool cgroup_delegate(const char *name, uid_t uid, gid_t gid)
+{
+    bool ok = true;
+    for (int c = 0; c < CG_COUNT; c++) {
+        char *root = xasprintf("/sys/fs/cgroup/%s", controller_names[c]);
+        char *dir = xasprintf("%s/%s", root, name);
+        char *procs = xasprintf("%s/cgroup.procs", dir);
+        char *tasks = xasprintf("%s/tasks", dir);
+        struct stat st;
+        if (stat(root, &st) != 0) {
+            printf("no cgroup v1 %s hierarchy at %s: %s limits are not enforced here (cgroup "
+                   "v2 hosts: see docs/sandboxd.md)\n", controller_names[c], root,
+                   controller_names[c]);
+        } else if (!mkdir_p(dir, 0755) || chown(dir, uid, gid) != 0 ||
+                   chown(procs, uid, gid) != 0 || chown(tasks, uid, gid) != 0) {
+            fprintf(stderr, "mesh-sandboxd: cannot delegate %s: %s\n", dir, strerror(errno));
+            ok = false;
+        } else {
+            printf("delegated %s to uid %d\n", dir, (int)uid);
+        }
+        free(tasks);
+        free(procs);
+        free(dir);
+        free(root);
+    }
+    return ok;
 }

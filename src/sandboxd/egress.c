@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -31,7 +32,10 @@
 
 #define EGRESS_RING 256           /* denials kept per workspace (the newest) */
 #define EGRESS_HEAD_MAX 16384     /* a request head larger than this is refused */
-#define EGRESS_MAX_CONNS 128      /* concurrent connections per workspace */
+#define EGRESS_MAX_CONNS 64       /* concurrent connections per workspace, at most */
+#define EGRESS_SURE_CONNS 8       /* connections a workspace always gets, whatever others hold */
+#define FD_RESERVE 256            /* descriptors kept for execs, holders and the API */
+#define FD_PER_WORKSPACE 16       /* a running workspace's own: namespaces, root, cgroups */
 #define EGRESS_IDLE_MS (10 * 60 * 1000)
 
 struct egress_denial {
@@ -498,15 +502,85 @@ static void serve(struct egress *eg, int fd)
     free(buf);
 }
 
+/* ---- the connection budget, fair per workspace ----
+ * Each proxied connection costs two descriptors (client and upstream) and a thread. The daemon
+ * keeps FD_RESERVE descriptors plus FD_PER_WORKSPACE per running proxy out of the budget, so
+ * idle connections can never make an exec or an acquire fail for want of descriptors. Every
+ * workspace may hold EGRESS_SURE_CONNS connections whatever the others do; beyond that, up to
+ * EGRESS_MAX_CONNS, connections come from a shared pool that is first come, first served. */
+static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
+static int proxies_running;       /* egress listeners */
+static int pool_in_use;           /* connections held beyond their workspace's sure share */
+
+/* Connections the shared pool may hold now (caller holds budget_lock). */
+static int pool_size(void)
+{
+    struct rlimit rl;
+    long fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (long)rl.rlim_cur : 1024;
+    long conns = (fds - FD_RESERVE - (long)proxies_running * FD_PER_WORKSPACE) / 2;
+    return (int)(conns - (long)proxies_running * EGRESS_SURE_CONNS);
+}
+
+/* Admits one more connection for EG, or says why not (a refusal reason for the client). */
+static const char *budget_admit(struct egress *eg)
+{
+    const char *refused = NULL;
+    pthread_mutex_lock(&budget_lock);
+    pthread_mutex_lock(&eg->lock);
+    if (eg->conns >= EGRESS_MAX_CONNS)
+        refused = "workspace_connection_limit";
+    else if (eg->conns >= EGRESS_SURE_CONNS && pool_in_use >= pool_size())
+        refused = "daemon_connection_limit";
+    if (!refused) {
+        if (eg->conns >= EGRESS_SURE_CONNS)
+            pool_in_use++;
+        eg->conns++;
+        eg->refcount++;
+    }
+    pthread_mutex_unlock(&eg->lock);
+    pthread_mutex_unlock(&budget_lock);
+    return refused;
+}
+
+/* Gives back one connection of EG. */
+static void budget_release(struct egress *eg)
+{
+    pthread_mutex_lock(&budget_lock);
+    pthread_mutex_lock(&eg->lock);
+    eg->conns--;
+    if (eg->conns >= EGRESS_SURE_CONNS)
+        pool_in_use--;
+    pthread_mutex_unlock(&eg->lock);
+    pthread_mutex_unlock(&budget_lock);
+}
+
+/* Answers a connection over budget with a clear 503 and closes it. */
+static void refuse_connection(struct egress *eg, int fd, const char *reason)
+{
+    char buf[512];
+    int n = snprintf(buf, sizeof buf,
+                     "HTTP/1.1 503 Service Unavailable\r\nX-Mesh-Egress-Refused: %s\r\n"
+                     "Content-Type: text/plain\r\nConnection: close\r\n\r\n"
+                     "mesh egress proxy: too many open connections (%s; a workspace may hold "
+                     "%d, %d of them whatever other workspaces hold); close idle ones\n",
+                     reason, reason, EGRESS_MAX_CONNS, EGRESS_SURE_CONNS);
+    write_all(fd, buf, (size_t)n);
+    close(fd);
+    static time_t last_logged;
+    time_t now = time(NULL);
+    if (now != last_logged) {   /* at most one line a second: a hoarder must not flood it */
+        last_logged = now;
+        log_event("workspace %s: egress connection refused (%s)", eg->ws_id, reason);
+    }
+}
+
 /* Thread body of one connection. */
 static void *conn_thread(void *arg)
 {
     struct conn *c = arg;
     serve(c->eg, c->fd);
     close(c->fd);
-    pthread_mutex_lock(&c->eg->lock);
-    c->eg->conns--;
-    pthread_mutex_unlock(&c->eg->lock);
+    budget_release(c->eg);
     egress_put(c->eg);
     free(c);
     return NULL;
@@ -526,34 +600,30 @@ static void *accept_thread(void *arg)
             }
             return NULL;   /* shut down */
         }
-        pthread_mutex_lock(&eg->lock);
-        bool room = eg->conns < EGRESS_MAX_CONNS;
-        if (room) {
-            eg->conns++;
-            eg->refcount++;
+        const char *refused = budget_admit(eg);
+        if (refused) {
+            refuse_connection(eg, fd, refused);
+            continue;
         }
-        pthread_mutex_unlock(&eg->lock);
-        struct conn *c = room ? malloc(sizeof *c) : NULL;
+        struct conn *c = malloc(sizeof *c);
         pthread_t t;
         pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
         if (c) {
             c->eg = eg;
             c->fd = fd;
-            pthread_attr_init(&attr);
-            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-            pthread_attr_setstacksize(&attr, 256 * 1024);
-            if (pthread_create(&t, &attr, conn_thread, c) != 0) {
-                free(c);
-                c = NULL;
-                pthread_mutex_lock(&eg->lock);
-                eg->conns--;
-                eg->refcount--;
-                pthread_mutex_unlock(&eg->lock);
-            }
-            pthread_attr_destroy(&attr);
         }
-        if (!c)
+        if (!c || pthread_create(&t, &attr, conn_thread, c) != 0) {
+            free(c);
+            budget_release(eg);
+            pthread_mutex_lock(&eg->lock);
+            eg->refcount--;
+            pthread_mutex_unlock(&eg->lock);
             close(fd);
+        }
+        pthread_attr_destroy(&attr);
     }
 }
 
@@ -654,6 +724,9 @@ bool egress_start(struct workspace *ws)
     pthread_mutex_lock(&ws->lock);
     ws->egress = eg;
     pthread_mutex_unlock(&ws->lock);
+    pthread_mutex_lock(&budget_lock);
+    proxies_running++;
+    pthread_mutex_unlock(&budget_lock);
     return true;
 }
 
@@ -669,6 +742,9 @@ void egress_stop(struct workspace *ws)
     shutdown(eg->listen_fd, SHUT_RDWR);   /* wakes accept() with an error */
     pthread_join(eg->thread, NULL);
     close(eg->listen_fd);
+    pthread_mutex_lock(&budget_lock);
+    proxies_running--;
+    pthread_mutex_unlock(&budget_lock);
     egress_put(eg);   /* the accept thread's */
     egress_put(eg);   /* the workspace's */
 }

@@ -4,14 +4,15 @@
  * Process chain of one exec (creating processes is expensive on this machine, about 1 ms per
  * fork, so the helpers share the daemon's memory with CLONE_VM instead of copying it):
  *
- *   daemon thread --clone(VM|FILES)--> outer: joins the workspace cgroups, becomes the sandbox
- *     user, setns(user, ipc, uts, net, mnt, pid, cgroup, inner user), chroots into the
- *     holder's root
+ *   daemon thread --clone(VM|FILES)--> outer: joins the workspace cgroups (all but memory),
+ *     becomes the sandbox user, setns(user, ipc, uts, net, mnt, pid, cgroup, inner user),
+ *     chroots into the holder's root
  *   outer --clone(VM|FILES)--> pidns: in the workspace pid namespace; unshare(CLONE_NEWPID)
  *   pidns --clone(VM|PIDFD)--> init: pid 1 of a fresh per-exec pid namespace; wires
  *     stdio, drops every capability (bounding, ambient, effective, permitted), sets
  *     no_new_privs
- *   init --clone(VM|VFORK)--> command: execs argv (pid 2), init reaps until it exits.
+ *   init --clone(VM|VFORK)--> command: joins the exec's memory group, execs argv (pid 2); init
+ *     reaps until it exits.
  *
  * A per-exec pid namespace gives the protocol's tree semantics for free: when its init exits
  * (right after the command) or is SIGKILLed by the daemon (timeout, kill call, release), the
@@ -59,6 +60,13 @@ struct exec_run {
     const char *dir, *path_env;
     int child_stdin, child_stdout, child_stderr;
     int outer_pidfd, init_pidfd;     /* init_pidfd written by the pidns helper (atomic) */
+    int slot;                        /* the exec's own groups (exec-<slot>), -1 if none */
+    int memory_group_fd;             /* their cgroup.procs, -1 without the controller */
+    int cpu_group_fd;
+    uint64_t oom_kills_before;       /* their counters when the exec began */
+    uint64_t holder_oom_kills_before; /* the workspace group's (the holder's) */
+    uint64_t cpu_ns_before;
+    long long cpu_ns;                /* the exec's CPU by its cpuacct group, -1 if unknown */
     char *stacks;
     /* written by the helper processes */
     const char *failed_step;
@@ -154,10 +162,16 @@ static void exec_with_path(struct exec_run *run)
     errno = best_errno;
 }
 
-/* Stage 4, the command: everything is prepared by its parent; exec or report 127. */
+/* Stage 4, the command: joins the exec's memory group (inherited as fd 3) and execs, or
+ * reports 127. Until execve it still shares the daemon's memory, but as a vfork child it is
+ * never the OOM killer's choice; from execve on, its memory is its own and charged there. */
 static int exec_command_stage(void *arg)
 {
     struct exec_run *run = arg;
+    if (run->memory_group_fd >= 0 && (write(3, "0", 1) != 1 || close(3) != 0)) {
+        init_report("cannot join the workspace memory group", strerror(errno));
+        _exit(127);
+    }
     exec_with_path(run);
     init_report(run->argv[0], errno == ENOENT ? "command not found" : strerror(errno));
     _exit(127);
@@ -175,7 +189,9 @@ static int exec_init_stage(void *arg)
     if (dup2(run->child_stdin, 0) < 0 || dup2(run->child_stdout, 1) < 0 ||
         dup2(run->child_stderr, 2) < 0)
         _exit(127);
-    close_range(3, ~0U, 0);
+    if (run->memory_group_fd >= 0 && dup2(run->memory_group_fd, 3) != 3)
+        _exit(127);
+    close_range(run->memory_group_fd >= 0 ? 4 : 3, ~0U, 0);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
@@ -245,9 +261,13 @@ static int exec_outer_stage(void *arg)
                                     CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID};
     struct exec_run *run = arg;
     struct workspace *ws = run->ws;
-    for (int c = 0; c < CG_COUNT; c++)
-        if (ws->cgroup_fds[c] >= 0 && write(ws->cgroup_fds[c], "0", 1) != 1)
+    /* not the memory group: a helper shares the daemon's memory, and the OOM killer kills
+     * every process sharing its victim's memory; the command joins it (exec_command_stage) */
+    for (int c = 0; c < CG_COUNT; c++) {
+        int fd = c == CG_CPUACCT && run->cpu_group_fd >= 0 ? run->cpu_group_fd : ws->cgroup_fds[c];
+        if (c != CG_MEMORY && fd >= 0 && write(fd, "0", 1) != 1)
             helper_fail(run, "cgroup attach");
+    }
     /* raw system calls: glibc's wrappers would broadcast to the daemon's threads */
     if (g_config.is_root &&
         (syscall(SYS_setgroups, 0, NULL) != 0 ||
@@ -497,6 +517,54 @@ static bool exec_parse(struct workspace *ws, json_t *body, struct exec_request *
 
 /* ---- the run ---- */
 
+/* Gives RUN groups of its own, a free slot of the workspace's: memory (so an OOM kill is
+ * attributed to this exec only) and cpuacct (so its CPU counts every process, also those
+ * killed unreaped). Past 64 concurrent execs they share the workspace's groups, are never
+ * told oom and are metered by what their init reaped. When no other exec of the workspace
+ * runs, starts a new peak-memory window: the reported peak is the workspace's since the
+ * oldest exec still running began. */
+static void exec_own_groups(struct workspace *ws, struct exec_run *run)
+{
+    pthread_mutex_lock(&ws->lock);
+    run->slot = ~ws->exec_slots ? __builtin_ctzll(~ws->exec_slots) : -1;
+    if (run->slot >= 0)
+        ws->exec_slots |= 1ull << run->slot;
+    bool alone = ws->execs == run && run->next == NULL;
+    pthread_mutex_unlock(&ws->lock);
+    if (run->slot >= 0) {
+        run->memory_group_fd = cgroup_exec_group_open(CG_MEMORY, ws->id, run->slot,
+                                                      &run->oom_kills_before);
+        run->cpu_group_fd = cgroup_exec_group_open(CG_CPUACCT, ws->id, run->slot,
+                                                   &run->cpu_ns_before);
+    }
+    if (run->memory_group_fd < 0 && ws->cgroup_fds[CG_MEMORY] >= 0)
+        run->memory_group_fd = fcntl(ws->cgroup_fds[CG_MEMORY], F_DUPFD_CLOEXEC, 0);
+    run->holder_oom_kills_before = cgroup_workspace_oom_kills(ws->id);
+    if (alone)
+        cgroup_peak_reset(ws->id);
+}
+
+/* After the exec's processes are reaped: its CPU time (run->cpu_ns) and whether the kernel
+ * OOM-killed one of them, or the workspace's holder, which ends every process of the
+ * workspace (the workspace's memory is then full of tmpfs pages); frees its slot. */
+static bool exec_own_groups_end(struct workspace *ws, struct exec_run *run)
+{
+    if (run->slot < 0)
+        return false;
+    bool oom = cgroup_available(CG_MEMORY) &&
+               (cgroup_exec_group_counter(CG_MEMORY, ws->id, run->slot) > run->oom_kills_before ||
+                (cgroup_workspace_oom_kills(ws->id) > run->holder_oom_kills_before &&
+                 !holder_running(ws)));
+    if (run->cpu_group_fd >= 0)
+        run->cpu_ns = (long long)(cgroup_exec_group_counter(CG_CPUACCT, ws->id, run->slot) -
+                                  run->cpu_ns_before);
+    pthread_mutex_lock(&ws->lock);
+    ws->exec_slots &= ~(1ull << run->slot);
+    pthread_mutex_unlock(&ws->lock);
+    run->slot = -1;
+    return oom;
+}
+
 /* Adds RUN to the workspace's running execs; exec_key_in_use if its key is taken. */
 static bool exec_register(struct workspace *ws, struct exec_run *run, struct api_error *err)
 {
@@ -615,7 +683,7 @@ static void exec_supervise(struct exec_run *run, struct exec_request *req, int s
 
 /* Turns the finished run into the protocol's exec response. */
 static json_t *exec_response(struct exec_run *run, struct capture *out, struct capture *errc,
-                             double wall_ms, bool oom_killed)
+                             double wall_ms, bool oom_killed, long long peak_bytes)
 {
     bool truncated = false;
     int reason = __atomic_load_n(&run->kill_reason, __ATOMIC_SEQ_CST);
@@ -630,7 +698,8 @@ static json_t *exec_response(struct exec_run *run, struct capture *out, struct c
         exit_code = WEXITSTATUS(run->init_status);   /* setup failed before the command */
         signal_number = 0;
     }
-    double cpu_ms = run->init_usage.ru_utime.tv_sec * 1e3 + run->init_usage.ru_utime.tv_usec / 1e3 +
+    double cpu_ms = run->cpu_ns >= 0 ? (double)run->cpu_ns / 1e6
+                  : run->init_usage.ru_utime.tv_sec * 1e3 + run->init_usage.ru_utime.tv_usec / 1e3 +
                     run->init_usage.ru_stime.tv_sec * 1e3 + run->init_usage.ru_stime.tv_usec / 1e3;
     uint64_t out_bytes = out->total, err_bytes = errc->total;
     char *out_b64 = capture_finish(out, &truncated);
@@ -645,6 +714,8 @@ static json_t *exec_response(struct exec_run *run, struct capture *out, struct c
                             (double)(long long)(cpu_ms * 1000) / 1000),
         "timed_out", reason == KILL_TIMEOUT, "oom_killed", oom_killed, "killed",
         reason == KILL_REQUEST || reason == KILL_RELEASE);
+    json_object_set_new(resp, "memory_peak_bytes",
+                        peak_bytes >= 0 ? json_integer(peak_bytes) : json_null());
     free(out_b64);
     free(err_b64);
     return resp;
@@ -668,7 +739,6 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     int stdin_w = -1, out_r = -1, err_r = -1;
     struct capture out, errc;
     json_t *resp = NULL;
-    uint64_t oom_before = cgroup_workspace_oom_kills(ws->id);
     double start = monotonic_ms();
     run->stacks = mmap(NULL, 4 * HELPER_STACK_BYTES, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
@@ -701,9 +771,9 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
             free(capture_finish(&out, &(bool){false}));
             free(capture_finish(&errc, &(bool){false}));
         } else {
-            bool oom = cgroup_workspace_oom_kills(ws->id) > oom_before;
+            bool oom = exec_own_groups_end(ws, run);
             log_exec_end(ws, run, oom, wall);
-            resp = exec_response(run, &out, &errc, wall, oom);
+            resp = exec_response(run, &out, &errc, wall, oom, cgroup_peak_bytes(ws->id));
         }
     }
     close_fd(&stdin_w);
@@ -714,6 +784,7 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     close_fd(&run->child_stderr);
     if (run->stacks != MAP_FAILED)
         munmap(run->stacks, 4 * HELPER_STACK_BYTES);
+    exec_own_groups_end(ws, run);
     return resp;
 }
 
@@ -739,8 +810,13 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
     run->outer_pidfd = run->init_pidfd = -1;
     run->child_stdin = run->child_stdout = run->child_stderr = -1;
     eg = egress_mark(ws, &denial_seq);
+    run->memory_group_fd = run->cpu_group_fd = run->slot = -1;
+    run->cpu_ns = -1;
     if (exec_register(ws, run, err)) {
+        exec_own_groups(ws, run);
         resp = exec_spawn_and_wait(ws, run, &req, err);
+        close_fd(&run->memory_group_fd);
+        close_fd(&run->cpu_group_fd);
         exec_unregister(ws, run);
     }
     /* the proxy's refusals while this exec ran (also those of concurrent execs) */

@@ -130,22 +130,25 @@ static char *sandbox_path(const char *path, struct api_error *err)
     return NULL;
 }
 
-/* Reads all of FD (size known from fstat) into a fresh buffer. */
-static bool read_all(int fd, size_t size, unsigned char **out, size_t *len)
+/* Reads FD, whose size was SIZE when opened, into a fresh buffer, never more than SIZE + 1
+ * bytes: a file that grows or shrinks while read (the sandbox may be writing it) is refused
+ * (false) instead of followed, so a read never holds more than the size checked against the
+ * limit. */
+static bool read_exactly(int fd, size_t size, unsigned char **out, size_t *len)
 {
     unsigned char *buf = malloc(size + 1);
     size_t done = 0;
-    for (;;) {
+    while (buf && done <= size) {
         ssize_t n = read(fd, buf + done, size + 1 - done);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             break;
         done += (size_t)n;
-        if (done > size) { /* grew while reading: read the rest */
-            size *= 2;
-            buf = realloc(buf, size + 1);
-        }
+    }
+    if (!buf || done != size) {
+        free(buf);
+        return false;
     }
     *out = buf;
     *len = done;
@@ -187,13 +190,11 @@ bool files_read(struct workspace *ws, const char *path, struct file_data *out,
     }
     if (ok) {
         out->mode = st.st_mode & 07777;
-        read_all(fd, (size_t)st.st_size, &out->bytes, &out->len);
-        if (out->len > g_config.max_file_bytes) {
-            free(out->bytes);
-            api_error_set(err, 413, "file_too_large", "\"%s\" is over %zu bytes", path,
-                          g_config.max_file_bytes);
-            ok = false;
-        }
+        ok = read_exactly(fd, (size_t)st.st_size, &out->bytes, &out->len);
+        if (!ok)
+            api_error_set(err, 409, "file_changed",
+                          "\"%s\" changed size while it was read; read it again when it is "
+                          "complete", path);
     }
     close(fd);
     return ok;

@@ -41,7 +41,13 @@ static void usage(int status)
             "  --max-output-bytes N    per-stream exec output clamp (default 1048576)\n"
             "  --bwrap PATH            bubblewrap binary (default /usr/bin/bwrap)\n"
             "  --cgroup-name NAME      cgroup subtree name (default mesh-sandboxd)\n"
-            "  --hibernate-on-exit     on SIGTERM stop all workspaces (files kept)\n");
+            "  --hibernate-on-exit     on SIGTERM stop all workspaces (files kept)\n"
+            "  --protect-path PATH     refuse new workspaces whose files would share PATH's\n"
+            "                          filesystem (the embedded daemon protects PGDATA)\n"
+            "  --setup-host USER       as root, once per boot: delegate a cgroup subtree to\n"
+            "                          USER and (with --disk-bytes) put workspaces on a\n"
+            "                          filesystem of their own; then exit\n"
+            "  --disk-bytes N          with --setup-host: size of that filesystem\n");
     exit(status);
 }
 
@@ -96,6 +102,11 @@ static void resolve_sandbox_user(const char *name)
     g_config.sandbox_gid = pw->pw_gid;
 }
 
+/* What --setup-host asks for (an install step, not a daemon run). */
+static const char *setup_user;
+static size_t setup_disk_bytes;
+static bool cgroup_name_given;
+
 /* Parses argv into g_config. */
 static void parse_flags(int argc, char **argv)
 {
@@ -106,7 +117,8 @@ static void parse_flags(int argc, char **argv)
         {"max-file-bytes", 1, 0, 'F'}, {"max-output-bytes", 1, 0, 'O'},
         {"bwrap", 1, 0, 'w'},          {"cgroup-name", 1, 0, 'c'},  {"help", 0, 0, 'h'},
         {"hibernate-on-exit", 0, 0, 'H'}, {"broker-dir", 1, 0, 'b'},
-        {"test-resolve", 1, 0, 'T'},
+        {"test-resolve", 1, 0, 'T'},   {"protect-path", 1, 0, 'P'},
+        {"setup-host", 1, 0, 'S'},     {"disk-bytes", 1, 0, 'D'},
         {0, 0, 0, 0}};
     const char *token_file = NULL, *sandbox_user = NULL;
     int opt;
@@ -141,7 +153,10 @@ static void parse_flags(int argc, char **argv)
         case 'F': g_config.max_file_bytes = parse_size(optarg, "--max-file-bytes"); break;
         case 'O': g_config.max_output_bytes = parse_size(optarg, "--max-output-bytes"); break;
         case 'w': g_config.bwrap_path = optarg; break;
-        case 'c': g_config.cgroup_name = optarg; break;
+        case 'c': g_config.cgroup_name = optarg; cgroup_name_given = true; break;
+        case 'P': g_config.protect_path = optarg; break;
+        case 'S': setup_user = optarg; break;
+        case 'D': setup_disk_bytes = parse_size(optarg, "--disk-bytes"); break;
         case 'H': g_config.hibernate_on_exit = true; break;
         case 'T':   /* TEST ONLY: the egress proxy resolves NAME to ADDR without DNS */
             if (!egress_add_test_name(optarg))
@@ -152,7 +167,7 @@ static void parse_flags(int argc, char **argv)
         default: usage(2);
         }
     }
-    if (!g_config.state_dir || (!g_config.listen_addr && !g_config.socket_path))
+    if (!g_config.state_dir || (!setup_user && !g_config.listen_addr && !g_config.socket_path))
         usage(2);
     if (g_config.listen_addr && !token_file)
         die("--listen requires --token-file");
@@ -163,7 +178,11 @@ static void parse_flags(int argc, char **argv)
                  !(abs = realpath(g_config.state_dir, NULL))))
         die("cannot create --state-dir");
     g_config.state_dir = abs;
+    if (setup_user)
+        return;
     resolve_sandbox_user(sandbox_user);
+    if (!cgroup_name_given)
+        host_config_load();
 }
 
 /* Takes the single-instance lock on the state dir (held until exit). */
@@ -203,6 +222,8 @@ int main(int argc, char **argv)
     umask(022);
     ensure_std_fds();
     parse_flags(argc, argv);
+    if (setup_user)
+        return host_setup(setup_user, setup_disk_bytes, cgroup_name_given);
     chmod(g_config.state_dir, 0711);
     lock_state_dir();
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);

@@ -39,7 +39,7 @@ static const char *base_dirs[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx3
 static char *curated_etc_dir;
 
 /* Runs argv (a host tool such as cp) to completion; true when it exits 0. */
-static bool run_host_command(char *const argv[])
+bool run_host_command(char *const argv[])
 {
     pid_t pid = fork();
     int status = 0;
@@ -231,9 +231,27 @@ static char *workspace_broker_dir(const char *id)
     return dir;
 }
 
-/* The whole holder command line for workspace ID with directory FILES. */
-static void build_holder_cmd(struct bwrap_cmd *cmd, const char *id, const char *files)
+/* The in-memory mounts, /tmp and /dev/shm, each sized to the tier's memory: their pages are
+ * charged to the memory group of whoever writes them (the workspace's: the holder and every
+ * exec join it before anything runs inside), so the tier's memory limit bounds them together
+ * and a full /tmp ends as an OOM kill inside the workspace, never as host memory. Without an
+ * explicit size the kernel would allow half of the host's RAM. */
+static void push_tmpfs_mounts(struct bwrap_cmd *cmd, const struct size_tier *tier)
 {
+    char size[32];
+    snprintf(size, sizeof size, "%llu", (unsigned long long)tier->memory_mb << 20);
+    static const char *targets[] = {"/tmp", "/dev/shm"};
+    for (int i = 0; i < 2; i++) {
+        cmd_push(cmd, "--size");
+        cmd_push_copy(cmd, size);
+        cmd_push_all(cmd, (const char *[]){"--tmpfs", targets[i], NULL});
+    }
+}
+
+/* The whole holder command line for workspace WS with directory FILES. */
+static void build_holder_cmd(struct bwrap_cmd *cmd, struct workspace *ws, const char *files)
+{
+    const char *id = ws->id;
     cmd->argc = 0;
     cmd->stored = 0;
     cmd_push(cmd, g_config.bwrap_path);
@@ -251,8 +269,9 @@ static void build_holder_cmd(struct bwrap_cmd *cmd, const char *id, const char *
         cmd_push(cmd, "/run/mesh");
         free(dir);
     }
-    cmd_push_all(cmd, (const char *[]){"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-                                       "--bind", files, "/workspace", "--chdir", "/workspace",
+    cmd_push_all(cmd, (const char *[]){"--proc", "/proc", "--dev", "/dev", NULL});
+    push_tmpfs_mounts(cmd, ws->tier);
+    cmd_push_all(cmd, (const char *[]){"--bind", files, "/workspace", "--chdir", "/workspace",
                                        "--info-fd", "3", "--", "sleep", "infinity", NULL});
 }
 
@@ -460,7 +479,7 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
     char *files = workspace_files_dir(ws->id);
     struct bwrap_cmd *cmd = calloc(1, sizeof *cmd);
     int info[2];
-    build_holder_cmd(cmd, ws->id, files);
+    build_holder_cmd(cmd, ws, files);
     bool ok = pipe2(info, O_CLOEXEC) == 0;
     pid_t child = ok ? fork() : -1;
     if (child == 0)

@@ -32,7 +32,9 @@ struct config {
     char *rootfs;               /* --rootfs, NULL = curated host base */
     char *broker_dir;           /* --broker-dir: shown read-only at /run/mesh in every sandbox */
     char *bwrap_path;           /* --bwrap */
-    char *cgroup_name;          /* --cgroup-name: our subtree in every v1 hierarchy */
+    char *cgroup_name;          /* --cgroup-name (or host.json): our subtree in every v1
+                                   hierarchy */
+    char *protect_path;         /* --protect-path: refuse workspaces on this filesystem */
     uid_t sandbox_uid;          /* --sandbox-user */
     gid_t sandbox_gid;
     bool is_root;               /* the daemon runs with euid 0 */
@@ -49,6 +51,7 @@ struct host_caps {
     bool resource_limits;
     bool compute_metering;
     bool egress_control;
+    bool disk_limits;           /* workspace files on a bounded filesystem of their own */
     bool snapshot;
     bool hibernate;
     bool caller_chosen_id;
@@ -96,8 +99,19 @@ bool cgroup_available(int controller);
 bool cgroup_workspace_create(const char *id, const struct size_tier *tier, int procs_fds[CG_COUNT]);
 void cgroup_workspace_remove(const char *id);
 void cgroup_close_fds(int procs_fds[CG_COUNT]);
+int cgroup_exec_group_open(int controller, const char *id, int slot, uint64_t *counter);
+uint64_t cgroup_exec_group_counter(int controller, const char *id, int slot);
 uint64_t cgroup_workspace_oom_kills(const char *id);
+void cgroup_peak_reset(const char *id);
+long long cgroup_peak_bytes(const char *id);
+bool cgroup_delegate(const char *name, uid_t uid, gid_t gid);
 void cgroup_init(void);
+
+/* ---- install-time host preparation (hostsetup.c) ---- */
+int host_setup(const char *user, size_t disk_bytes, bool cgroup_name_given);
+void host_config_load(void);
+bool host_disk_isolated(void);
+bool host_disk_refused(void);
 
 /* ---- workspaces (workspace.c) ---- */
 enum ws_state { WS_RUNNING, WS_HIBERNATED, WS_STOPPING };
@@ -128,6 +142,7 @@ struct workspace {
     pthread_mutex_t lifecycle;        /* serialises acquire and release of this id */
     struct workspace *next;           /* registry list */
     struct exec_run *execs;           /* running execs, for kill-by-key and release */
+    uint64_t exec_slots;              /* busy per-exec groups (bit n: exec-n) */
 };
 
 void workspaces_init(void);
@@ -148,6 +163,7 @@ bool sandbox_start(struct workspace *ws, struct api_error *err);
 bool sandbox_adopt(struct workspace *ws);
 void sandbox_stop(struct workspace *ws);
 void sandbox_close_fds(struct workspace *ws);
+bool run_host_command(char *const argv[]);
 bool process_start_time(pid_t pid, unsigned long long *start, char *state);
 bool holder_running(struct workspace *ws);
 

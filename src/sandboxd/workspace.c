@@ -10,6 +10,7 @@
 #include "sandboxd.h"
 #include <dirent.h>
 #include <errno.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,8 +341,20 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
             json_object_update(ws->labels, labels);
     }
     bool ok = true;
-    if (fresh && !workspace_make_dirs(ws)) {
-        api_error_set(err, 500, "internal", "cannot create the workspace directory");
+    if (fresh && host_disk_refused()) {
+        struct passwd *self = getpwuid(geteuid());
+        api_error_set(err, 507, "disk_unbounded",
+                      "workspace files would share the filesystem of %s and could fill it; "
+                      "give them a filesystem of their own (as root: mesh-sandboxd --setup-host "
+                      "%s --state-dir %s --disk-bytes N, see docs/sandboxd.md)",
+                      g_config.protect_path, self ? self->pw_name : "USER", g_config.state_dir);
+        ok = false;
+    } else if (fresh && !workspace_make_dirs(ws)) {
+        if (errno == ENOSPC)
+            api_error_set(err, 507, "disk_full", "the workspaces' filesystem is full; release "
+                          "workspaces or give it more room (docs/sandboxd.md)");
+        else
+            api_error_set(err, 500, "internal", "cannot create the workspace directory");
         ok = false;
     } else if (ws->state != WS_RUNNING || !holder_running(ws)) {
         if (ws->state == WS_RUNNING)

@@ -4,7 +4,7 @@
 # the disable cascade, release by the row, size ceilings, capability records, and the
 # credential never leaking.
 . "$(dirname "$0")/lib.sh"
-plan 25
+plan 26
 sd=$(mktemp -d /tmp/mesh-e2e-sd.XXXXXX); chmod 711 "$sd"
 port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 token="e2e-secret-$RANDOM$RANDOM$RANDOM"
@@ -57,8 +57,11 @@ remote_has "$(ref_of pin-1)"; ok $? "the remote daemon holds the pinned run's wo
 local_has "$(ref_of pin-1)"; ok $((! $?)) "the local daemon does not"
 is "$(q "SELECT capabilities->>'shell' FROM mesh.workspaces WHERE run_id = 'pin-1'")" true "capabilities are recorded per workspace"
 is "$(q "SELECT (w1.capabilities->>'resource_limits') || '/' || (w2.capabilities->>'resource_limits')
-         FROM mesh.workspaces w1, mesh.workspaces w2 WHERE w1.run_id = 'pin-1' AND w2.run_id = 'sel-1'")" "true/false" \
-   "as each host reports them: limits enforced by the root daemon, not by the unprivileged one"
+         FROM mesh.workspaces w1, mesh.workspaces w2 WHERE w1.run_id = 'pin-1' AND w2.run_id = 'sel-1'")" "true/true" \
+   "as each host reports them: limits enforced by the root daemon and by the embedded one after its host set-up"
+is "$(q "SELECT (w1.capabilities->>'disk_limits') || '/' || (w2.capabilities->>'disk_limits')
+         FROM mesh.workspaces w1, mesh.workspaces w2 WHERE w1.run_id = 'pin-1' AND w2.run_id = 'sel-1'")" "false/true" \
+   "a disk bound on the embedded daemon's own filesystem, none on the bare root one"
 
 # the default changes; existing workspaces are still released by the backend their row names
 q "SELECT mesh.backend_set_order('remote', -1)" >/dev/null

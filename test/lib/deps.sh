@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # test/lib/deps.sh: install the Debian 12 packages mesh_exec builds, runs and tests with.
-# Idempotent: installs only what is missing. Needs root (or sudo).
+# Idempotent: installs only what is missing. Needs root (sudo is used only when not root).
 set -euo pipefail
 
 MESH_PACKAGES=(
   build-essential pkg-config git ca-certificates curl
   postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
   libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev libcap-dev libkrb5-dev
-  bubblewrap iproute2 procps psmisc python3 python3-psycopg2 jq
+  bubblewrap iproute2 procps psmisc python3 python3-psycopg2 jq e2fsprogs util-linux
   docker.io busybox-static
 )
 

@@ -14,7 +14,8 @@ is "$(field "$caps" '[.capabilities.resource_limits,.capabilities.compute_meteri
 new_ws iso1
 new_ws iso2
 r=$(exec_json iso1 '{"argv":["true"]}')
-is "$(field "$r" '[.exit_code,.cpu_ms]|map(tostring)|join(",")')" "0,null" "cpu_ms is null without metering"
+is "$(field "$r" '[.exit_code,.cpu_ms,.memory_peak_bytes]|map(tostring)|join(",")')" "0,null,null" \
+   "cpu_ms and memory_peak_bytes are null without cgroups"
 EXPECT_UID=$(id -u postgres)
 isolation_checks
 

@@ -119,13 +119,17 @@ sd_cleanup() {
         for ctl in memory pids cpu cpuacct; do
             [ -d "/sys/fs/cgroup/$ctl/$cg" ] || continue
             for _ in $(seq 1 50); do
-                find "/sys/fs/cgroup/$ctl/$cg" -mindepth 1 -maxdepth 1 -type d -exec rmdir {} + 2>/dev/null
+                find "/sys/fs/cgroup/$ctl/$cg" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null
                 rmdir "/sys/fs/cgroup/$ctl/$cg" 2>/dev/null && break
                 sleep 0.1
             done
         done
     done
-    for dir in "${SD_DIRS[@]}"; do rm -rf "$dir"; done
+    for dir in "${SD_DIRS[@]}"; do   # filesystems --setup-host mounted for a test
+        { grep -o " $dir/[^ ]*" /proc/mounts || true; } | sort -r |
+            while read -r m; do umount -l "$m" 2>/dev/null; done
+        rm -rf "$dir"
+    done
 }
 trap sd_cleanup EXIT
 trap "exit 130" INT TERM HUP   # run the EXIT trap on interruption too
@@ -142,8 +146,8 @@ api() {
     [ -n "$body" ] && args+=(--data-binary "$body" -H 'Content-Type: application/json')
     curl "${args[@]}" "$base$path" > "$resp.status" 2>/dev/null
     cat "$resp"
-    cp "$resp.status" "$SD_DIR/status"
-    rm -f "$resp" "$resp.status"
+    mv -f "$resp.status" "$SD_DIR/status"   # atomic: a concurrent call never reads it half written
+    rm -f "$resp"
 }
 status() { cat "$SD_DIR/status" 2>/dev/null; }
 
@@ -158,9 +162,9 @@ field() { echo "$1" | jq -r "$2"; }
 
 finish() { exit $TEST_FAILED; }
 
-# sd_start_as USER [daemon flags...]: non-root daemon on a unix socket (how the extension
-# embeds it); setpriv execs the daemon directly so SD_PID is the daemon itself.
-sd_start_as() {
+# sd_prepare_as USER [daemon flags...]: directories and flags of a non-root daemon on a unix
+# socket (how the extension embeds it), not started yet.
+sd_prepare_as() {
     local user=$1; shift
     SD_DIR=$(mktemp -d /tmp/mesh-sd-test.XXXXXX)
     SD_DIRS+=("$SD_DIR")
@@ -169,11 +173,22 @@ sd_start_as() {
     SD_STATE="$SD_DIR/run/state"
     SD_SOCKET="$SD_DIR/run/sandboxd.sock"
     SD_ARGS=(--state-dir "$SD_STATE" --socket "$SD_SOCKET" "$@")
-    "$(command -v setpriv)" --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
+}
+
+# sd_launch_as USER: starts the prepared daemon as USER; setpriv execs the daemon directly so
+# SD_PID is the daemon itself.
+sd_launch_as() {
+    "$(command -v setpriv)" --reuid="$1" --regid="$(id -g "$1")" --init-groups -- \
         "$SANDBOXD" "${SD_ARGS[@]}" 2>>"$SD_DIR/log" &
     SD_PID=$!
     SD_PIDS+=("$SD_PID")
     sd_wait_ready
+}
+
+# sd_start_as USER [daemon flags...]: prepares and starts a non-root daemon.
+sd_start_as() {
+    sd_prepare_as "$@"
+    sd_launch_as "$1"
 }
 
 # new_ws ID [BODY]: acquires a workspace, bails out when that fails.

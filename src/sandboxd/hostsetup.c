@@ -1,0 +1,217 @@
+/*
+ * hostsetup.c - `mesh-sandboxd --setup-host USER`: the install-time step, run as root, that lets
+ * a daemon running as USER (the embedded one runs as the database's OS user) enforce limits.
+ *
+ * It prepares two things, both idempotent and re-used by every later start of the daemon:
+ *  - cgroups: the subtree --cgroup-name (default mesh-<user>-<hash of the state dir>, so that
+ *    two clusters on one host never share one) in the memory, pids, cpu and cpuacct v1
+ *    hierarchies, delegated to USER (cgroup.c, cgroup_delegate);
+ *  - disk: with --disk-bytes N, a preallocated ext4 image <state-dir>/workspaces.img mounted
+ *    (loop, nodev, nosuid) on <state-dir>/workspaces, so workspace files live on a filesystem
+ *    of their own: a workspace that fills it fails its own writes, never the host's (the
+ *    database's) filesystem. Preallocation matters: a sparse image would take host space
+ *    while it fills.
+ * What was prepared is recorded in <state-dir>/host.json (root-owned), which a daemon started
+ * on that state dir reads for its cgroup name. Nothing here survives a reboot (cgroups and
+ * mounts are runtime state): run it at boot before the database, e.g. from a systemd unit.
+ */
+#include "sandboxd.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The default subtree name for USER's daemon on STATE_DIR: stable across runs, distinct per
+ * state dir (FNV-1a of its path). */
+static char *default_cgroup_name(const char *user, const char *state_dir)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = state_dir; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return xasprintf("mesh-%s-%08x", user, h);
+}
+
+/* True when PATH is a mount point of its own (another device than its parent directory). */
+static bool is_own_filesystem(const char *path, const char *parent)
+{
+    struct stat a, b;
+    return stat(path, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
+}
+
+/* True when directory PATH has no entries besides . and .. (or does not exist). */
+static bool dir_empty(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    bool empty = true;
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            empty = false;
+    if (d)
+        closedir(d);
+    return empty;
+}
+
+/* Creates the preallocated image IMAGE of BYTES with an ext4 filesystem whose root belongs to
+ * UID:GID. */
+static bool make_image(const char *image, size_t bytes, uid_t uid, gid_t gid)
+{
+    int fd = open(image, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int error = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
+    if (fd >= 0)
+        close(fd);
+    if (error != 0) {
+        fprintf(stderr, "mesh-sandboxd: cannot allocate %zu bytes for %s: %s\n", bytes, image,
+                strerror(error));
+        unlink(image);
+        return false;
+    }
+    char owner[64];
+    snprintf(owner, sizeof owner, "root_owner=%d:%d", (int)uid, (int)gid);
+    /* nodiscard: a discard through the loop device would punch holes in the image and undo
+     * the preallocation */
+    char options[96];
+    snprintf(options, sizeof options, "nodiscard,%s", owner);
+    char *argv[] = {"/usr/sbin/mkfs.ext4", "-q", "-F", "-m", "0", "-E", options,
+                    (char *)image, NULL};
+    if (!run_host_command(argv)) {
+        fprintf(stderr, "mesh-sandboxd: mkfs.ext4 failed on %s\n", image);
+        unlink(image);
+        return false;
+    }
+    return true;
+}
+
+/* Puts <state>/workspaces on a filesystem of its own of BYTES (creating the image the first
+ * time, mounting it when it is not mounted); true when it is there afterwards. */
+static bool setup_disk(size_t bytes, uid_t uid, gid_t gid, char **image_out)
+{
+    char *mountpoint = xasprintf("%s/workspaces", g_config.state_dir);
+    char *image = xasprintf("%s/workspaces.img", g_config.state_dir);
+    struct stat st;
+    bool ok = true;
+    *image_out = image;
+    mkdir(mountpoint, 0711);
+    if (is_own_filesystem(mountpoint, g_config.state_dir)) {
+        printf("workspaces: %s is already a filesystem of its own\n", mountpoint);
+    } else if (!dir_empty(mountpoint)) {
+        fprintf(stderr, "mesh-sandboxd: %s holds workspaces already; release them (or move "
+                "them away) before putting it on its own filesystem\n", mountpoint);
+        ok = false;
+    } else if (stat(image, &st) != 0 && !make_image(image, bytes, uid, gid)) {
+        ok = false;
+    } else {
+        char *argv[] = {"/usr/bin/mount", "-o", "loop,nodev,nosuid,noatime", image, mountpoint,
+                        NULL};
+        ok = run_host_command(argv) && is_own_filesystem(mountpoint, g_config.state_dir);
+        if (!ok)
+            fprintf(stderr, "mesh-sandboxd: cannot mount %s on %s\n", image, mountpoint);
+        else
+            printf("workspaces: %s mounted on %s\n", image, mountpoint);
+        /* root's 0700 lost+found would stop PostgreSQL's walk of its data directory after a
+         * crash ("could not open directory"); e2fsck makes it again when it needs one */
+        char *lost = xasprintf("%s/lost+found", mountpoint);
+        rmdir(lost);
+        free(lost);
+    }
+    if (ok && (chown(mountpoint, uid, gid) != 0 || chmod(mountpoint, 0711) != 0)) {
+        fprintf(stderr, "mesh-sandboxd: cannot hand %s to uid %d: %s\n", mountpoint, (int)uid,
+                strerror(errno));
+        ok = false;
+    }
+    free(mountpoint);
+    return ok;
+}
+
+/* Records what was prepared, for the daemon's later starts (read by host_config_load). */
+static bool write_host_file(const char *user, const char *image, size_t disk_bytes)
+{
+    json_t *doc = json_pack("{s:s,s:s}", "user", user, "cgroup_name", g_config.cgroup_name);
+    if (image)
+        json_object_set_new(doc, "disk_image", json_string(image));
+    if (disk_bytes)
+        json_object_set_new(doc, "disk_bytes", json_integer((json_int_t)disk_bytes));
+    char *text = json_dumps(doc, JSON_COMPACT);
+    char *path = xasprintf("%s/host.json", g_config.state_dir);
+    bool ok = write_file_atomic(path, text, strlen(text), 0644);
+    free(path);
+    free(text);
+    json_decref(doc);
+    return ok;
+}
+
+/* --setup-host USER: returns the process exit status. */
+int host_setup(const char *user, size_t disk_bytes, bool cgroup_name_given)
+{
+    struct passwd *pw = getpwnam(user);
+    char *image = NULL;
+    if (!g_config.is_root) {
+        fprintf(stderr, "mesh-sandboxd: --setup-host must run as root\n");
+        return 1;
+    }
+    if (!pw || pw->pw_uid == 0) {
+        fprintf(stderr, "mesh-sandboxd: --setup-host needs an existing unprivileged user\n");
+        return 1;
+    }
+    if (!cgroup_name_given)
+        g_config.cgroup_name = default_cgroup_name(user, g_config.state_dir);
+    if (chown(g_config.state_dir, pw->pw_uid, pw->pw_gid) != 0 ||
+        chmod(g_config.state_dir, 0711) != 0) {
+        fprintf(stderr, "mesh-sandboxd: cannot hand %s to %s: %s\n", g_config.state_dir, user,
+                strerror(errno));
+        return 1;
+    }
+    bool ok = cgroup_delegate(g_config.cgroup_name, pw->pw_uid, pw->pw_gid);
+    if (disk_bytes)
+        ok = setup_disk(disk_bytes, pw->pw_uid, pw->pw_gid, &image) && ok;
+    ok = write_host_file(user, image, disk_bytes) && ok;
+    free(image);
+    printf("%s: host %s for mesh-sandboxd as %s on %s\n", ok ? "ok" : "incomplete",
+           ok ? "prepared" : "partly prepared", user, g_config.state_dir);
+    return ok ? 0 : 1;
+}
+
+/* At start without --cgroup-name: the subtree --setup-host delegated for this state dir. */
+void host_config_load(void)
+{
+    char *path = xasprintf("%s/host.json", g_config.state_dir);
+    json_t *doc = json_load_file(path, 0, NULL);
+    const char *name = json_string_value(json_object_get(doc, "cgroup_name"));
+    if (name && *name && !strstr(name, "..")) {
+        g_config.cgroup_name = strdup(name);
+        log_event("host set-up found: cgroup subtree %s", name);
+    }
+    json_decref(doc);
+    free(path);
+}
+
+/* Whether workspace files are on a filesystem of their own (what --setup-host --disk-bytes
+ * makes), and so cannot fill the filesystem of the state dir or of --protect-path. */
+bool host_disk_isolated(void)
+{
+    char *dir = xasprintf("%s/workspaces", g_config.state_dir);
+    struct stat ws, other;
+    bool isolated = stat(dir, &ws) == 0 && stat(g_config.state_dir, &other) == 0 &&
+                    ws.st_dev != other.st_dev &&
+                    (!g_config.protect_path ||
+                     (stat(g_config.protect_path, &other) == 0 && ws.st_dev != other.st_dev));
+    free(dir);
+    return isolated;
+}
+
+/* Whether the daemon must refuse new workspaces: told to protect a filesystem (the embedded
+ * daemon protects PGDATA's) that workspace files would share. */
+bool host_disk_refused(void)
+{
+    char *dir = xasprintf("%s/workspaces", g_config.state_dir);
+    struct stat ws, other;
+    bool shared = g_config.protect_path && stat(dir, &ws) == 0 &&
+                  stat(g_config.protect_path, &other) == 0 && ws.st_dev == other.st_dev;
+    free(dir);
+    return shared;
+}
