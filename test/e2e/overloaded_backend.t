@@ -46,7 +46,7 @@ ok "$(echo "$err" | grep -q "^ERROR:  53000: setting up the workspace of run \"$
    "a backend with no room fails the call with SQLSTATE 53000"
 ok "$(echo "$err" | grep -q "^DETAIL:  backend \"$be\" answered HTTP 503 out_of_resources"; echo $?)" \
    "the detail keeps the backend's own words"
-ok "$(echo "$err" | grep -q '^HINT:  The backend has no room for this now: release workspaces'; echo $?)" \
+ok "$(echo "$err" | grep -q '^HINT:  The backend has no room for this: prepare its host as the message says, or release workspaces'; echo $?)" \
    "the hint says what to do"
 is "$(q "SELECT status FROM mesh.workspaces WHERE run_id = '$run'")" acquiring "the workspace stays acquiring: the next call tries again"
 
