@@ -35,6 +35,7 @@
 #include "mesh_exec.h"
 
 #define MESH_SUBMIT_WAIT_MS 10000
+#define MESH_DAEMON_START_WAIT_MS 10000
 
 MeshShared *mesh_shared = NULL;
 TimestampTz mesh_call_deadline = 0;
@@ -70,6 +71,10 @@ mesh_shmem_startup(void)
 		mesh_shared->nworkers = mesh_worker_count;
 		pg_atomic_init_u64(&mesh_shared->next_exec_key, 1);
 		mesh_shared->broker_procno = -1;
+		/* a call right after the server (re)starts waits for the daemon the launcher starts */
+		pg_atomic_init_u32(&mesh_shared->daemon_state,
+						   mesh_embedded_sandboxd ? MESH_DAEMON_STARTING : MESH_DAEMON_ABSENT);
+		ConditionVariableInit(&mesh_shared->daemon_ready);
 		for (int i = 0; i <= MESH_MAX_WORKERS; i++)
 		{
 			SpinLockInit(&mesh_shared->workers[i].mutex);
@@ -206,6 +211,42 @@ check_client_still_there(void)
 				 errmsg("connection to client lost while waiting for a mesh call")));
 }
 
+/* The supervisor of the embedded daemon publishes what it sees, waking waiting calls. */
+void
+mesh_set_daemon_state(MeshDaemonState state)
+{
+	pg_atomic_write_u32(&mesh_shared->daemon_state, state);
+	ConditionVariableBroadcast(&mesh_shared->daemon_ready);
+}
+
+/*
+ * A call that arrives while the launcher is (re)starting the embedded daemon
+ * (right after a server start, or after the daemon died) waits for it --
+ * cancellably, until DEADLINE or MESH_DAEMON_START_WAIT_MS at most -- rather
+ * than failing with "cannot be reached" a moment too early.  Whichever
+ * backend the run uses: the wait is short and only while a start is due.
+ */
+void
+mesh_wait_for_embedded_daemon(TimestampTz deadline)
+{
+	TimestampTz limit = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), MESH_DAEMON_START_WAIT_MS);
+
+	if (deadline != 0 && deadline < limit)
+		limit = deadline;
+	if (pg_atomic_read_u32(&mesh_shared->daemon_state) != MESH_DAEMON_STARTING)
+		return;
+	ConditionVariablePrepareToSleep(&mesh_shared->daemon_ready);
+	while (pg_atomic_read_u32(&mesh_shared->daemon_state) == MESH_DAEMON_STARTING)
+	{
+		long		left = (long) ((limit - GetCurrentTimestamp()) / 1000);
+
+		if (left <= 0 ||
+			ConditionVariableTimedSleep(&mesh_shared->daemon_ready, left, PG_WAIT_EXTENSION))
+			break;
+	}
+	ConditionVariableCancelSleep();
+}
+
 /* A reply field copied out of the reply document, or NULL. */
 static char *
 reply_field(json_t *error, const char *name)
@@ -318,6 +359,8 @@ void
 mesh_call(MeshOp op, const char *run_id, json_t *request,
 		  const char *blob, Size blob_len, MeshReply *reply)
 {
+	if (op != MESH_OP_ACQUIRE)	/* declaring a run calls no backend */
+		mesh_wait_for_embedded_daemon(mesh_call_deadline);
 	mesh_call_slot(mesh_worker_for_run(run_id), op, request, blob, blob_len, reply);
 }
 

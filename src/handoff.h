@@ -60,11 +60,21 @@ typedef struct MeshWorkerSlot
 	dsm_handle	queue[MESH_QUEUE_LEN];
 } MeshWorkerSlot;
 
+/* The embedded mesh-sandboxd as its supervisor (src/launcher.c) last saw it. */
+typedef enum MeshDaemonState
+{
+	MESH_DAEMON_ABSENT = 0,		/* not embedded, not installed, or the server is stopping */
+	MESH_DAEMON_STARTING,		/* being (re)started: calls wait for it, boundedly */
+	MESH_DAEMON_READY			/* serving requests */
+} MeshDaemonState;
+
 typedef struct MeshShared
 {
 	int			nworkers;
 	pg_atomic_uint64 next_exec_key;
 	int			broker_procno;	/* the broker's PGPROC number, -1 when not running */
+	pg_atomic_uint32 daemon_state;	/* MeshDaemonState */
+	ConditionVariable daemon_ready; /* broadcast when daemon_state changes */
 	MeshWorkerSlot workers[MESH_MAX_WORKERS + 1];	/* workers, then the reaper */
 } MeshShared;
 
@@ -106,6 +116,8 @@ extern void mesh_call(MeshOp op, const char *run_id, json_t *request,
 extern void mesh_call_slot(int slot, MeshOp op, json_t *request,
 						   const char *blob, Size blob_len, MeshReply *reply);
 extern TimestampTz mesh_call_deadline;	/* 0: wait as long as it takes */
+extern void mesh_wait_for_embedded_daemon(TimestampTz deadline);
+extern void mesh_set_daemon_state(MeshDaemonState state);
 
 /* worker side */
 extern void mesh_worker_attach_slot(int index);

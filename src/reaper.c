@@ -14,8 +14,11 @@
  *	   run's own worker, so a release never races the run's other calls and
  *	   always resolves the backend from the row;
  *	3. each backend in the catalog is reconciled against its own list: a
- *	   sandbox no row explains is released and logged, and a row whose
- *	   sandbox vanished is marked failed.
+ *	   sandbox no row explains is released and logged, and every row that
+ *	   says a sandbox runs, is being made, or may have been made is settled
+ *	   to what the backend shows (settle_row): a ready row whose sandbox
+ *	   vanished fails, an acquiring one goes back to pending (so it no
+ *	   longer holds a concurrency slot), and so on.
  *
  * Backends share the sweep's time fairly: each gets an equal share of what
  * is left when its turn comes, so one hung backend cannot starve the rest.
@@ -293,6 +296,29 @@ static const char lost_sql[] =
 "INSERT INTO mesh.events (kind, run_id, workspace_id, backend) "
 "SELECT 'workspace_lost', run_id, id, $1 FROM lost RETURNING run_id";
 
+/*
+ * Rows that say a sandbox is running, being made, or may have been made by
+ * an acquire whose answer was lost (pending with a reference), read before
+ * the backend's list so a row that changes meanwhile is never misjudged:
+ * each settle statement re-checks the status it saw.
+ */
+static const char live_rows_sql[] =
+"SELECT external_ref, status::text, run_id FROM mesh.workspaces "
+" WHERE backend_kind = $1 AND external_ref IS NOT NULL AND release_outcome IS NULL "
+"   AND status OPERATOR(pg_catalog.=) ANY ('{pending,acquiring,ready}')";
+
+/* Move one row from the status the reaper saw to what the backend shows, with an event. */
+static const char settle_sql[] =
+"WITH s AS ("
+"  UPDATE mesh.workspaces SET status = $4::mesh.workspace_status, status_reason = $5, "
+"         materialized_at = CASE WHEN $4 = 'ready' THEN coalesce(materialized_at, pg_catalog.now()) "
+"                                ELSE materialized_at END "
+"   WHERE backend_kind = $1 AND external_ref = $2 AND status OPERATOR(pg_catalog.=) $3::mesh.workspace_status "
+"     AND release_outcome IS NULL RETURNING id, run_id) "
+"INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
+"SELECT 'workspace_settled', run_id, id, $1, pg_catalog.jsonb_build_object('from', $3, 'to', $4, 'reason', $5) "
+"  FROM s RETURNING run_id";
+
 static const char orphan_event_sql[] =
 "INSERT INTO mesh.events (kind, backend, detail) "
 "VALUES ('orphan_released', $1, pg_catalog.jsonb_build_object('ref', $2, 'outcome', $3))";
@@ -389,13 +415,14 @@ run_steps(const MeshBackend *be, MeshOpState *st, MeshHttpRequest *first, Timest
 	}
 }
 
-static bool
+/* The backend's entry for ref, or NULL when it lists none. */
+static MeshListedWorkspace *
 ref_listed(const char *ref, MeshListedWorkspace *items, int n)
 {
 	for (int i = 0; i < n; i++)
 		if (strcmp(items[i].ref, ref) == 0)
-			return true;
-	return false;
+			return &items[i];
+	return NULL;
 }
 
 static bool
@@ -434,6 +461,51 @@ release_orphan(json_t *rows, const MeshBackend *be, const char *ref, TimestampTz
 	note(rows, "orphan_released", NULL, be->name, psprintf("%s: %s", ref, result));
 }
 
+/* Apply one settle_sql move; true when the row was still as the reaper saw it. */
+static bool
+settle(json_t *rows, const char *backend, char **row, const char *to, const char *reason)
+{
+	const char *args[5] = {backend, row[0], row[1], to, reason};
+
+	if (reaper_query(settle_sql, 5, args, 1) == NIL)
+		return false;
+	note(rows, "workspace_settled", row[2], backend, psprintf("%s -> %s: %s", row[1], to, reason));
+	return true;
+}
+
+/*
+ * Make one live row (ref, status, run_id; read before the list) agree with
+ * what the backend shows for it (entry, NULL when it has none):
+ *	ready, nothing there: the sandbox and its files are gone -> failed;
+ *	acquiring, nothing there: nothing was made -> pending, the run's next
+ *	  call tries again, and it no longer counts against the agent's limit;
+ *	ready or acquiring, there but not running (its daemon hibernated it) ->
+ *	  pending, as an idle hibernation is: the next call wakes it;
+ *	pending, there and running (an acquire whose answer was lost) -> ready.
+ */
+static void
+settle_row(json_t *rows, const char *backend, char **row, MeshListedWorkspace *entry)
+{
+	const char *status = row[1];
+	const char *args[2] = {backend, row[0]};
+
+	if (strcmp(status, "ready") == 0 && entry == NULL)
+	{
+		if (reaper_query(lost_sql, 2, args, 1) != NIL)
+			note(rows, "workspace_lost", row[2], backend, "the backend no longer has it; marked failed");
+	}
+	else if (strcmp(status, "acquiring") == 0 && entry == NULL)
+		settle(rows, backend, row, "pending",
+			   MESH_ACQUIRE_INTERRUPTED ": the backend has no sandbox for it (found by the reaper); "
+			   "the run's next call tries again");
+	else if (strcmp(status, "pending") != 0 && entry != NULL && !entry->running)
+		settle(rows, backend, row, "pending",
+			   "hibernated by the backend (its sandbox was stopped); the run's next call wakes it");
+	else if (strcmp(status, "pending") == 0 && entry != NULL && entry->running)
+		settle(rows, backend, row, "ready",
+			   "the backend runs its sandbox (an acquire whose answer was lost; found by the reaper)");
+}
+
 static void
 reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 {
@@ -445,6 +517,7 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 	int			nitems = 0;
 	MeshError	merr = {0};
 	List	   *explained;
+	List	   *live;
 	ListCell   *lc;
 	const char *name = entry[0];
 
@@ -459,6 +532,7 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 		json_decref(be.config);
 		return;
 	}
+	live = reaper_query(live_rows_sql, 1, &name, 3);
 	be.driver->list_request(&be, &st, install_id, &req);
 	list_out.items = &items;
 	list_out.nitems = &nitems;
@@ -471,19 +545,13 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 		return;
 	}
 
+	/* read after the list: every listed sandbox's row was committed before it was asked for */
 	explained = reaper_query(explained_sql, 1, &name, 3);
 	for (int i = 0; i < nitems; i++)
 		if (!ref_explained(items[i].ref, explained) && GetCurrentTimestamp() < until)
 			release_orphan(rows, &be, items[i].ref, until);
-	foreach(lc, explained)
-	{
-		char	  **row = lfirst(lc);
-		const char *args[2] = {name, row[0]};
-
-		if (strcmp(row[1], "ready") == 0 && !ref_listed(row[0], items, nitems) &&
-			reaper_query(lost_sql, 2, args, 1) != NIL)
-			note(rows, "workspace_lost", row[2], name, "the backend no longer has it; marked failed");
-	}
+	foreach(lc, live)
+		settle_row(rows, name, lfirst(lc), ref_listed(((char **) lfirst(lc))[0], items, nitems));
 	note(rows, "reconciled", NULL, name, psprintf("%d sandbox(es) listed", nitems));
 	json_decref(be.config);
 }
@@ -524,6 +592,8 @@ sweep(json_t *rows)
 	pgstat_report_activity(STATE_RUNNING, "mesh reaper: sweeping");
 	if (extension_installed())
 	{
+		/* right after a start, a sweep would find the embedded daemon not yet serving */
+		mesh_wait_for_embedded_daemon(deadline);
 		fail_lost_execs(rows);
 		release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													  (deadline - GetCurrentTimestamp()) / 2000));

@@ -481,9 +481,16 @@ typedef struct FailArgs
 	const char *reason;
 } FailArgs;
 
+/*
+ * A retryable failure goes back to pending, keeping the backend and reference
+ * it recorded.  The row is acquiring, or ready when a call found its sandbox
+ * stopped and tried to wake it.
+ */
 static const char mark_failed_sql[] =
-"UPDATE mesh.workspaces SET status = CASE WHEN $2 = 't' THEN status ELSE 'failed' END, "
-"       status_reason = $3 WHERE id = $1::bigint";
+"UPDATE mesh.workspaces SET status = (CASE WHEN $2 = 't' THEN 'pending' ELSE 'failed' END)::mesh.workspace_status, "
+"       status_reason = CASE WHEN $2 = 't' THEN '" MESH_ACQUIRE_INTERRUPTED ": ' || $3 || '; the run''s next call tries again' "
+"                            ELSE $3 END "
+" WHERE id = $1::bigint AND status OPERATOR(pg_catalog.=) ANY ('{acquiring,ready}')";
 
 static void
 fail_body(void *arg)
@@ -498,10 +505,13 @@ fail_body(void *arg)
 }
 
 /*
- * An acquisition failed.  Retryable failures (backend unreachable) leave the
- * row acquiring with its recorded backend and reference, so the next call
- * retries the same idempotent acquire and nothing the backend may have
- * created is forgotten; others make the workspace failed.
+ * An acquisition failed.  Retryable failures (backend unreachable, a garbled
+ * answer) put the row back to pending with its recorded backend and
+ * reference: it no longer counts against the agent's concurrency limit, the
+ * run's next call retries the same idempotent acquire, and nothing the
+ * backend may have created is forgotten (the reaper reconciles it: a
+ * sandbox found running makes the row ready again).  Others make the
+ * workspace failed, and the reaper releases whatever it may have left.
  */
 bool
 store_materialize_failed(MeshWorkspace *ws, bool retryable, const char *reason, ErrorData **err)
@@ -964,6 +974,7 @@ waking_body(void *arg)
 	const char *ev[5] = {"waking", ws->run_id, args[0], ws->backend_kind, NULL};
 
 	mesh_sql(lock_sql, 1, run);
+	check_concurrency_limit(ws);	/* pending counted for nothing: going live again must fit */
 	mesh_sql(mark_waking_sql, 1, args);
 	mesh_sql(event_sql, 5, ev);
 }

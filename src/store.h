@@ -15,6 +15,9 @@
 
 #include "backends/backend.h"
 
+/* How a pending row's status_reason starts when a transient failure interrupted its acquire. */
+#define MESH_ACQUIRE_INTERRUPTED "acquire interrupted"
+
 /* A workspace row joined with its backend's catalog entry. */
 typedef struct MeshWorkspace
 {

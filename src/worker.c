@@ -555,7 +555,11 @@ begin_materialize(WorkerCall *call)
 	}
 	else if (strcmp(call->ws.status, "pending") == 0)
 	{
-		/* hibernated while idle: wake it, on the backend and under the name it has */
+		/* hibernated, or an interrupted acquire: acquire again, on the backend and under the name it has */
+		bool		interrupted = call->ws.status_reason != NULL &&
+			strncmp(call->ws.status_reason, MESH_ACQUIRE_INTERRUPTED,
+					strlen(MESH_ACQUIRE_INTERRUPTED)) == 0;
+
 		if (!store_begin_wake(&call->ws, &err))
 		{
 			reply_txn_error(call, err);
@@ -563,11 +567,12 @@ begin_materialize(WorkerCall *call)
 		}
 		queue_message(call,
 					  json_pack("{s:s}", "notice",
-								psprintf("mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
+								psprintf(interrupted ? "mesh: setting up the sandbox of run \"%s\" on backend \"%s\" again (the last try was interrupted)"
+										 : "mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
 										 call->run_id, call->ws.backend_kind)),
 					  NULL, 0);
 	}
-	/* else: acquiring left over from a crash or a failed try: same idempotent acquire */
+	/* else: acquiring left over from a crash: the same idempotent acquire */
 	start_acquire(call);
 }
 
@@ -1471,9 +1476,9 @@ any_call_ready(void)
 	return false;
 }
 
-/* Ask a backend to kill one exec's command, waiting briefly for the answer. */
+/* Ask a backend to kill one exec's command, waiting at most timeout_ms for the answer. */
 static void
-kill_exec_now(const MeshBackend *be, const char *ref, int64 exec_id)
+kill_exec_now(const MeshBackend *be, const char *ref, int64 exec_id, long timeout_ms)
 {
 	MeshHttpRequest req;
 	MeshOpState st = {0};
@@ -1484,7 +1489,7 @@ kill_exec_now(const MeshBackend *be, const char *ref, int64 exec_id)
 	be->driver->kill_request(be, &st, ref, psprintf(INT64_FORMAT, exec_id), &req);
 	do
 	{
-		mesh_http_blocking(&req, 1000, &resp);
+		mesh_http_blocking(&req, timeout_ms, &resp);
 		r = be->driver->kill_response(be, &st, &resp, &merr);
 		req = st.next;
 		st.step++;
@@ -1495,22 +1500,27 @@ kill_exec_now(const MeshBackend *be, const char *ref, int64 exec_id)
 }
 
 /*
- * The worker is exiting (shutdown, or an error): commands it was running
- * for callers must not run on for nobody.  Their rows are failed by the
- * next start's recovery.
+ * The worker is exiting (shutdown, the postmaster's death, or an error):
+ * commands it was running for callers must not run on for nobody.  Their
+ * rows are failed by the next start's recovery.  All the kills share one
+ * second, so a dying server's worker is gone a second later at most.
  */
 static void
 worker_exit(int code, Datum arg)
 {
 	dlist_iter	iter;
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
 
 	mesh_worker_detach_slot(DatumGetInt32(arg));
 	dlist_foreach(iter, &calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
+		long		left = (long) ((deadline - GetCurrentTimestamp()) / 1000);
 
+		if (left <= 0)
+			break;
 		if (call->op == MESH_OP_EXEC && call->step == STEP_OPERATING && call->be.driver)
-			kill_exec_now(&call->be, call->ws.external_ref, call->exec_id);
+			kill_exec_now(&call->be, call->ws.external_ref, call->exec_id, left);
 	}
 }
 
@@ -1549,7 +1559,7 @@ recover(void)
 
 		if (ie->ref && mesh_backend_make(ie->backend, ie->driver, ie->config, ie->credential, &be))
 		{
-			kill_exec_now(&be, ie->ref, ie->exec_id);
+			kill_exec_now(&be, ie->ref, ie->exec_id, 1000);
 			json_decref(be.config);
 		}
 	}

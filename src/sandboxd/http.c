@@ -428,8 +428,9 @@ bool http_start(void)
 }
 
 /* Drain: stop accepting, answer 503 to new requests on open connections, wait for requests
- * in flight, then close everything. */
-void http_stop(void)
+ * in flight (calling EACH_TURN, when given, every 10 ms while they drain), then close
+ * everything. */
+void http_stop(void (*each_turn)(void))
 {
     g_shutting_down = 1;
     for (int i = 0; i < 2; i++)
@@ -439,6 +440,8 @@ void http_stop(void)
                 close(fd);
         }
     for (int waited = 0;; waited++) {
+        if (each_turn)
+            each_turn();
         pthread_mutex_lock(&in_flight_lock);
         int busy = in_flight;
         pthread_mutex_unlock(&in_flight_lock);

@@ -1,7 +1,7 @@
 /*
  * main.c - mesh-sandboxd entry point: flags, single-instance lock on the state dir, child
  * subreaper, signal handling (SIGTERM drains and exits; workspaces stay alive for the next
- * start) and the reaper loop.
+ * start, or are hibernated with --hibernate-on-exit) and the reaper loop.
  */
 #include "sandboxd.h"
 #include <errno.h>
@@ -41,7 +41,10 @@ static void usage(int status)
             "  --max-output-bytes N    per-stream exec output clamp (default 1048576)\n"
             "  --bwrap PATH            bubblewrap binary (default /usr/bin/bwrap)\n"
             "  --cgroup-name NAME      cgroup subtree name (default mesh-sandboxd)\n"
-            "  --hibernate-on-exit     on SIGTERM stop all workspaces (files kept)\n"
+            "  --hibernate-on-exit     on SIGTERM kill commands in flight and stop all\n"
+            "                          workspaces (files kept)\n"
+            "  --ready-fd N            write one line to descriptor N, then close it, once\n"
+            "                          requests are served (for a supervisor)\n"
             "  --protect-path PATH     refuse new workspaces whose files would share PATH's\n"
             "                          filesystem (the embedded daemon protects PGDATA)\n"
             "  --setup-host USER       as root, once per boot: delegate a cgroup subtree to\n"
@@ -119,6 +122,7 @@ static void parse_flags(int argc, char **argv)
         {"hibernate-on-exit", 0, 0, 'H'}, {"broker-dir", 1, 0, 'b'},
         {"test-resolve", 1, 0, 'T'},   {"protect-path", 1, 0, 'P'},
         {"setup-host", 1, 0, 'S'},     {"disk-bytes", 1, 0, 'D'},
+        {"ready-fd", 1, 0, 'y'},
         {0, 0, 0, 0}};
     const char *token_file = NULL, *sandbox_user = NULL;
     int opt;
@@ -158,6 +162,10 @@ static void parse_flags(int argc, char **argv)
         case 'S': setup_user = optarg; break;
         case 'D': setup_disk_bytes = parse_size(optarg, "--disk-bytes"); break;
         case 'H': g_config.hibernate_on_exit = true; break;
+        case 'y':
+            g_config.ready_fd = (int)parse_size(optarg, "--ready-fd");
+            fcntl(g_config.ready_fd, F_SETFD, FD_CLOEXEC);   /* never inherited by holders */
+            break;
         case 'T':   /* TEST ONLY: the egress proxy resolves NAME to ADDR without DNS */
             if (!egress_add_test_name(optarg))
                 die("--test-resolve takes NAME=IPADDRESS");
@@ -213,6 +221,17 @@ static void reap_children(void)
         ;
 }
 
+/* --ready-fd: tells the supervisor that requests are served now, so calls waiting for the
+ * daemon to start go ahead at once. */
+static void announce_ready(void)
+{
+    if (g_config.ready_fd <= 2)
+        return;
+    if (write(g_config.ready_fd, "ready\n", 6) != 6)
+        log_event("cannot write to --ready-fd: %s", strerror(errno));
+    close(g_config.ready_fd);
+}
+
 /* Start-up order matters: flags, lock, subreaper, signal mask (inherited by every thread),
  * capabilities, base image, workspaces (re-adoption), then listeners; then reap until told to
  * stop. */
@@ -244,13 +263,16 @@ int main(int argc, char **argv)
         die("cannot start listeners");
     log_event("ready (state dir %s, sandbox uid %d)", g_config.state_dir,
               (int)g_config.sandbox_uid);
+    announce_ready();
     for (;;) {
         struct timespec tick = {1, 0};
         int sig = sigtimedwait(&handled, NULL, &tick);
         reap_children();
         if (sig == SIGTERM || sig == SIGINT) {
-            log_event("%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-            http_stop();
+            log_event("%s: draining%s", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                      g_config.hibernate_on_exit ? " (commands in flight are killed)" : "");
+            /* hibernating at exit bounds the drain too: no command outlives the daemon */
+            http_stop(g_config.hibernate_on_exit ? workspaces_kill_execs : NULL);
             if (g_config.hibernate_on_exit)
                 workspaces_hibernate_all();
             log_event(g_config.hibernate_on_exit ? "stopped; workspaces hibernated"

@@ -6,11 +6,19 @@
  * --rootfs), a writable /workspace, a private /tmp, /proc and a minimal /dev. It does nothing
  * but keep the namespaces alive: execs join them (exec.c). Holders are not children that die
  * with the daemon: a restarted daemon re-adopts them by pid and start time.
+ *
+ * bwrap's own process carries a marker in its environment, HOLDER_MARKER=<workspace dir>, so a
+ * restarted daemon finds every holder it or a predecessor started, also one whose start was
+ * never recorded (the daemon killed between starting it and writing meta.json): the child
+ * keeps the state-dir lock until its execve, so by the time a new daemon holds the lock every
+ * holder being started has its marker. Holders no registered workspace explains are killed.
  */
 #include "sandboxd.h"
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -123,20 +131,27 @@ void sandbox_init(void)
         build_curated_etc();
 }
 
+/* Reads /proc/PID/NAME into BUF (NUL-terminated); its length, or -1 when it cannot be read. */
+static ssize_t read_proc(pid_t pid, const char *name, char *buf, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return n > 0 ? n : -1;
+}
+
 /* Reads start time (field 22) and state (field 3) of PID from /proc/PID/stat; false when the
  * process does not exist. */
 bool process_start_time(pid_t pid, unsigned long long *start, char *state)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char buf[1024];
+    if (read_proc(pid, "stat", buf, sizeof buf) < 0)
         return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
     char *p = strrchr(buf, ')');   /* comm may contain spaces and parentheses */
     if (!p)
         return false;
@@ -275,9 +290,13 @@ static void build_holder_cmd(struct bwrap_cmd *cmd, struct workspace *ws, const 
                                        "--info-fd", "3", "--", "sleep", "infinity", NULL});
 }
 
+#define HOLDER_MARKER "MESH_SANDBOXD_HOLDER"
+
 /* In the forked child: join the workspace cgroups, become the sandbox user, exec bwrap with
- * the info pipe as fd 3 and nothing else inherited. Never returns. */
-static void holder_child_exec(struct workspace *ws, int info_write_fd, char **argv)
+ * the info pipe as fd 3, the marker as its only environment and nothing else inherited (the
+ * other descriptors, the state-dir lock among them, stay open until the execve). Never
+ * returns. */
+static void holder_child_exec(struct workspace *ws, int info_write_fd, char **argv, char **envp)
 {
     sigset_t none;
     char *dir = workspace_dir(ws->id);
@@ -293,7 +312,7 @@ static void holder_child_exec(struct workspace *ws, int info_write_fd, char **ar
     setsid();
     if (dup2(info_write_fd, 3) != 3)
         _exit(125);
-    close_range(4, ~0U, 0);
+    close_range(4, ~0U, CLOSE_RANGE_CLOEXEC);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
@@ -302,7 +321,7 @@ static void holder_child_exec(struct workspace *ws, int info_write_fd, char **ar
          setresgid(g_config.sandbox_gid, g_config.sandbox_gid, g_config.sandbox_gid) != 0 ||
          setresuid(g_config.sandbox_uid, g_config.sandbox_uid, g_config.sandbox_uid) != 0))
         _exit(125);
-    execv(g_config.bwrap_path, argv);
+    execve(g_config.bwrap_path, argv, envp);
     _exit(127);
 }
 
@@ -479,11 +498,14 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
     char *files = workspace_files_dir(ws->id);
     struct bwrap_cmd *cmd = calloc(1, sizeof *cmd);
     int info[2];
+    char *dir = workspace_dir(ws->id);
+    char *marker = xasprintf("%s=%s", HOLDER_MARKER, dir);
+    char *envp[] = {marker, NULL};
     build_holder_cmd(cmd, ws, files);
     bool ok = pipe2(info, O_CLOEXEC) == 0;
     pid_t child = ok ? fork() : -1;
     if (child == 0)
-        holder_child_exec(ws, info[1], cmd->argv);
+        holder_child_exec(ws, info[1], cmd->argv, envp);
     if (ok) {
         close(info[1]);
         ws->holder_pid = child > 0 ? read_holder_pid(info[0]) : -1;
@@ -509,6 +531,8 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
             protect_holder_from_oom(ws->holder_pid);
         log_event("workspace %s: holder pid %d started", ws->id, (int)ws->holder_pid);
     }
+    free(marker);
+    free(dir);
     free(files);
     free(cmd);
     return ok;
@@ -565,4 +589,70 @@ void sandbox_stop(struct workspace *ws)
     }
     ws->bwrap_pid = 0;
     ws->holder_pid = 0;
+}
+
+/* The workspace id in PID's holder marker when it names a workspace of this state dir;
+ * false for every other process (and for those we may not read). */
+static bool holder_marker_of(pid_t pid, char *id, size_t size)
+{
+    char buf[8192];
+    ssize_t n = read_proc(pid, "environ", buf, sizeof buf);
+    if (n < 0)
+        return false;
+    char *prefix = xasprintf("%s=%s/workspaces/", HOLDER_MARKER, g_config.state_dir);
+    size_t plen = strlen(prefix);
+    bool found = false;
+    for (char *entry = buf; entry < buf + n && !found; entry += strlen(entry) + 1)
+        if (strncmp(entry, prefix, plen) == 0 && workspace_id_valid(entry + plen)) {
+            snprintf(id, size, "%s", entry + plen);
+            found = true;
+        }
+    free(prefix);
+    return found;
+}
+
+/* The first child of PID (bwrap's sandbox process), or 0. */
+static pid_t first_child(pid_t pid)
+{
+    char name[64], buf[64];
+    snprintf(name, sizeof name, "task/%d/children", (int)pid);
+    return read_proc(pid, name, buf, sizeof buf) < 0 ? 0 : (pid_t)atoi(buf);
+}
+
+/* The parent of PID from /proc/PID/stat, or 0. */
+static pid_t parent_of(pid_t pid)
+{
+    char buf[1024];
+    int ppid = 0;
+    char *p = read_proc(pid, "stat", buf, sizeof buf) < 0 ? NULL : strrchr(buf, ')');
+    return p && sscanf(p + 1, " %*c %d", &ppid) == 1 ? (pid_t)ppid : 0;
+}
+
+/*
+ * Start-up, after the workspaces are loaded: every process carrying this state dir's holder
+ * marker is either the bwrap of a registered running workspace's holder (adopted, already
+ * logged) or a stray -- started by a daemon that died before recording it, or replaced since
+ * -- which is killed with its sandbox and logged, so nothing runs that no workspace lists.
+ */
+void sandbox_kill_strays(bool (*registered)(const char *id, pid_t holder_pid))
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    char id[WORKSPACE_ID_MAX + 1];
+    while (d && (e = readdir(d))) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 0 || pid == getpid() || !holder_marker_of(pid, id, sizeof id))
+            continue;
+        pid_t sandbox = first_child(pid);
+        if (sandbox > 0 && parent_of(sandbox) == pid && registered(id, sandbox))
+            continue;
+        if (sandbox > 0)
+            kill(sandbox, SIGKILL);   /* ends its pid namespace */
+        kill(-pid, SIGKILL);          /* bwrap's session: a sandbox process not yet split off */
+        kill(pid, SIGKILL);
+        log_event("workspace %s: killed stray holder (bwrap pid %d, sandbox pid %d) that no "
+                  "workspace lists", id, (int)pid, (int)sandbox);
+    }
+    if (d)
+        closedir(d);
 }

@@ -40,6 +40,7 @@ struct config {
     bool is_root;               /* the daemon runs with euid 0 */
     enum release_mode release_default;
     bool hibernate_on_exit;     /* --hibernate-on-exit: no sandbox outlives the daemon */
+    int ready_fd;               /* --ready-fd: written once requests are served; 0 = none */
     size_t max_body_bytes;
     size_t max_file_bytes;
     size_t max_output_bytes;
@@ -154,6 +155,7 @@ json_t *workspace_release(const char *id, json_t *body, struct api_error *err);
 json_t *workspace_list(const char *label_filter, struct api_error *err);
 json_t *workspace_describe(struct workspace *ws);
 void workspaces_hibernate_all(void);
+void workspaces_kill_execs(void);
 char *workspace_dir(const char *id);
 char *workspace_files_dir(const char *id);
 
@@ -166,6 +168,7 @@ void sandbox_close_fds(struct workspace *ws);
 bool run_host_command(char *const argv[]);
 bool process_start_time(pid_t pid, unsigned long long *start, char *state);
 bool holder_running(struct workspace *ws);
+void sandbox_kill_strays(bool (*registered)(const char *id, pid_t holder_pid));
 
 /* ---- exec (exec.c) ---- */
 void exec_init(void);
@@ -197,7 +200,7 @@ json_t *files_write(struct workspace *ws, const char *path, const char *mode_tex
 
 /* ---- http (http.c) ---- */
 bool http_start(void);
-void http_stop(void);
+void http_stop(void (*each_turn)(void));
 extern volatile int g_shutting_down;
 
 /* ---- small utilities (util.c) ---- */

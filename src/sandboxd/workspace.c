@@ -517,6 +517,14 @@ static void workspace_revive(struct workspace *ws)
     workspace_persist(ws);
 }
 
+/* True when HOLDER_PID is the live holder of the registered running workspace ID (start-up,
+ * before the listeners: nothing else touches the registry yet). */
+static bool holds_workspace(const char *id, pid_t holder_pid)
+{
+    struct workspace *ws = registry_find(id);
+    return ws && ws->state == WS_RUNNING && ws->holder_pid == holder_pid && holder_running(ws);
+}
+
 /* Start-up: reload every workspace from the state dir; removes directories without a valid
  * meta.json (left by a crash during creation). */
 void workspaces_init(void)
@@ -548,6 +556,7 @@ void workspaces_init(void)
     if (d)
         closedir(d);
     free(root);
+    sandbox_kill_strays(holds_workspace);
 }
 
 /* --hibernate-on-exit: after the drain, stop every running workspace (files kept) so that no
@@ -572,4 +581,15 @@ void workspaces_hibernate_all(void)
         log_event("workspace %s: hibernated at exit", ws->id);
         workspace_put(ws);
     }
+}
+
+/* A bounded drain at exit: ends every command in flight in every workspace now (each answers
+ * "killed"), instead of waiting up to its timeout. Repeated while requests drain, so an exec
+ * that started just after one pass is ended by the next. */
+void workspaces_kill_execs(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (struct workspace *ws = registry; ws; ws = ws->next)
+        exec_kill_all(ws);
+    pthread_mutex_unlock(&registry_lock);
 }
