@@ -2,7 +2,7 @@
 # A backend with no room says so, and the caller gets one clear error: a stand-in
 # mesh-sandboxd on a unix socket answers every request with the protocol's
 # 503 out_of_resources (docs/protocol.md); the first call of a run pinned to it fails
-# with SQLSTATE 53000 and a hint that says what to do, the workspace stays retryable,
+# with SQLSTATE 53000 and a hint that says what to do, the workspace goes back to pending,
 # and the same run succeeds once the backend has room.
 . "$(dirname "$0")/lib.sh"
 plan 6
@@ -48,7 +48,7 @@ ok "$(echo "$err" | grep -q "^DETAIL:  backend \"$be\" answered HTTP 503 out_of_
    "the detail keeps the backend's own words"
 ok "$(echo "$err" | grep -q '^HINT:  The backend has no room for this: prepare its host as the message says, or release workspaces'; echo $?)" \
    "the hint says what to do"
-is "$(q "SELECT status FROM mesh.workspaces WHERE run_id = '$run'")" acquiring "the workspace stays acquiring: the next call tries again"
+is "$(q "SELECT status FROM mesh.workspaces WHERE run_id = '$run'")" pending "the workspace goes back to pending, holding nothing: the next call tries again"
 
 # the backend has room again: the same run materializes on it
 kill $fake; wait $fake 2>/dev/null
