@@ -21,7 +21,7 @@ EXTENSION = mesh_exec
 DATA = sql/mesh_exec--0.1.sql
 PGFILEDESC = "mesh_exec - sandboxed execution for AI-agent harnesses"
 
-REGRESS = setup api_errors lifecycle files durability cancel budgets credentials egress privileges privilege_escalation input_limits ownership
+REGRESS = setup api_errors lifecycle files durability cancel budgets credentials egress privileges privilege_escalation input_limits ownership containment
 REGRESS_OPTS = --inputdir=. --use-existing
 
 PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl libmicrohttpd)

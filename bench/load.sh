@@ -16,7 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-15}
 . bench/lib.sh
-bench_start
+bench_cluster 2
+mkdir -p bench/out
+cc -O2 -o bench/out/forkexec bench/forkexec.c
 psql -X -q -f test/lib/turn.sql
 export PGOPTIONS="-c client_min_messages=warning"
 

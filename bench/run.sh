@@ -12,7 +12,9 @@ cd "$(dirname "$0")/.."
 ITER=${1:-300}
 CLIENTS=${2:-4}
 . bench/lib.sh
-bench_start
+bench_cluster 2
+mkdir -p bench/out
+cc -O2 -o bench/out/forkexec bench/forkexec.c
 
 base=$(bench/out/forkexec "$ITER" 1)
 out=$(psql -X -q -v iterations="$ITER" -f bench/exec.sql)

@@ -55,6 +55,12 @@ CREATE TABLE mesh.agents (
     max_compute_seconds       double precision CHECK (max_compute_seconds > 0),  -- per run
     max_concurrent_workspaces integer CHECK (max_concurrent_workspaces > 0),
     idle_timeout              interval CHECK (idle_timeout > '0'),
+    -- OOM-aware tier climb in force: a run that ran out of memory at tier T
+    -- gives the agent's next runs T+1 (mesh.tier_climb_on_oom), until
+    -- settings.tier_climb_reset_runs clean runs at that tier reset it.
+    climbed_size              mesh.size_tier,
+    climbed_at                timestamptz,
+    clean_runs_since_climb    integer NOT NULL DEFAULT 0,
     created_at   timestamptz NOT NULL DEFAULT now()
 );
 
@@ -72,7 +78,9 @@ CREATE TABLE mesh.settings (
     max_run_lifetime    interval NOT NULL DEFAULT '24 hours' CHECK (max_run_lifetime > '0'),
     idle_timeout        interval NOT NULL DEFAULT '1 hour' CHECK (idle_timeout > '0'),
     max_compute_seconds double precision CHECK (max_compute_seconds > 0),
-    run_ownership       boolean NOT NULL DEFAULT false  -- a harness role sees and drives only its own runs
+    run_ownership       boolean NOT NULL DEFAULT false,  -- a harness role sees and drives only its own runs
+    -- clean runs at a climbed tier after which an agent's climb is reset
+    tier_climb_reset_runs integer NOT NULL DEFAULT 3 CHECK (tier_climb_reset_runs > 0)
 );
 INSERT INTO mesh.settings DEFAULT VALUES;
 
@@ -126,6 +134,7 @@ CREATE TABLE mesh.execs (
     truncated      boolean NOT NULL DEFAULT false,
     wall_seconds   double precision,
     cpu_seconds    double precision,
+    memory_peak_bytes bigint,        -- the workspace's peak memory during the exec, where reported
     charged_seconds double precision,
     charge_basis   text CHECK (charge_basis IN ('cpu', 'wall')),
     error          text,
@@ -182,10 +191,12 @@ DECLARE
     pin text;
     pin_enabled boolean;
     wanted mesh.size_tier;
+    climbed mesh.size_tier;
     ceiling mesh.size_tier;
     enabled_count integer;
 BEGIN
-    SELECT a.backend, a.default_size INTO pin, wanted FROM mesh.agents a WHERE a.agent_id = p_agent_id;
+    SELECT a.backend, a.default_size, a.climbed_size INTO pin, wanted, climbed
+      FROM mesh.agents a WHERE a.agent_id = p_agent_id;
     SELECT count(*) INTO enabled_count FROM mesh.backends b WHERE b.enabled;
     IF pin IS NOT NULL THEN
         SELECT b.enabled INTO pin_enabled FROM mesh.backends b WHERE b.name = pin;
@@ -207,7 +218,8 @@ BEGIN
         implicit := enabled_count > 1;
     END IF;
     SELECT b.max_size INTO ceiling FROM mesh.backends b WHERE b.name = backend;
-    size := least(coalesce(wanted, 'standard'), ceiling);
+    -- an OOM climb raises the tier, never above the backend's ceiling
+    size := least(greatest(coalesce(wanted, 'standard'), climbed), ceiling);
 END
 $$;
 
@@ -405,16 +417,23 @@ $$;
 
 CREATE FUNCTION mesh.set_policy(max_run_lifetime interval DEFAULT NULL, idle_timeout interval DEFAULT NULL,
                                 max_compute_seconds double precision DEFAULT NULL,
-                                run_ownership boolean DEFAULT NULL)
+                                run_ownership boolean DEFAULT NULL,
+                                tier_climb_reset_runs integer DEFAULT NULL)
 RETURNS mesh.settings LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     result mesh.settings;
 BEGIN
+    IF set_policy.tier_climb_reset_runs < 1 THEN
+        RAISE EXCEPTION 'tier_climb_reset_runs must be at least 1, not %', set_policy.tier_climb_reset_runs
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'It is the number of clean runs at a climbed tier after which an agent returns to its own tier.';
+    END IF;
     UPDATE mesh.settings s
        SET max_run_lifetime = coalesce(set_policy.max_run_lifetime, s.max_run_lifetime),
            idle_timeout = coalesce(set_policy.idle_timeout, s.idle_timeout),
            max_compute_seconds = set_policy.max_compute_seconds,
-           run_ownership = coalesce(set_policy.run_ownership, s.run_ownership)
+           run_ownership = coalesce(set_policy.run_ownership, s.run_ownership),
+           tier_climb_reset_runs = coalesce(set_policy.tier_climb_reset_runs, s.tier_climb_reset_runs)
     RETURNING * INTO result;
     RETURN result;
 END
@@ -431,6 +450,99 @@ SELECT w.id AS workspace_id, w.run_id, w.agent_id,
   CROSS JOIN mesh.settings s
   LEFT JOIN mesh.agents a ON a.agent_id = w.agent_id
   LEFT JOIN mesh.run_budgets rb ON rb.run_id = w.run_id;
+
+------------------------------------------------------------------------------
+-- OOM-aware tier climb: a run whose command ran out of memory at tier T gives
+-- its agent T+1 for the next runs (never above the backend's max_size); after
+-- settings.tier_climb_reset_runs clean runs at that tier the agent is back to
+-- its own.  Called by the workers in the transactions that record an exec's
+-- end and a run's release; every climb, cap and reset is an event.  The oom
+-- hook returns what it did, for the caller's NOTICE.
+------------------------------------------------------------------------------
+CREATE FUNCTION mesh.tier_climb_on_oom(p_exec_id bigint) RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ws mesh.workspaces;
+    ceiling mesh.size_tier;
+    target mesh.size_tier;
+    reached mesh.size_tier;
+BEGIN
+    SELECT w.* INTO ws FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id
+     WHERE e.id = p_exec_id AND e.status = 'oom';
+    IF ws.id IS NULL OR ws.size IS NULL THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO mesh.agents (agent_id) VALUES (ws.agent_id) ON CONFLICT DO NOTHING;
+    PERFORM 1 FROM mesh.agents a WHERE a.agent_id = ws.agent_id FOR UPDATE;
+    -- once per run, however many of its commands run out of memory
+    PERFORM 1 FROM mesh.events ev WHERE ev.run_id = ws.run_id AND ev.kind IN ('tier_climb', 'tier_climb_capped');
+    IF FOUND THEN
+        RETURN format('agent "%s" already climbed for this run', ws.agent_id);
+    END IF;
+    SELECT b.max_size INTO ceiling FROM mesh.backends b WHERE b.name = ws.backend_kind;
+    target := least((enum_range(ws.size, NULL))[2], coalesce(ceiling, ws.size));
+    IF target IS NULL OR target <= ws.size THEN
+        UPDATE mesh.agents a SET clean_runs_since_climb = 0 WHERE a.agent_id = ws.agent_id;
+        INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
+        VALUES ('tier_climb_capped', ws.run_id, ws.id, ws.backend_kind,
+                jsonb_build_object('agent_id', ws.agent_id, 'exec_id', p_exec_id, 'from', ws.size,
+                                   'max_size', coalesce(ceiling, ws.size)));
+        RETURN format('tier "%s" is the largest backend "%s" allows, so agent "%s" cannot climb (mesh.tier_climbs)',
+                      ws.size, ws.backend_kind, ws.agent_id);
+    END IF;
+    UPDATE mesh.agents a SET climbed_size = greatest(a.climbed_size, target), climbed_at = now(),
+           clean_runs_since_climb = 0
+     WHERE a.agent_id = ws.agent_id RETURNING a.climbed_size INTO reached;
+    INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
+    VALUES ('tier_climb', ws.run_id, ws.id, ws.backend_kind,
+            jsonb_build_object('agent_id', ws.agent_id, 'exec_id', p_exec_id, 'from', ws.size, 'to', reached));
+    RETURN format('agent "%s" climbs from tier "%s" to "%s" for its next runs (mesh.tier_climbs)',
+                  ws.agent_id, ws.size, reached);
+END
+$$;
+
+-- A run was released.  If it ran at its agent's climbed tier (or above), ran
+-- commands and none ran out of memory, it counts as clean; enough clean runs
+-- reset the climb.
+CREATE FUNCTION mesh.tier_climb_on_release(p_workspace_id bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ws mesh.workspaces;
+    ag mesh.agents;
+    needed integer;
+BEGIN
+    SELECT * INTO ws FROM mesh.workspaces w WHERE w.id = p_workspace_id;
+    SELECT * INTO ag FROM mesh.agents a WHERE a.agent_id = ws.agent_id AND a.climbed_size IS NOT NULL FOR UPDATE;
+    IF ag.agent_id IS NULL OR ws.size IS NULL OR ws.size < ag.climbed_size
+       OR NOT EXISTS (SELECT 1 FROM mesh.execs e WHERE e.workspace_id = ws.id AND e.status <> 'running')
+       OR EXISTS (SELECT 1 FROM mesh.execs e WHERE e.workspace_id = ws.id AND e.status = 'oom') THEN
+        RETURN;
+    END IF;
+    SELECT s.tier_climb_reset_runs INTO needed FROM mesh.settings s;
+    IF ag.clean_runs_since_climb + 1 < needed THEN
+        UPDATE mesh.agents a SET clean_runs_since_climb = a.clean_runs_since_climb + 1
+         WHERE a.agent_id = ag.agent_id;
+        RETURN;
+    END IF;
+    UPDATE mesh.agents a SET climbed_size = NULL, climbed_at = NULL, clean_runs_since_climb = 0
+     WHERE a.agent_id = ag.agent_id;
+    INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
+    VALUES ('tier_reset', ws.run_id, ws.id, ws.backend_kind,
+            jsonb_build_object('agent_id', ag.agent_id, 'from', ag.climbed_size, 'clean_runs', needed));
+END
+$$;
+
+-- Every climb, cap and reset, with the agent's climb in force now.
+CREATE VIEW mesh.tier_climbs AS
+SELECT e.at, CASE e.kind WHEN 'tier_climb' THEN 'climb' WHEN 'tier_climb_capped' THEN 'capped'
+                         ELSE 'reset' END AS change,
+       e.detail->>'agent_id' AS agent_id, e.run_id, (e.detail->>'exec_id')::bigint AS exec_id, e.backend,
+       (e.detail->>'from')::mesh.size_tier AS from_size, (e.detail->>'to')::mesh.size_tier AS to_size,
+       a.climbed_size AS climbed_size_now, a.clean_runs_since_climb, s.tier_climb_reset_runs
+  FROM mesh.events e
+  CROSS JOIN mesh.settings s
+  LEFT JOIN mesh.agents a ON a.agent_id = e.detail->>'agent_id'
+ WHERE e.kind IN ('tier_climb', 'tier_climb_capped', 'tier_reset');
 
 ------------------------------------------------------------------------------
 -- Run ownership: with mesh.settings.run_ownership on, a run belongs to the
@@ -474,7 +586,7 @@ SELECT w.run_id, w.parent_run_id, w.agent_id, w.created_by_actor_id, w.status, w
 
 CREATE VIEW mesh.exec_log AS
 SELECT e.id AS exec_id, e.run_id, w.agent_id, w.created_by_actor_id, e.argv, e.dir, e.env_names,
-       e.status, e.exit_code, e.truncated, e.wall_seconds, e.cpu_seconds, e.charged_seconds,
+       e.status, e.exit_code, e.truncated, e.wall_seconds, e.cpu_seconds, e.memory_peak_bytes, e.charged_seconds,
        e.charge_basis, e.error, e.started_at, e.finished_at, e.stdout, e.stderr
   FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id
  WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
@@ -973,7 +1085,7 @@ GRANT EXECUTE ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_release(text, text) TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.live_workspaces, mesh.run_workspaces, mesh.exec_log, mesh.spend_by_run TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION mesh.may_drive(regrole, oid) TO mesh_harness, mesh_admin;
-GRANT SELECT ON mesh.spend_by_agent, mesh.run_limits, mesh.settings, mesh.run_budgets TO mesh_admin;
+GRANT SELECT ON mesh.spend_by_agent, mesh.run_limits, mesh.settings, mesh.run_budgets, mesh.tier_climbs TO mesh_admin;
 GRANT SELECT ON mesh.secret_catalog, mesh.environments, mesh.grants TO mesh_admin;
 GRANT SELECT ON mesh.backend_catalog, mesh.event_log TO mesh_admin;
 GRANT SELECT ON mesh.backends, mesh.agents, mesh.workspaces, mesh.execs, mesh.events TO mesh_admin;
@@ -987,7 +1099,7 @@ GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, 
                           mesh.agent_set(text, text, mesh.size_tier),
                           mesh.agent_set_budget(text, double precision, integer, interval),
                           mesh.run_set_budget(text, double precision, interval),
-                          mesh.set_policy(interval, interval, double precision, boolean),
+                          mesh.set_policy(interval, interval, double precision, boolean, integer),
                           mesh.drivers(),
                           mesh.sweep(),
                           mesh.secret_set(text, text, text),

@@ -16,6 +16,7 @@
 
 #include "mesh_json.h"
 
+#include "access/detoast.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -138,6 +139,26 @@ check_path(const char *path, const char *what)
 					 errhint("Paths are relative to the workspace root, or absolute inside /workspace.")));
 		p = *end ? end + 1 : end;
 	}
+}
+
+/*
+ * A bytea argument bounded by a size setting (mesh.max_stdin_size,
+ * mesh.max_file_size).  The size comes from the datum's header, so a value
+ * stored out of line or compressed is refused before it is fetched: an
+ * oversized input costs the caller nothing and never reaches a worker.
+ */
+static bytea *
+bounded_bytea_arg(FunctionCallInfo fcinfo, int argno, const char *name,
+				  const char *setting, int limit)
+{
+	Size		size = toast_raw_datum_size(PG_GETARG_DATUM(argno)) - VARHDRSZ;
+
+	if (size > (Size) limit)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("%s of %zu bytes is larger than %s (%d bytes)", name, size, setting, limit),
+				 errhint("Send at most %d bytes per call; a superuser can raise %s.", limit, setting)));
+	return PG_GETARG_BYTEA_PP(argno);
 }
 
 /*
@@ -374,7 +395,8 @@ mesh_exec(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *run_id = required_id(fcinfo, 0, "run_id");
 	char	   *dir = optional_text(fcinfo, 2);
-	bytea	   *stdin_data = PG_ARGISNULL(3) ? NULL : PG_GETARG_BYTEA_PP(3);
+	bytea	   *stdin_data = PG_ARGISNULL(3) ? NULL :
+		bounded_bytea_arg(fcinfo, 3, "stdin", "mesh.max_stdin_size", mesh_max_stdin_bytes);
 	long		timeout_ms = timeout_ms_arg(fcinfo, 4);
 	json_t	   *volatile argv = NULL;
 	json_t	   *volatile env = NULL;
@@ -456,7 +478,7 @@ mesh_write_file(PG_FUNCTION_ARGS)
 	mode = PG_GETARG_INT32(3);
 
 	require_arg(fcinfo, 2, "content", "Write an empty file with ''::bytea.");
-	content = PG_GETARG_BYTEA_PP(2);
+	content = bounded_bytea_arg(fcinfo, 2, "content", "mesh.max_file_size", mesh_max_file_bytes);
 	check_path(path, "path");
 	if (mode < 0 || mode > 07777)
 		ereport(ERROR,
@@ -468,11 +490,6 @@ mesh_write_file(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("mode %d (0%o) leaves the file unreadable to the workspace's own user", mode, mode),
 				 errhint("Include owner read (0400): 420 is 0644, 256 is 0400.")));
-	if (VARSIZE_ANY_EXHDR(content) > (Size) mesh_max_file_bytes)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("content of %zu bytes is larger than mesh.max_file_size (%d bytes)",
-						(Size) VARSIZE_ANY_EXHDR(content), mesh_max_file_bytes)));
 	req = json_pack("{s:s,s:s,s:i}", "run_id", run_id, "path", path, "mode", mode);
 	mesh_call(MESH_OP_WRITE_FILE, run_id, req, VARDATA_ANY(content),
 			  VARSIZE_ANY_EXHDR(content), &reply);

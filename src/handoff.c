@@ -295,23 +295,44 @@ decode_message(const char *data, Size len, MeshReply *reply)
 	reply->doc = json_loadb(data + sizeof(uint32), json_len, 0, NULL);
 	if (reply->doc == NULL)
 		elog(ERROR, "mesh: worker sent a reply that is not JSON");
+	/* not copied: see keep_reply_blob */
 	reply->blob_len = len - sizeof(uint32) - json_len;
-	reply->blob = palloc(reply->blob_len + 1);
-	memcpy(reply->blob, data + sizeof(uint32) + json_len, reply->blob_len);
-	reply->blob[reply->blob_len] = '\0';
+	reply->blob = (char *) data + sizeof(uint32) + json_len;
 }
 
-/* Frame a message: uint32 JSON length, the JSON, then the raw blob. */
+/*
+ * A reply's blob (a file's bytes) points into what shm_mq_receive returned:
+ * a large message was assembled in the queue handle's private buffer, which
+ * outlives the segment, so it is used in place (the caller holds the bytes
+ * twice, not three times); a message that fitted in the ring lies in the
+ * segment itself and is copied before the segment goes.
+ */
+static void
+keep_reply_blob(dsm_segment *seg, MeshReply *reply)
+{
+	char	   *start = dsm_segment_address(seg);
+	char	   *copy;
+
+	if (reply->blob < start || reply->blob >= start + dsm_segment_map_length(seg))
+		return;
+	copy = palloc(reply->blob_len + 1);
+	memcpy(copy, reply->blob, reply->blob_len);
+	reply->blob = copy;
+}
+
+/*
+ * Frame a message: uint32 JSON length, then the JSON.  A raw blob, if any,
+ * follows: the sender appends it as a second part of the same message
+ * (shm_mq_sendv), so it is never copied into the frame.
+ */
 void
-mesh_reply_encode(StringInfo out, json_t *doc, const char *blob, Size blob_len)
+mesh_reply_encode(StringInfo out, json_t *doc)
 {
 	char	   *json = json_dumps(doc, JSON_COMPACT);
 	uint32		json_len = (uint32) strlen(json);
 
 	appendBinaryStringInfo(out, (char *) &json_len, sizeof(uint32));
 	appendBinaryStringInfo(out, json, json_len);
-	if (blob_len > 0)
-		appendBinaryStringInfo(out, blob, (int) blob_len);
 	free(json);
 }
 
@@ -438,6 +459,7 @@ mesh_call_slot(int w, MeshOp op, json_t *request,
 	}
 
 	waiting_done = true;
+	keep_reply_blob(seg, reply);
 	dsm_detach(seg);
 	if (json_object_get(reply->doc, "error"))
 		raise_reported_error(reply->doc);

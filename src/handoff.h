@@ -127,6 +127,6 @@ extern dsm_segment *mesh_attach_call(dsm_handle handle, MeshCall **hdr, shm_mq_h
 extern void mesh_worker_detach_slot(int index);
 
 /* message framing shared by both sides */
-extern void mesh_reply_encode(StringInfo out, json_t *doc, const char *blob, Size blob_len);
+extern void mesh_reply_encode(StringInfo out, json_t *doc);
 
 #endif							/* MESH_HANDOFF_H */

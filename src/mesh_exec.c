@@ -34,6 +34,7 @@ bool		mesh_broker_enabled = true;
 int			mesh_exec_timeout_ms = 300000;
 int			mesh_max_output_bytes = 65536;
 int			mesh_max_file_bytes = 16 * 1024 * 1024;
+int			mesh_max_stdin_bytes = 16 * 1024 * 1024;
 int			mesh_worker_lock_timeout_ms = 2000;
 int			mesh_worker_max_calls = 128;
 int			mesh_reaper_interval_s = 600;
@@ -72,8 +73,12 @@ define_settings(void)
 							NULL, &mesh_max_output_bytes, 65536, 1024, 16 * 1024 * 1024,
 							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
 	DefineCustomIntVariable("mesh.max_file_size",
-							"Largest file mesh_read_file and mesh_write_file move.",
+							"Largest file mesh_read_file and mesh_write_file move; a write is checked before the hand-off.",
 							NULL, &mesh_max_file_bytes, 16 * 1024 * 1024, 1024, 512 * 1024 * 1024,
+							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.max_stdin_size",
+							"Largest stdin mesh_exec passes to a command; checked before the hand-off.",
+							NULL, &mesh_max_stdin_bytes, 16 * 1024 * 1024, 1024, 512 * 1024 * 1024,
 							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
 	DefineCustomIntVariable("mesh.worker_lock_timeout",
 							"How long a worker waits for a row lock before failing the request.",

@@ -20,6 +20,7 @@ extern bool mesh_broker_enabled;
 extern int	mesh_exec_timeout_ms;
 extern int	mesh_max_output_bytes;
 extern int	mesh_max_file_bytes;
+extern int	mesh_max_stdin_bytes;
 extern int	mesh_worker_lock_timeout_ms;
 extern int	mesh_worker_max_calls;
 extern int	mesh_reaper_interval_s;

@@ -618,7 +618,7 @@ serve_sweep_request(dsm_handle handle)
 		return;
 	sweep(rows);
 	initStringInfo(&msg);
-	mesh_reply_encode(&msg, json_pack("{s:o}", "rows", rows), NULL, 0);
+	mesh_reply_encode(&msg, json_pack("{s:o}", "rows", rows));
 	(void) shm_mq_send(mqh, msg.len, msg.data, false, true);
 	pfree(msg.data);
 	dsm_detach(seg);

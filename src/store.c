@@ -757,7 +757,8 @@ static const char exec_finish_sql[] =
 "WITH e AS ("
 "  UPDATE mesh.execs SET status = $2::mesh.exec_status, exit_code = $3::int, stdout = $4, stderr = $5, "
 "         truncated = coalesce($6::boolean, false), wall_seconds = $7::float8, cpu_seconds = $8::float8, "
-"         charged_seconds = $9::float8, charge_basis = $10, error = $11, finished_at = pg_catalog.clock_timestamp() "
+"         charged_seconds = $9::float8, charge_basis = $10, error = $11, memory_peak_bytes = $12::bigint, "
+"         finished_at = pg_catalog.clock_timestamp() "
 "   WHERE id = $1::bigint RETURNING workspace_id) "
 "UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + $9::float8, last_used_at = pg_catalog.now() "
 "  FROM e WHERE w.id = e.workspace_id";
@@ -815,7 +816,7 @@ exec_finish_body(void *arg)
 {
 	ExecFinishArgs *a = (ExecFinishArgs *) arg;
 	const MeshExecResult *r = a->rec->result;
-	const char *args[11];
+	const char *args[12];
 
 	args[0] = int64_text(a->exec_id);
 	args[1] = a->rec->status;
@@ -828,7 +829,8 @@ exec_finish_body(void *arg)
 	args[8] = psprintf("%.6f", a->rec->charged_seconds);
 	args[9] = a->rec->charge_basis;
 	args[10] = a->rec->error;
-	mesh_sql(exec_finish_sql, 11, args);
+	args[11] = r && r->memory_peak_known ? int64_text(r->memory_peak_bytes) : NULL;
+	mesh_sql(exec_finish_sql, 12, args);
 	if (r && r->egress_denials)
 		record_egress_denials(a->ws, a->exec_id, r->egress_denials);
 }
@@ -843,6 +845,77 @@ store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
 	ExecFinishArgs a = {ws, exec_id, rec};
 
 	return mesh_txn("mesh worker: exec finished", exec_finish_body, &a, true, err);
+}
+
+/*--------------------------------------------------------------------------
+ * The OOM-aware tier climb (mesh.tier_climb_on_oom/_on_release).  Each runs
+ * in a transaction of its own, after the exec's end or the release is
+ * committed: bookkeeping on the agent's row must never cost the record of
+ * what happened (say, when the caller holds a lock on that row).
+ *--------------------------------------------------------------------------
+ */
+typedef struct ClimbArgs
+{
+	const char *id;
+	char	   *notice;
+} ClimbArgs;
+
+static const char climb_on_oom_sql[] =
+"SELECT mesh.tier_climb_on_oom($1::bigint)";
+
+static const char climb_on_release_sql[] =
+"SELECT mesh.tier_climb_on_release($1::bigint)";
+
+static void
+climb_on_oom_body(void *arg)
+{
+	ClimbArgs  *a = (ClimbArgs *) arg;
+
+	mesh_sql(climb_on_oom_sql, 1, &a->id);
+	a->notice = mesh_sql_value(0, 1);
+}
+
+/*
+ * An exec recorded oom raises its agent's tier, once per run; *notice says
+ * what happened, for the caller.
+ */
+bool
+store_tier_climb_on_oom(int64 exec_id, char **notice, ErrorData **err)
+{
+	ClimbArgs	a = {int64_text(exec_id), NULL};
+
+	if (!mesh_txn("mesh worker: tier climb", climb_on_oom_body, &a, true, err))
+		return false;
+	*notice = a.notice;
+	return true;
+}
+
+static void
+climb_on_release_body(void *arg)
+{
+	ClimbArgs  *a = (ClimbArgs *) arg;
+
+	mesh_sql(climb_on_release_sql, 1, &a->id);
+}
+
+/*
+ * A released run may be a clean one that counts towards resetting a climb.
+ * Committed asynchronously: a count lost in a crash only delays a reset.
+ */
+static void
+count_clean_run(MeshWorkspace *ws)
+{
+	ClimbArgs	a = {int64_text(ws->id), NULL};
+	ErrorData  *err;
+
+	if (ws->size == NULL)		/* never materialized: it ran nothing */
+		return;
+	if (mesh_txn("mesh worker: tier climb reset", climb_on_release_body, &a, false, &err))
+		return;
+	ereport(LOG,
+			(errmsg("mesh: run \"%s\" was not counted towards resetting its agent's tier climb: %s",
+					ws->run_id, err->message)));
+	FreeErrorData(err);
 }
 
 /*--------------------------------------------------------------------------
@@ -1059,6 +1132,7 @@ store_released(MeshWorkspace *ws, const char *outcome, const char *reason, Error
 
 	if (!mesh_txn("mesh worker: released", released_body, &a, true, err))
 		return false;
+	count_clean_run(ws);
 	if (strcmp(ws->status, "failed") != 0)
 		ws->status = "released";
 	ws->release_outcome = (char *) outcome;

@@ -71,6 +71,7 @@ extern bool store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData 
 extern void mesh_flush_to(XLogRecPtr lsn);
 extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
 								ErrorData **err);
+extern bool store_tier_climb_on_oom(int64 exec_id, char **notice, ErrorData **err);
 extern bool store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
 							 const char *failure, ErrorData **err);
 extern bool store_idle_hibernated(MeshWorkspace *ws, ErrorData **err);

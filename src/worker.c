@@ -81,13 +81,25 @@ typedef struct WorkerCall
 	MeshExecSpec spec;
 	XLogRecPtr	exec_row_lsn;	/* exec row's commit, flushed once sent */
 	TimestampTz op_started;
-	List	   *outbox;			/* StringInfo messages not yet sent */
+	List	   *outbox;			/* OutMessages not yet sent */
+	MeshTransfer *kept;			/* a finished transfer whose body a queued reply sends */
 	bool		caller_gone;
 	bool		budget_bound;	/* the budget, not the caller, set the timeout */
 	List	   *delivered;		/* secrets delivered into this exec's environment */
 	char	   *secret_body;	/* a request body holding a secret, wiped once sent */
 	bool		woke_once;		/* already woke a stopped workspace for this call */
 } WorkerCall;
+
+/*
+ * A message for the caller: the framed JSON, then the blob (a file's bytes)
+ * sent from where it already lies, so a file is not copied into the message.
+ */
+typedef struct OutMessage
+{
+	StringInfo	head;
+	const char *blob;
+	Size		blob_len;
+} OutMessage;
 
 static dlist_head calls = DLIST_STATIC_INIT(calls);
 static int	ncalls = 0;			/* length of calls */
@@ -98,19 +110,27 @@ static char *install_id;
 static void spawn_internal_release(const char *run_id, const char *reason);
 static bool workspace_has_capability(WorkerCall *call, const char *name);
 static void wake_broker(void);
+static void climb_tier(WorkerCall *call);
 
 /*--------------------------------------------------------------------------
  * Replies
  *--------------------------------------------------------------------------
  */
 
-/* Queue a message for the caller; sent by flush_outbox(). */
+/*
+ * Queue a message for the caller; sent by flush_outbox().  The blob is not
+ * copied: it must live as long as the call (a read's body is kept with its
+ * transfer, see complete_transfer).
+ */
 static void
 queue_message(WorkerCall *call, json_t *doc, const char *blob, Size blob_len)
 {
-	StringInfo	msg = makeStringInfo();
+	OutMessage *msg = palloc(sizeof(OutMessage));
 
-	mesh_reply_encode(msg, doc, blob, blob_len);
+	msg->head = makeStringInfo();
+	mesh_reply_encode(msg->head, doc);
+	msg->blob = blob;
+	msg->blob_len = blob_len;
 	json_decref(doc);
 	call->outbox = lappend(call->outbox, msg);
 }
@@ -273,8 +293,11 @@ flush_outbox(WorkerCall *call)
 {
 	while (call->outbox != NIL && !call->caller_gone)
 	{
-		StringInfo	msg = (StringInfo) linitial(call->outbox);
-		shm_mq_result res = shm_mq_send(call->mqh, msg->len, msg->data, true, true);
+		OutMessage *msg = (OutMessage *) linitial(call->outbox);
+		shm_mq_iovec parts[2] = {{msg->head->data, msg->head->len}, {msg->blob, msg->blob_len}};
+
+		/* after WOULD_BLOCK, the same parts again: the queue remembers how far it got */
+		shm_mq_result res = shm_mq_sendv(call->mqh, parts, msg->blob_len > 0 ? 2 : 1, true, true);
 
 		if (res == SHM_MQ_WOULD_BLOCK)
 			return;
@@ -367,6 +390,8 @@ free_call(WorkerCall *call)
 {
 	if (call->transfer)
 		mesh_http_free(call->transfer);
+	if (call->kept)
+		mesh_http_free(call->kept);
 	if (call->be.config)
 		json_decref(call->be.config);
 	if (call->req)
@@ -798,13 +823,17 @@ start_exec(WorkerCall *call)
 	mesh_flush_to(call->exec_row_lsn);
 }
 
+/*
+ * The kernel's OOM kill comes first: a command that ran out of memory and
+ * then hit its timeout still ran out of memory.
+ */
 static const char *
 exec_status(const MeshExecResult *r)
 {
-	if (r->timed_out)
-		return "timeout";
 	if (r->oom_killed)
 		return "oom";
+	if (r->timed_out)
+		return "timeout";
 	if (r->killed)
 		return "cancelled";
 	return "ok";
@@ -905,7 +934,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	result.stdout_data = mesh_sanitize_text(result.stdout_data, result.stdout_len);
 	result.stderr_data = mesh_sanitize_text(result.stderr_data, result.stderr_len);
 	rec.status = exec_status(&result);
-	if (result.timed_out && call->budget_bound)
+	if (strcmp(rec.status, "timeout") == 0 && call->budget_bound)
 		rec.status = "budget_exhausted";
 	rec.result = &result;
 	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
@@ -921,6 +950,8 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	}
 	charge_budget(call, rec.charged_seconds);
 	notice_egress_denials(call, result.egress_denials);
+	if (strcmp(rec.status, "oom") == 0)
+		climb_tier(call);
 	reply_ok(call, json_pack("{s:i,s:s,s:s,s:s,s:b,s:I}",
 							 "exit_code", result.exit_code,
 							 "stdout", result.stdout_data,
@@ -929,6 +960,28 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 							 "truncated", result.truncated,
 							 "exec_id", (json_int_t) call->exec_id),
 			 NULL, 0);
+}
+
+/*
+ * The command ran out of memory: its agent's next runs get a larger tier
+ * (once per run), and the caller is told what happened to the tier.
+ */
+static void
+climb_tier(WorkerCall *call)
+{
+	ErrorData  *err;
+	char	   *what;
+
+	if (!store_tier_climb_on_oom(call->exec_id, &what, &err))
+	{
+		what = psprintf("its agent's tier climb could not be recorded: %s", err->message);
+		FreeErrorData(err);
+	}
+	if (what)
+		queue_message(call, json_pack("{s:s}", "notice",
+									  psprintf("mesh: the command ran out of memory in the workspace of run \"%s\"; %s",
+											   call->run_id, what)),
+					  NULL, 0);
 }
 
 /* The caller stopped waiting: kill the command's tree in the sandbox. */
@@ -1415,7 +1468,11 @@ complete_transfer(WorkerCall *call)
 		finish_write(call, &resp);
 	else if (call->op == MESH_OP_RELEASE)
 		finish_release(call, &resp);
-	mesh_http_free(done);
+	/* a read's reply sends the file from the response body: keep it until the call ends */
+	if (call->op == MESH_OP_READ_FILE && call->step == STEP_FINISHED && call->kept == NULL)
+		call->kept = done;
+	else
+		mesh_http_free(done);
 }
 
 /*

@@ -46,26 +46,38 @@ struct MeshTransfer
 static CURLM *multi = NULL;
 static int	nrunning = 0;
 
+/*
+ * Collect a response body, refusing more than the operation's limit.  A body
+ * of announced length is allocated once at that size, so it is never grown
+ * by copying; others grow by doubling.
+ */
 static size_t
 write_callback(char *data, size_t size, size_t nmemb, void *userp)
 {
 	MeshTransfer *t = (MeshTransfer *) userp;
 	size_t		n = size * nmemb;
+	size_t		need = t->body_len + n + 1;
 
 	if (t->body_len + n > t->max_response)
 	{
 		t->overflow = true;
 		return 0;				/* makes curl fail the transfer */
 	}
-	if (t->body_len + n + 1 > t->body_cap)
+	if (need > t->body_cap)
 	{
-		size_t		cap = Max(t->body_cap * 2, t->body_len + n + 1);
-		char	   *grown = realloc(t->body, Max(cap, 4096));
+		curl_off_t	announced = -1;
+		size_t		cap = Max(Max(t->body_cap * 2, need), 4096);
+		char	   *grown;
 
+		if (t->body == NULL &&
+			curl_easy_getinfo(t->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced) == CURLE_OK &&
+			announced >= 0 && (size_t) announced + 1 >= need)
+			cap = (size_t) announced + 1;
+		grown = realloc(t->body, cap);
 		if (grown == NULL)
 			return 0;
 		t->body = grown;
-		t->body_cap = Max(cap, 4096);
+		t->body_cap = cap;
 	}
 	memcpy(t->body + t->body_len, data, n);
 	t->body_len += n;
@@ -114,6 +126,8 @@ mesh_http_start(const MeshHttpRequest *req, size_t max_response, void *owner)
 		curl_easy_setopt(easy, CURLOPT_POSTFIELDS, req->body ? req->body : "");
 	}
 	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, t->headers);
+	/* a body announced over the limit is refused before any of it is read */
+	curl_easy_setopt(easy, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t) max_response);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_callback);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, t);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, t->errbuf);
@@ -183,7 +197,7 @@ void
 mesh_http_response(MeshTransfer *t, MeshHttpResponse *resp)
 {
 	memset(resp, 0, sizeof(*resp));
-	if (t->overflow)
+	if (t->overflow || t->result == CURLE_FILESIZE_EXCEEDED)
 	{
 		resp->transport_error = "response larger than the configured limit";
 		return;

@@ -138,6 +138,8 @@ typedef struct MeshExecResult
 	double		wall_seconds;
 	double		cpu_seconds;
 	bool		cpu_metered;	/* false: cpu_seconds is not measured */
+	int64_t		memory_peak_bytes;	/* the workspace's peak memory during the exec */
+	bool		memory_peak_known;	/* false: the backend did not report it */
 	/*
 	 * Outbound connections the backend refused during this exec, as JSON
 	 * text: [{"host", "port", "reason", "at"}], palloc'd; NULL when none
@@ -260,12 +262,13 @@ extern const MeshDriver *mesh_driver_lookup(const char *name);
 /* Shared helpers for drivers (registry.c), so each driver stays small. */
 extern void mesh_http_add_header(MeshHttpRequest *req, const char *fmt,...);
 extern void mesh_http_json_body(MeshHttpRequest *req, json_t *body);
+extern void mesh_http_json_body_b64(MeshHttpRequest *req, json_t *body, const char *field,
+									const char *data, size_t len);
 extern char *mesh_url_encode(const char *s);
 extern bool mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend,
 									  MeshError *err);
 extern MeshStepResult mesh_step(bool ok);
 extern void mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...);
-extern char *mesh_base64_encode(const char *data, size_t len);
 extern bool mesh_base64_decode(const char *text, char **out, size_t *outlen);
 
 #endif							/* MESH_BACKEND_H */

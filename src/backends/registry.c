@@ -30,6 +30,8 @@ static const MeshDriver *const drivers[] = {
 	&mesh_docker_driver,
 };
 
+static char *base64_encode_into(const char *data, size_t len, char *out);
+
 static const char *const size_names[] = {"small", "standard", "large", "xlarge"};
 
 /* Find a driver by the name the catalog stores; NULL when unknown. */
@@ -107,6 +109,35 @@ mesh_http_json_body(MeshHttpRequest *req, json_t *body)
 
 	req->body = pstrdup(text);
 	req->body_len = strlen(text);
+	free(text);
+	json_decref(body);
+	mesh_http_add_header(req, "Content-Type: application/json");
+}
+
+/*
+ * A JSON body (consumed) with one more field, the base64 of data, encoded
+ * straight into the request's buffer.  A large payload (an exec's stdin) is
+ * so held once, instead of as a base64 copy, a JSON string, a serialised
+ * document and the request's own copy of it.
+ */
+void
+mesh_http_json_body_b64(MeshHttpRequest *req, json_t *body, const char *field,
+						const char *data, size_t len)
+{
+	char	   *text = json_dumps(body, JSON_COMPACT);
+	size_t		head = strlen(text) - 1;	/* up to the closing brace */
+	char	   *buf = palloc(head + strlen(field) + 7 + ((len + 2) / 3) * 4 + 1);
+	char	   *p = buf;
+
+	memcpy(p, text, head);
+	p += head;
+	p += sprintf(p, "%s\"%s\":\"", head > 1 ? "," : "", field);
+	p = base64_encode_into(data, len, p);
+	*p++ = '"';
+	*p++ = '}';
+	*p = '\0';
+	req->body = buf;
+	req->body_len = p - buf;
 	free(text);
 	json_decref(body);
 	mesh_http_add_header(req, "Content-Type: application/json");
@@ -213,11 +244,11 @@ mesh_step(bool ok)
 static const char b64chars[] =
 "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-char *
-mesh_base64_encode(const char *data, size_t len)
+/* Encode into out, which has room for ((len + 2) / 3) * 4 + 1; returns its end. */
+static char *
+base64_encode_into(const char *data, size_t len, char *out)
 {
 	const unsigned char *in = (const unsigned char *) data;
-	char	   *out = palloc(((len + 2) / 3) * 4 + 1);
 	char	   *p = out;
 	size_t		i;
 
@@ -244,7 +275,7 @@ mesh_base64_encode(const char *data, size_t len)
 		*p++ = '=';
 	}
 	*p = '\0';
-	return out;
+	return p;
 }
 
 static int

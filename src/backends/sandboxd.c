@@ -240,13 +240,14 @@ sandboxd_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 		json_object_set_new(body, "dir", json_string(spec->dir));
 	if (spec->env)
 		json_object_set(body, "env", spec->env);
-	if (spec->stdin_data)
-		json_object_set_new(body, "stdin_b64",
-							json_string(mesh_base64_encode(spec->stdin_data, spec->stdin_len)));
 	json_object_set_new(body, "timeout_ms", json_integer(spec->timeout_ms));
 	json_object_set_new(body, "exec_key", json_string(spec->exec_key));
 	json_object_set_new(body, "max_output_bytes", json_integer(spec->max_output_bytes));
-	mesh_http_json_body(req, body);
+	/* stdin is encoded once, into the body itself */
+	if (spec->stdin_data)
+		mesh_http_json_body_b64(req, body, "stdin_b64", spec->stdin_data, spec->stdin_len);
+	else
+		mesh_http_json_body(req, body);
 	/* the transport deadline must outlast the command's own timeout */
 	req->timeout_ms += spec->timeout_ms;
 }
@@ -309,6 +310,7 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 {
 	json_t	   *doc;
 	json_t	   *cpu;
+	json_t	   *peak;
 
 	if (!mesh_http_error_from_json(resp, be->name, err))
 		return MESH_STEP_FAILED;
@@ -335,6 +337,10 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	cpu = json_object_get(doc, "cpu_ms");
 	result->cpu_metered = json_is_number(cpu);
 	result->cpu_seconds = result->cpu_metered ? json_number_value(cpu) / 1000.0 : 0;
+	/* null or absent where the host has no memory controller */
+	peak = json_object_get(doc, "memory_peak_bytes");
+	result->memory_peak_known = json_is_integer(peak) && json_integer_value(peak) >= 0;
+	result->memory_peak_bytes = result->memory_peak_known ? json_integer_value(peak) : 0;
 	result->egress_denials = parse_denials(json_object_get(doc, "egress_denials"));
 	json_decref(doc);
 	return MESH_STEP_DONE;

@@ -43,7 +43,14 @@ LOG_START=$(($(stat -c %s "$PGDIR/server.log") + 1))   # only this test's part o
 backends() { q "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type <> 'client backend'"; }
 before=$(backends)
 q "SELECT mesh.agent_set('contain-agent', default_size => 'small')" >/dev/null
-for r in ct-tmp ct-mem ct-fork ct-disk; do q "SELECT 1 FROM mesh_acquire('$r-$$', 'contain-agent', 'e2e')" >/dev/null; done
+for r in ct-fork ct-disk; do q "SELECT 1 FROM mesh_acquire('$r-$$', 'contain-agent', 'e2e')" >/dev/null; done
+# a run that runs out of memory raises its agent's tier (mesh.tier_climbs): the hogs have an
+# agent of their own, and both are materialized at "small" before either runs
+q "SELECT mesh.agent_set('contain-hog', default_size => 'small')" >/dev/null
+for r in ct-tmp ct-mem; do
+  q "SELECT 1 FROM mesh_acquire('$r-$$', 'contain-hog', 'e2e')" >/dev/null
+  q "SELECT exit_code FROM mesh_exec('$r-$$', ARRAY['true'])" >/dev/null 2>&1
+done
 
 is "$(q "SELECT status FROM mesh_exec('ct-tmp-$$', ARRAY['sh','-c','head -c 2600M /dev/zero > /tmp/fill'])")" oom \
    "a workspace filling /tmp with 2.5 GiB: its exec is oom"
