@@ -10,6 +10,7 @@
 #   2. pg_prove    (test/pgtap/*.sql)          richer checks in SQL
 #   3. prove       (test/e2e/*.t)              concurrency and faults: real signals
 #   4. prove       (test/sandboxd/*.t)         the daemon over real HTTP
+#   5. with MESH_SANITIZERS=1 (CI): the daemon tests under TSan and ASan+UBSan, and the fuzzers
 # and prints "N passed, N failed".  Exit status is non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -99,6 +100,20 @@ if ls test/sandboxd/*.t >/dev/null 2>&1; then
   grep -E '^not ok' "$MESH_TEST_WORK/sandboxd.out" | head -40
   tail -3 "$MESH_TEST_WORK/sandboxd.out"
   count_tap "$MESH_TEST_WORK/sandboxd.out" $rc
+fi
+
+# --- sanitizers and fuzzers (.ci/run sets MESH_SANITIZERS=1): the daemon tests again under
+# ThreadSanitizer and under ASan+LSan+UBSan, failing on any report (test/sandboxd/sanitize.sh),
+# then each libFuzzer target for a bounded time (test/fuzz/run.sh).
+if [ "${MESH_SANITIZERS:-0}" = 1 ]; then
+  echo "== sanitizers (test/sandboxd/ under tsan and asan)"
+  bash test/sandboxd/sanitize.sh > "$MESH_TEST_WORK/sanitize.out" 2>&1; rc=$?
+  grep -E '^not ok|^# (not ok|Result|=+|SUMMARY|WARNING)' "$MESH_TEST_WORK/sanitize.out" | head -40
+  count_tap "$MESH_TEST_WORK/sanitize.out" $rc
+  echo "== fuzzing (test/fuzz/, ${MESH_FUZZ_SECONDS:-30}s per target)"
+  bash test/fuzz/run.sh > "$MESH_TEST_WORK/fuzz.out" 2>&1; rc=$?
+  grep -E '^(not )?ok|^# ' "$MESH_TEST_WORK/fuzz.out" | head -40
+  count_tap "$MESH_TEST_WORK/fuzz.out" $rc
 fi
 
 echo "logs and outputs: $MESH_TEST_WORK"

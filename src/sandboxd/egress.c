@@ -629,11 +629,19 @@ static void *accept_thread(void *arg)
 
 /* ---- the listener inside the workspace's network namespace ---- */
 
+/* The listener child's arguments. */
+struct listener_spawn {
+    struct workspace *ws;
+    int sock;
+};
+
 /* Child side: joins the namespace (through its owning user namespace when not root), binds
- * 127.0.0.1:EGRESS_PORT there and sends the socket back. Only system calls: we were forked
- * from a threaded process. */
-static void listener_child(struct workspace *ws, int sock)
+ * 127.0.0.1:EGRESS_PORT there and sends the socket back. Only system calls: it borrows the
+ * daemon's memory (spawn_borrowing). */
+CHILD_ENTRY static int listener_child(void *arg)
 {
+    struct workspace *ws = ((struct listener_spawn *)arg)->ws;
+    int sock = ((struct listener_spawn *)arg)->sock;
     if ((!g_config.is_root && setns(ws->ns_fds[0], CLONE_NEWUSER) != 0) ||
         setns(ws->ns_fds[3], CLONE_NEWNET) != 0)
         _exit(2);
@@ -680,9 +688,8 @@ static int make_listener(struct workspace *ws)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
         return -1;
-    pid_t pid = fork();
-    if (pid == 0)
-        listener_child(ws, sv[1]);
+    struct listener_spawn spawn = {ws, sv[1]};
+    pid_t pid = spawn_borrowing(listener_child, &spawn);
     close(sv[1]);
     int fd = pid > 0 ? receive_fd(sv[0]) : -1;
     close(sv[0]);
@@ -788,22 +795,28 @@ json_t *egress_denials_since(struct egress *eg, uint64_t seq)
     return list;
 }
 
+/* The detection child: a fresh network namespace (in a fresh user namespace when not root)
+ * and a listener on 127.0.0.1 in it. spawn_borrowing, not fork: a sanitizer's fork child runs
+ * a thread of the runtime's, and a multithreaded process cannot unshare its user namespace. */
+CHILD_ENTRY static int detect_child(void *arg)
+{
+    (void)arg;
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0 && unshare(CLONE_NEWNET) != 0)
+        _exit(1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(EGRESS_PORT),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    /* a fresh namespace's loopback is down: binding 127.0.0.1 still works once up */
+    _exit(fd >= 0 &&
+          (bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 || errno == EADDRNOTAVAIL)
+              ? 0 : 1);
+}
+
 /* Start-up detection: can this daemon create a listener inside a fresh network namespace
  * (the mechanism above, as this user)? Only then is egress_control true. */
 bool egress_detect(void)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0 && unshare(CLONE_NEWNET) != 0)
-            _exit(1);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(EGRESS_PORT),
-                                   .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        /* a fresh namespace's loopback is down: binding 127.0.0.1 still works once up */
-        _exit(fd >= 0 &&
-              (bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 || errno == EADDRNOTAVAIL)
-                  ? 0 : 1);
-    }
+    pid_t pid = spawn_borrowing(detect_child, NULL);
     int status = 1;
     if (pid > 0)
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR)

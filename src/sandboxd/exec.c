@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #define HELPER_STACK_BYTES (128 * 1024)
+
 #define DEFAULT_TIMEOUT_MS 300000
 
 enum kill_reason { KILL_NONE, KILL_TIMEOUT, KILL_REQUEST, KILL_RELEASE };
@@ -79,7 +80,7 @@ struct exec_run {
 };
 
 /* Records which setup step failed so the daemon can answer spawn_failed with a reason. */
-static int helper_fail(struct exec_run *run, const char *step)
+CHILD_ENTRY static int helper_fail(struct exec_run *run, const char *step)
 {
     run->failed_errno = errno;
     run->failed_step = step;
@@ -100,6 +101,14 @@ static void init_report(const char *what, const char *reason)
     snprintf(line, sizeof line, "mesh: %s: %s\n", what, reason);
     if (write(2, line, strlen(line)) < 0)
         return;
+}
+
+/* strerror for the helpers: a constant string, no locale or translation machinery, which
+ * could allocate on memory shared with a daemon thread. */
+static const char *helper_strerror(int error)
+{
+    const char *text = strerrordesc_np(error);
+    return text ? text : "unknown error";
 }
 
 /* Highest capability number of this kernel (/proc/sys/kernel/cap_last_cap). */
@@ -165,15 +174,15 @@ static void exec_with_path(struct exec_run *run)
 /* Stage 4, the command: joins the exec's memory group (inherited as fd 3) and execs, or
  * reports 127. Until execve it still shares the daemon's memory, but as a vfork child it is
  * never the OOM killer's choice; from execve on, its memory is its own and charged there. */
-static int exec_command_stage(void *arg)
+CHILD_ENTRY static int exec_command_stage(void *arg)
 {
     struct exec_run *run = arg;
     if (run->memory_group_fd >= 0 && (write(3, "0", 1) != 1 || close(3) != 0)) {
-        init_report("cannot join the workspace memory group", strerror(errno));
+        init_report("cannot join the workspace memory group", helper_strerror(errno));
         _exit(127);
     }
     exec_with_path(run);
-    init_report(run->argv[0], errno == ENOENT ? "command not found" : strerror(errno));
+    init_report(run->argv[0], errno == ENOENT ? "command not found" : helper_strerror(errno));
     _exit(127);
 }
 
@@ -181,7 +190,7 @@ static int exec_command_stage(void *arg)
  * command as pid 2 (so it keeps normal signal semantics, which pid 1 lacks). As init it
  * reaps orphans until the command exits, records the command's status and exits, upon which
  * the kernel kills whatever the command left behind. */
-static int exec_init_stage(void *arg)
+CHILD_ENTRY static int exec_init_stage(void *arg)
 {
     struct exec_run *run = arg;
     sigset_t none;
@@ -192,25 +201,27 @@ static int exec_init_stage(void *arg)
     if (run->memory_group_fd >= 0 && dup2(run->memory_group_fd, 3) != 3)
         _exit(127);
     close_range(run->memory_group_fd >= 0 ? 4 : 3, ~0U, 0);
+    if (g_config.inherited_files.rlim_max)   /* known: give the sandbox its own limit back */
+        setrlimit(RLIMIT_NOFILE, &g_config.inherited_files);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
     setsid();
     if (chdir("/workspace") != 0 || chdir(run->dir) != 0) {
-        init_report(run->dir, strerror(errno));
+        init_report(run->dir, helper_strerror(errno));
         _exit(127);
     }
     if (!drop_all_capabilities()) {
-        init_report("cannot drop privileges", strerror(errno));
+        init_report("cannot drop privileges", helper_strerror(errno));
         _exit(127);
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     if (kill_requested(run))
         _exit(137);
     pid_t command = clone(exec_command_stage, run->stacks + 4 * HELPER_STACK_BYTES,
-                          CLONE_VM | CLONE_VFORK | SIGCHLD, run);
+                          HELPER_CLONE_VM | CLONE_VFORK | SIGCHLD, run);
     if (command < 0) {
-        init_report(run->argv[0], strerror(errno));
+        init_report(run->argv[0], helper_strerror(errno));
         _exit(127);
     }
     close(0);
@@ -228,7 +239,7 @@ static int exec_init_stage(void *arg)
 
 /* Stage 2, inside the workspace pid namespace: creates the per-exec pid namespace, starts
  * its init and waits for it, storing status and resource usage for the daemon. */
-static int exec_pidns_stage(void *arg)
+CHILD_ENTRY static int exec_pidns_stage(void *arg)
 {
     struct exec_run *run = arg;
     int status;
@@ -240,7 +251,7 @@ static int exec_pidns_stage(void *arg)
         helper_fail(run, "unshare(pid)");
     /* the kernel stores the pidfd in run->init_pidfd before init runs */
     pid_t init = clone(exec_init_stage, run->stacks + 3 * HELPER_STACK_BYTES,
-                       CLONE_VM | CLONE_PIDFD | SIGCHLD, run, &run->init_pidfd);
+                       HELPER_CLONE_VM | CLONE_PIDFD | SIGCHLD, run, &run->init_pidfd);
     if (init < 0)
         helper_fail(run, "clone(init)");
     if (kill_requested(run))
@@ -255,7 +266,7 @@ static int exec_pidns_stage(void *arg)
 }
 
 /* Stage 1, outside: cgroups, identity and namespaces of the workspace, then stage 2. */
-static int exec_outer_stage(void *arg)
+CHILD_ENTRY static int exec_outer_stage(void *arg)
 {
     static const int ns_types[6] = {CLONE_NEWUSER, CLONE_NEWIPC, CLONE_NEWUTS,
                                     CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID};
@@ -289,7 +300,7 @@ static int exec_outer_stage(void *arg)
     if (kill_requested(run))
         _exit(0);
     pid_t pidns = clone(exec_pidns_stage, run->stacks + 2 * HELPER_STACK_BYTES,
-                        CLONE_VM | CLONE_FILES | SIGCHLD, run);
+                        HELPER_CLONE_VM | CLONE_FILES | SIGCHLD, run);
     if (pidns < 0)
         helper_fail(run, "clone(pidns)");
     while (waitpid(pidns, NULL, __WALL) < 0 && errno == EINTR)
@@ -597,6 +608,8 @@ static void exec_unregister(struct workspace *ws, struct exec_run *run)
             *p = run->next;
             break;
         }
+    if (!ws->execs)
+        pthread_cond_broadcast(&ws->execs_done);   /* a release may wait for this */
     pthread_mutex_unlock(&ws->lock);
 }
 
@@ -745,7 +758,8 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     pid_t outer = -1;
     if (run->stacks != MAP_FAILED && open_stdio(run, req->has_stdin, &stdin_w, &out_r, &err_r))
         outer = clone(exec_outer_stage, run->stacks + HELPER_STACK_BYTES,
-                      CLONE_VM | CLONE_FILES | CLONE_PIDFD | SIGCHLD, run, &run->outer_pidfd);
+                      HELPER_CLONE_VM | CLONE_FILES | CLONE_PIDFD | SIGCHLD, run,
+                      &run->outer_pidfd);
     if (outer < 0) {
         api_error_set(err, 500, "spawn_failed", "cannot start the exec: %s", strerror(errno));
     } else {
@@ -788,6 +802,26 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     return resp;
 }
 
+/* A zeroed exec_run the helpers can write into: ordinary memory when they share ours, a
+ * shared mapping when they run on a copy (HELPER_CLONE_VM 0). NULL when out of memory. */
+static struct exec_run *exec_run_alloc(void)
+{
+    if (HELPER_CLONE_VM)
+        return calloc(1, sizeof(struct exec_run));
+    void *p = mmap(NULL, sizeof(struct exec_run), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Frees what exec_run_alloc returned. */
+static void exec_run_free(struct exec_run *run)
+{
+    if (HELPER_CLONE_VM)
+        free(run);
+    else
+        munmap(run, sizeof *run);
+}
+
 /* POST /v1/workspaces/{id}/exec */
 json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *err)
 {
@@ -800,7 +834,12 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
         exec_request_free(&req);
         return NULL;
     }
-    run = calloc(1, sizeof *run);
+    run = exec_run_alloc();
+    if (!run) {
+        api_error_from_errno(err, ENOMEM, "cannot start the exec");
+        exec_request_free(&req);
+        return NULL;
+    }
     run->ws = ws;
     run->key = req.key ? strdup(req.key) : NULL;
     run->argv = req.argv;
@@ -827,7 +866,7 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
     close_fd(&run->outer_pidfd);
     close_fd(&run->init_pidfd);
     free(run->key);
-    free(run);
+    exec_run_free(run);
     exec_request_free(&req);
     return resp;
 }

@@ -21,12 +21,20 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* openat2 of an absolute sandbox path from the sandbox's root (no libc wrapper here). */
+/* openat2 of an absolute sandbox path from the sandbox's root (no libc wrapper here). With
+ * RESOLVE_IN_ROOT a ".." step fails with EAGAIN when any mount or rename happened on the host
+ * meanwhile (every sandbox start mounts), so that is retried, a bounded number of times. */
 static int open_in_sandbox(int root, const char *path, int flags, mode_t mode)
 {
     struct open_how how = {.flags = (uint64_t)flags, .mode = mode,
                            .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
-    return (int)syscall(SYS_openat2, root, path, &how, sizeof how);
+    int fd = -1;
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        fd = (int)syscall(SYS_openat2, root, path, &how, sizeof how);
+        if (fd >= 0 || errno != EAGAIN)
+            break;
+    }
+    return fd;
 }
 
 /* Mount id of an open descriptor (0 when unknown). */

@@ -18,10 +18,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-volatile int g_shutting_down;
+int g_shutting_down;   /* set once by the main thread; read with __atomic_load_n */
 static struct MHD_Daemon *daemons[2];
-static int in_flight;
+static int in_flight;                    /* requests in flight; under in_flight_lock */
 static pthread_mutex_t in_flight_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t in_flight_done = PTHREAD_COND_INITIALIZER;
 
 /* Per-request state kept by libmicrohttpd between callbacks. */
 struct request {
@@ -31,38 +32,53 @@ struct request {
     bool counted;
 };
 
-/* One routed request: method, path segments and body. */
+/* One routed request: method, path segments (route.c) and body. */
 struct route {
     struct MHD_Connection *conn;
     const char *method;
-    char *segments[8];
-    int count;
+    char **segments;
     struct request *req;
 };
 
-/* Queues RESPONSE with STATUS and releases it. */
+/* Queues RESPONSE with STATUS and releases it; a response that could not be built (no
+ * memory) closes the connection instead. */
 static enum MHD_Result send_response(struct MHD_Connection *conn, unsigned status,
                                      struct MHD_Response *response)
 {
+    if (!response)
+        return MHD_NO;
     enum MHD_Result r = MHD_queue_response(conn, status, response);
     MHD_destroy_response(response);
     return r;
 }
 
-/* Serialises JSON (consumed) as an application/json response. */
+/* Serialises JSON (consumed) as an application/json response. A document that could not be
+ * built or serialised (allocation failure) is answered with a fixed 500 "internal" body. */
 static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned status, json_t *json)
 {
-    char *text = json_dumps(json, JSON_COMPACT | JSON_REAL_PRECISION(12));
+    static const char fallback[] =
+        "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}";
+    char *text = json ? json_dumps(json, JSON_COMPACT | JSON_REAL_PRECISION(12)) : NULL;
     json_decref(json);
     struct MHD_Response *response =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(response, "Content-Type", "application/json");
+        text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE)
+             : MHD_create_response_from_buffer(sizeof fallback - 1, (void *)fallback,
+                                               MHD_RESPMEM_PERSISTENT);
+    if (!text)
+        status = 500;
+    else if (!response)
+        free(text);
+    if (response)
+        MHD_add_response_header(response, "Content-Type", "application/json");
     return send_response(conn, status, response);
 }
 
-/* The protocol's error body {"error":{"code","message"}}. */
+/* The protocol's error body {"error":{"code","message"}}. A handler that failed without
+ * saying why is a bug; it is answered as 500 "internal", never with a NULL code. */
 static enum MHD_Result send_error(struct MHD_Connection *conn, struct api_error *err)
 {
+    if (!err->http_status || !err->code)
+        api_error_set(err, 500, "internal", "the request failed for an unknown reason");
     return send_json(conn, (unsigned)err->http_status,
                      json_pack("{s:{s:s,s:s}}", "error", "code", err->code, "message",
                                err->message));
@@ -153,7 +169,7 @@ static enum MHD_Result route_workspace(struct route *r)
 static struct workspace *running_workspace(const char *id, struct api_error *err)
 {
     struct workspace *ws = workspace_get(id, err);
-    if (ws && ws->state != WS_RUNNING) {
+    if (ws && workspace_state(ws) != WS_RUNNING) {
         api_error_set(err, 409, "workspace_not_running", "workspace \"%s\" is not running", id);
         workspace_put(ws);
         return NULL;
@@ -234,69 +250,67 @@ static enum MHD_Result route_files(struct route *r)
     return result;
 }
 
-/* Splits URL into at most 8 segments (in place, in a copy owned by R). */
-static void split_path(struct route *r, char *url)
-{
-    r->count = 0;
-    for (char *tok = strtok(url, "/"); tok && r->count < 8; tok = strtok(NULL, "/"))
-        r->segments[r->count++] = tok;
-}
-
 /* Dispatches a complete request to its handler. */
 static enum MHD_Result dispatch(struct MHD_Connection *conn, const char *url, const char *method,
                                 struct request *req)
 {
+    struct route_path path;
     struct route r = {.conn = conn, .method = method, .req = req};
-    char *copy = strdup(url);
     enum MHD_Result result;
-    split_path(&r, copy);
-    bool v1 = r.count >= 2 && strcmp(r.segments[0], "v1") == 0;
-    bool ws_route = v1 && strcmp(r.segments[1], "workspaces") == 0;
-    if (v1 && r.count == 2 && strcmp(r.segments[1], "capabilities") == 0)
+    enum route_kind kind = route_match(url, &path);
+    r.segments = path.segments;
+    switch (kind) {
+    case ROUTE_CAPABILITIES:
         result = strcmp(method, "GET") == 0
                      ? send_json(conn, 200, caps_to_json())
                      : fail(conn, 405, "method_not_allowed", "use GET");
-    else if (ws_route && r.count == 2) {
+        break;
+    case ROUTE_WORKSPACES: {
         struct api_error err = {0};
         const char *label = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "label");
         result = strcmp(method, "GET") == 0
                      ? send_result(conn, workspace_list(label, &err), &err)
                      : fail(conn, 405, "method_not_allowed", "use GET");
-    } else if (ws_route && r.count == 3)
-        result = route_workspace(&r);
-    else if (ws_route && r.count == 4 && strcmp(r.segments[3], "exec") == 0)
-        result = route_exec(&r);
-    else if (ws_route && r.count == 4 && strcmp(r.segments[3], "files") == 0)
-        result = route_files(&r);
-    else if (ws_route && r.count == 6 && strcmp(r.segments[3], "execs") == 0 &&
-             strcmp(r.segments[5], "kill") == 0)
-        result = route_kill(&r);
-    else
-        result = fail(conn, 404, "not_found", "no such route");
-    free(copy);
+        break;
+    }
+    case ROUTE_WORKSPACE: result = route_workspace(&r); break;
+    case ROUTE_EXEC: result = route_exec(&r); break;
+    case ROUTE_FILES: result = route_files(&r); break;
+    case ROUTE_KILL: result = route_kill(&r); break;
+    default: result = fail(conn, 404, "not_found", "no such route");
+    }
+    route_path_free(&path);
     return result;
 }
 
-/* Appends an upload chunk, or marks the request too large (the rest is discarded). */
-static void collect_body(struct request *req, const char *data, size_t size)
+/* Appends an upload chunk, or marks the request too large (the rest is discarded); false
+ * when memory runs out. */
+static bool collect_body(struct request *req, const char *data, size_t size)
 {
     if (req->too_large || req->len + size > g_config.max_body_bytes) {
         req->too_large = true;
-        return;
+        return true;
     }
     if (req->len + size > req->cap) {
-        req->cap = (req->len + size) * 2;
-        req->body = realloc(req->body, req->cap);
+        size_t cap = (req->len + size) * 2;
+        unsigned char *body = realloc(req->body, cap);
+        if (!body)
+            return false;
+        req->body = body;
+        req->cap = cap;
     }
     memcpy(req->body + req->len, data, size);
     req->len += size;
+    return true;
 }
 
-/* Counts requests in flight so that SIGTERM can drain them. */
+/* Counts requests in flight so that SIGTERM can drain them; the last one wakes the drain. */
 static void count_request(struct request *req, int delta)
 {
     pthread_mutex_lock(&in_flight_lock);
     in_flight += delta;
+    if (in_flight == 0)
+        pthread_cond_broadcast(&in_flight_done);
     pthread_mutex_unlock(&in_flight_lock);
     req->counted = delta > 0;
 }
@@ -313,9 +327,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     if (!req) {
         req = calloc(1, sizeof *req);
+        if (!req)
+            return MHD_NO;   /* no memory: close the connection */
         *con_cls = req;
         count_request(req, 1);
-        if (g_shutting_down)
+        if (__atomic_load_n(&g_shutting_down, __ATOMIC_SEQ_CST))
             return fail(conn, 503, "shutting_down", "the daemon is shutting down");
         if (!authorized(conn, tcp))
             return fail(conn, 401, "unauthorized", "missing or wrong bearer token");
@@ -326,7 +342,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
-        collect_body(req, upload_data, *upload_data_size);
+        if (!collect_body(req, upload_data, *upload_data_size))
+            return fail(conn, 503, "out_of_resources", "the daemon is out of memory; retry later");
         *upload_data_size = 0;
         return MHD_YES;
     }
@@ -432,25 +449,29 @@ bool http_start(void)
  * everything. */
 void http_stop(void (*each_turn)(void))
 {
-    g_shutting_down = 1;
+    __atomic_store_n(&g_shutting_down, 1, __ATOMIC_SEQ_CST);
     for (int i = 0; i < 2; i++)
         if (daemons[i]) {
             int fd = MHD_quiesce_daemon(daemons[i]);
             if (fd >= 0)
                 close(fd);
         }
-    for (int waited = 0;; waited++) {
-        if (each_turn)
+    double next_log = 0;
+    pthread_mutex_lock(&in_flight_lock);
+    while (in_flight > 0) {
+        if (each_turn) {   /* repeated every 10 ms while requests drain */
+            pthread_mutex_unlock(&in_flight_lock);
             each_turn();
-        pthread_mutex_lock(&in_flight_lock);
-        int busy = in_flight;
-        pthread_mutex_unlock(&in_flight_lock);
-        if (busy == 0)
-            break;
-        if (waited % 1000 == 0)
-            log_event("draining: %d request(s) in flight", busy);
-        usleep(10000);
+            pthread_mutex_lock(&in_flight_lock);
+        }
+        if (monotonic_ms() >= next_log) {
+            log_event("draining: %d request(s) in flight", in_flight);
+            next_log = monotonic_ms() + 10000;
+        }
+        struct timespec until = realtime_in_ms(each_turn ? 10 : 10000);
+        pthread_cond_timedwait(&in_flight_done, &in_flight_lock, &until);
     }
+    pthread_mutex_unlock(&in_flight_lock);
     for (int i = 0; i < 2; i++)
         if (daemons[i])
             MHD_stop_daemon(daemons[i]);

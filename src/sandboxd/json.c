@@ -5,6 +5,7 @@
  * clear message for wrong types instead of a crash.
  */
 #include "sandboxd.h"
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,25 @@ void api_error_set(struct api_error *err, int status, const char *code, const ch
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof err->message, fmt, ap);
     va_end(ap);
+}
+
+/* True for errors that mean "out of descriptors, memory, processes or disk right now". */
+bool errno_is_exhaustion(int error)
+{
+    return error == EMFILE || error == ENFILE || error == ENOMEM || error == ENOSPC ||
+           error == EAGAIN;
+}
+
+/* Fills ERR for a failed system call: running out of descriptors, memory or disk is 503
+ * out_of_resources (the caller may retry; nothing was left half made), anything else 500
+ * internal. WHAT names the step. */
+void api_error_from_errno(struct api_error *err, int error, const char *what)
+{
+    if (errno_is_exhaustion(error))
+        api_error_set(err, 503, "out_of_resources", "%s: %s; retry later", what,
+                      strerror(error));
+    else
+        api_error_set(err, 500, "internal", "%s: %s", what, strerror(error));
 }
 
 /* Optional string field: absent leaves *OUT untouched; wrong type is bad_request. */

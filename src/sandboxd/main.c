@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -213,6 +214,29 @@ static void ensure_std_fds(void)
     }
 }
 
+/* Every running workspace keeps about ten descriptors open (namespaces, root, cgroups, egress
+ * listener), so the inherited soft limit (often 1024) would cap the daemon at about 70
+ * workspaces (workspace.c admits by descriptors). Raises the soft open-files limit to the hard
+ * one, bounded so that a huge hard limit costs nothing; logs what it got. Sandbox processes
+ * get the inherited limit back (programs that loop over every descriptor number stay fast). */
+#define MAX_OPEN_FILES (1 << 20)
+static void raise_open_files_limit(void)
+{
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) != 0)
+        return;
+    g_config.inherited_files = lim;
+    rlim_t want = lim.rlim_max == RLIM_INFINITY || lim.rlim_max > MAX_OPEN_FILES
+                      ? MAX_OPEN_FILES : lim.rlim_max;
+    if (want > lim.rlim_cur) {
+        lim.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
+            log_event("cannot raise the open-files limit: %s", strerror(errno));
+    }
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0)
+        log_event("open-files limit %llu", (unsigned long long)lim.rlim_cur);
+}
+
 /* Reaps children of the main thread: orphans re-parented to us as subreaper and holders
  * whose starting thread has exited. Exec helpers belong to their request threads. */
 static void reap_children(void)
@@ -243,6 +267,7 @@ int main(int argc, char **argv)
     parse_flags(argc, argv);
     if (setup_user)
         return host_setup(setup_user, setup_disk_bytes, cgroup_name_given);
+    raise_open_files_limit();
     chmod(g_config.state_dir, 0711);
     lock_state_dir();
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);

@@ -27,6 +27,7 @@
 #include <linux/nsfs.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -158,14 +159,14 @@ bool process_start_time(pid_t pid, unsigned long long *start, char *state)
     char st = ' ';
     unsigned long long value = 0;
     int field = 2;
-    for (char *tok = strtok(p + 1, " "); tok; tok = strtok(NULL, " ")) {
+    /* fields are single-space separated; no strtok: its state is shared by all threads */
+    for (char *tok = p + 1; field < 22 && *tok == ' '; tok += strcspn(tok, " ")) {
+        tok++;
         field++;
         if (field == 3)
-            st = tok[0];
-        if (field == 22) {
+            st = *tok;
+        if (field == 22)
             value = strtoull(tok, NULL, 10);
-            break;
-        }
     }
     if (state)
         *state = st;
@@ -292,17 +293,26 @@ static void build_holder_cmd(struct bwrap_cmd *cmd, struct workspace *ws, const 
 
 #define HOLDER_MARKER "MESH_SANDBOXD_HOLDER"
 
-/* In the forked child: join the workspace cgroups, become the sandbox user, exec bwrap with
- * the info pipe as fd 3, the marker as its only environment and nothing else inherited (the
- * other descriptors, the state-dir lock among them, stay open until the execve). Never
- * returns. */
-static void holder_child_exec(struct workspace *ws, int info_write_fd, char **argv, char **envp)
+/* What the holder's spawned child needs, all prepared before it starts. */
+struct holder_spawn {
+    struct workspace *ws;
+    int info_write_fd;
+    char **argv;
+    char **envp;
+    char *log_path;
+};
+
+/* In the child (spawn_borrowing: system calls only): join the workspace cgroups, become the
+ * sandbox user, exec bwrap with the info pipe as fd 3, the marker as its only environment and
+ * nothing else inherited (the other descriptors, the state-dir lock among them, stay open
+ * until the execve). */
+CHILD_ENTRY static int holder_child_exec(void *arg)
 {
+    struct holder_spawn *spawn = arg;
+    struct workspace *ws = spawn->ws;
     sigset_t none;
-    char *dir = workspace_dir(ws->id);
-    char *log_path = xasprintf("%s/holder.log", dir);
     int null_fd = open("/dev/null", O_RDWR);
-    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int log_fd = open(spawn->log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (null_fd < 0 || log_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0 ||
         dup2(log_fd, 2) < 0)
         _exit(125);
@@ -310,18 +320,23 @@ static void holder_child_exec(struct workspace *ws, int info_write_fd, char **ar
         if (ws->cgroup_fds[c] >= 0 && write(ws->cgroup_fds[c], "0", 1) != 1)
             _exit(125);
     setsid();
-    if (dup2(info_write_fd, 3) != 3)
+    if (dup2(spawn->info_write_fd, 3) != 3)
         _exit(125);
     close_range(4, ~0U, CLOSE_RANGE_CLOEXEC);
+    if (g_config.inherited_files.rlim_max)   /* known: give the sandbox its own limit back */
+        setrlimit(RLIMIT_NOFILE, &g_config.inherited_files);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
+    /* raw system calls: glibc's wrappers would broadcast to the daemon's threads */
     if (g_config.is_root &&
-        (setgroups(1, &g_config.sandbox_gid) != 0 ||
-         setresgid(g_config.sandbox_gid, g_config.sandbox_gid, g_config.sandbox_gid) != 0 ||
-         setresuid(g_config.sandbox_uid, g_config.sandbox_uid, g_config.sandbox_uid) != 0))
+        (syscall(SYS_setgroups, 1, &g_config.sandbox_gid) != 0 ||
+         syscall(SYS_setresgid, g_config.sandbox_gid, g_config.sandbox_gid,
+                 g_config.sandbox_gid) != 0 ||
+         syscall(SYS_setresuid, g_config.sandbox_uid, g_config.sandbox_uid,
+                 g_config.sandbox_uid) != 0))
         _exit(125);
-    execve(g_config.bwrap_path, argv, envp);
+    execve(g_config.bwrap_path, spawn->argv, spawn->envp);
     _exit(127);
 }
 
@@ -465,10 +480,10 @@ static void protect_holder_from_oom(pid_t pid)
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/oom_score_adj", (int)pid);
     int fd = open(path, O_WRONLY | O_CLOEXEC);
-    static bool warned;
+    static bool warned;   /* request threads race here: exchanged atomically */
     if (fd >= 0) {
-        if (write(fd, "-1000", 5) != 5 && !warned) {
-            warned = true;   /* needs CAP_SYS_RESOURCE, which some hosts withhold */
+        if (write(fd, "-1000", 5) != 5 && !__atomic_exchange_n(&warned, true, __ATOMIC_SEQ_CST)) {
+            /* needs CAP_SYS_RESOURCE, which some hosts withhold */
             log_event("holders keep their default oom_score_adj: %s", strerror(errno));
         }
         close(fd);
@@ -476,7 +491,7 @@ static void protect_holder_from_oom(pid_t pid)
 }
 
 /* Logs the first line bwrap wrote to <ws>/holder.log when a holder failed to start. */
-static void log_holder_failure(struct workspace *ws)
+static void log_holder_failure(struct workspace *ws, const char *step, int error, int status)
 {
     char *dir = workspace_dir(ws->id);
     char *path = xasprintf("%s/holder.log", dir);
@@ -486,7 +501,9 @@ static void log_holder_failure(struct workspace *ws)
         line[strcspn(line, "\n")] = '\0';
     if (f)
         fclose(f);
-    log_event("workspace %s: holder failed to start: %s", ws->id, line);
+    log_event("workspace %s: holder failed to start (%s: %s; bwrap %s %d): %s", ws->id, step,
+              strerror(error), WIFSIGNALED(status) ? "signal" : "exit",
+              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), line);
     free(path);
     free(dir);
 }
@@ -496,44 +513,58 @@ static void log_holder_failure(struct workspace *ws)
 bool sandbox_start(struct workspace *ws, struct api_error *err)
 {
     char *files = workspace_files_dir(ws->id);
+    char *dir = workspace_dir(ws->id);
+    struct holder_spawn spawn = {.ws = ws, .log_path = xasprintf("%s/holder.log", dir)};
     struct bwrap_cmd *cmd = calloc(1, sizeof *cmd);
     int info[2];
-    char *dir = workspace_dir(ws->id);
     char *marker = xasprintf("%s=%s", HOLDER_MARKER, dir);
     char *envp[] = {marker, NULL};
-    build_holder_cmd(cmd, ws, files);
-    bool ok = pipe2(info, O_CLOEXEC) == 0;
-    pid_t child = ok ? fork() : -1;
-    if (child == 0)
-        holder_child_exec(ws, info[1], cmd->argv, envp);
+    bool ok = cmd && pipe2(info, O_CLOEXEC) == 0;
+    pid_t child = -1;
+    if (ok) {
+        build_holder_cmd(cmd, ws, files);
+        spawn.info_write_fd = info[1];
+        spawn.argv = cmd->argv;
+        spawn.envp = envp;
+        child = spawn_borrowing(holder_child_exec, &spawn);
+    }
     if (ok) {
         close(info[1]);
         ws->holder_pid = child > 0 ? read_holder_pid(info[0]) : -1;
         ws->bwrap_pid = child;
         close(info[0]);
     }
-    ok = ok && child > 0 && ws->holder_pid > 0 &&
-         process_start_time(ws->holder_pid, &ws->holder_start, NULL) &&
-         wait_holder_ready(ws->holder_pid) && open_holder_fds(ws) && egress_start(ws);
+    const char *step = "pipe";   /* the step that failed, for the log */
+    ok = ok && (step = "spawn", child > 0) && (step = "bwrap's info", ws->holder_pid > 0) &&
+         (step = "holder start time",
+          process_start_time(ws->holder_pid, &ws->holder_start, NULL)) &&
+         (step = "holder ready", wait_holder_ready(ws->holder_pid)) &&
+         (step = "namespaces", open_holder_fds(ws)) && (step = "egress", egress_start(ws));
     if (!ok) {
-        log_holder_failure(ws);
+        int error = errno;   /* what the failing step left, before the cleanup's calls */
+        int status = 0;      /* bwrap's, or 125 when its set-up in the child failed */
         if (ws->holder_pid > 0)
             kill(ws->holder_pid, SIGKILL);
         if (child > 0) {
             kill(child, SIGKILL);
-            waitpid(child, NULL, 0);
+            waitpid(child, &status, 0);
         }
+        log_holder_failure(ws, step, error, status);
         sandbox_close_fds(ws);
         ws->holder_pid = 0;
-        api_error_set(err, 500, "spawn_failed", "the sandbox could not be started");
+        if (errno_is_exhaustion(error))
+            api_error_from_errno(err, error, "cannot start the sandbox");
+        else
+            api_error_set(err, 500, "spawn_failed", "the sandbox could not be started");
     } else {
         if (g_config.is_root)
             protect_holder_from_oom(ws->holder_pid);
         log_event("workspace %s: holder pid %d started", ws->id, (int)ws->holder_pid);
     }
     free(marker);
-    free(dir);
     free(files);
+    free(dir);
+    free(spawn.log_path);
     free(cmd);
     return ok;
 }

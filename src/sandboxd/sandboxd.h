@@ -4,7 +4,38 @@
  * The daemon serves docs/protocol.md over HTTP. Each workspace is a directory under the state
  * dir plus a long-lived bubblewrap "holder" whose namespaces every exec joins (setns), so a
  * warm exec costs about one process creation. This header is the one place where the modules
- * (http, workspace, sandbox, exec, files, cgroup, capabilities, json, log) meet.
+ * (http, route, workspace, sandbox, exec, files, egress, cgroup, capabilities, json, log) meet.
+ *
+ * Threads and what they may touch
+ * -------------------------------
+ * - The main thread parses flags, detects capabilities and loads the state dir before any
+ *   other thread exists, then only waits for signals, reaps orphans and drains.
+ * - libmicrohttpd runs one thread per connection (request threads); each egress proxy has an
+ *   accept thread and one thread per proxied connection.
+ * - Exec helpers (exec.c) are processes that share the daemon's memory (CLONE_VM); they read
+ *   their exec_run and the workspace's descriptors, and write only their exec_run. Holder and
+ *   egress-listener children borrow it the same way (spawn_borrowing) until they exec or exit.
+ *
+ * Shared mutable data and its lock: the registry list, every workspace's refcount and the
+ * count of running workspaces under registry_lock (workspace.c); requests in flight under
+ * in_flight_lock (http.c); g_shutting_down through __atomic builtins; each workspace's fields
+ * as struct workspace says; each egress proxy's denial ring and counts under its lock.
+ *
+ * Data written only before the listeners start, read-only afterwards (no lock): g_config,
+ * g_caps, the tier table, the curated /etc path, the cgroup controller table, egress test
+ * names, the exec helpers' last_capability.
+ *
+ * Rules for request threads:
+ * - No libc call with hidden static state: no strtok (route.c splits paths re-entrantly), no
+ *   localtime, gmtime or ctime (gmtime_r), no getpwnam or getpwuid (users are resolved once at
+ *   start), no getenv/setenv, no rand, no readdir on a shared stream (only at start). strerror
+ *   is thread-safe in glibc >= 2.32 (unknown codes use a per-thread buffer); the exec helpers,
+ *   which run on another task's stack, use strerrordesc_np. jansson's reference counts are
+ *   atomic (JSON_HAVE_ATOMIC_BUILTINS), so a shared read-only document (labels, allow) may be
+ *   packed into responses by several threads at once; no thread modifies a shared document.
+ * - log_event writes one stdio call per line (stdio locks the stream).
+ * - Lock order: lifecycle, then registry_lock (workspace.c), then workspace lock, then an
+ *   egress lock; in_flight_lock (http.c) is taken alone. No lock is held across an exec.
  */
 #ifndef MESH_SANDBOXD_H
 #define MESH_SANDBOXD_H
@@ -14,7 +45,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
+#include <time.h>
 #include <jansson.h>
 
 #define MESH_PROTOCOL_VERSION 1
@@ -44,6 +77,8 @@ struct config {
     size_t max_body_bytes;
     size_t max_file_bytes;
     size_t max_output_bytes;
+    struct rlimit inherited_files; /* the open-files limit before the daemon raised its own;
+                                      sandbox processes get this one back */
 };
 
 /* capabilities detected at start (capabilities.c) */
@@ -84,6 +119,8 @@ struct api_error {
 };
 void api_error_set(struct api_error *err, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+void api_error_from_errno(struct api_error *err, int error, const char *what);
+bool errno_is_exhaustion(int error);
 
 /* ---- JSON helpers (json.c) ---- */
 bool json_get_string(json_t *obj, const char *field, const char **out, struct api_error *err);
@@ -119,6 +156,21 @@ enum ws_state { WS_RUNNING, WS_HIBERNATED, WS_STOPPING };
 
 struct exec_run;
 
+/*
+ * One workspace. Which thread may touch what:
+ * - id, tier, network, allow, labels, created_at: set before the object is published in the
+ *   registry, never written again; read freely by whoever holds a reference.
+ * - refcount, next: under registry_lock (workspace.c). A reference (workspace_get) keeps the
+ *   object, not the workspace: it may be released meanwhile.
+ * - state, removed: written by the thread holding lifecycle, under lock (and registry_lock
+ *   for removed); read under lock (workspace_state), or by the lifecycle holder.
+ * - fresh: set before publication, then read and cleared only by the lifecycle holder.
+ * - holder_pid, bwrap_pid, holder_start, ns_fds, root_fd, cgroup_fds: written only by the
+ *   lifecycle holder, and only while no exec is registered (workspace_stop waits for
+ *   execs_done first); read by the lifecycle holder and by an exec between exec_register and
+ *   exec_unregister, which pins them. File calls dup root_fd under lock.
+ * - execs, egress: under lock.
+ */
 struct workspace {
     char id[WORKSPACE_ID_MAX + 1];
     const struct size_tier *tier;
@@ -139,8 +191,11 @@ struct workspace {
     int cgroup_fds[CG_COUNT];         /* cgroup.procs of each controller, -1 if none */
     int refcount;                     /* registry + in-flight requests */
     bool removed;                     /* released: unreachable by id */
-    pthread_mutex_t lock;             /* state and the exec list */
+    bool fresh;                       /* registered, never started: the next acquire makes it
+                                         (lifecycle holder only) */
+    pthread_mutex_t lock;             /* state, removed, execs, egress */
     pthread_mutex_t lifecycle;        /* serialises acquire and release of this id */
+    pthread_cond_t execs_done;        /* signalled (under lock) when execs becomes empty */
     struct workspace *next;           /* registry list */
     struct exec_run *execs;           /* running execs, for kill-by-key and release */
     uint64_t exec_slots;              /* busy per-exec groups (bit n: exec-n) */
@@ -150,6 +205,7 @@ void workspaces_init(void);
 bool workspace_id_valid(const char *id);
 struct workspace *workspace_get(const char *id, struct api_error *err);
 void workspace_put(struct workspace *ws);
+enum ws_state workspace_state(struct workspace *ws);
 json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err);
 json_t *workspace_release(const char *id, json_t *body, struct api_error *err);
 json_t *workspace_list(const char *label_filter, struct api_error *err);
@@ -198,13 +254,52 @@ bool files_read(struct workspace *ws, const char *path, struct file_data *out, s
 json_t *files_write(struct workspace *ws, const char *path, const char *mode_text,
                     const unsigned char *data, size_t len, struct api_error *err);
 
+/* ---- routing (route.c) ---- */
+#define ROUTE_MAX_SEGMENTS 8
+enum route_kind {
+    ROUTE_NONE, ROUTE_CAPABILITIES, ROUTE_WORKSPACES, ROUTE_WORKSPACE, ROUTE_EXEC, ROUTE_FILES,
+    ROUTE_KILL
+};
+struct route_path {
+    char *text;                              /* the request's own copy of the path */
+    char *segments[ROUTE_MAX_SEGMENTS];
+    int count;
+};
+enum route_kind route_match(const char *url, struct route_path *path);
+void route_path_free(struct route_path *path);
+
 /* ---- http (http.c) ---- */
 bool http_start(void);
 void http_stop(void (*each_turn)(void));
-extern volatile int g_shutting_down;
+extern int g_shutting_down;   /* __atomic_load_n / __atomic_store_n */
 
 /* ---- small utilities (util.c) ---- */
+
+/*
+ * Children that borrow the daemon's memory (exec helpers, holder and listener spawns) are
+ * created with CLONE_VM: no page tables are copied, so their cost does not grow with the
+ * daemon's threads and mappings. Sanitizer builds (make tsan, make asan) give them a copy
+ * instead (slower, same results; what exec helpers write back then lives in a shared
+ * mapping): ThreadSanitizer models every clone() as a fork() and corrupts its own state when
+ * the child shares memory, and a child running AddressSanitizer's instrumented code can exit
+ * holding one of its locks, which then deadlocks every thread of the daemon.
+ */
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer) || \
+    defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
+#define HELPER_CLONE_VM 0
+#else
+#define HELPER_CLONE_VM CLONE_VM
+#endif
+/* Marks a function that runs in such a child and exits from it: not instrumented by
+ * AddressSanitizer, whose runtime warns about the foreign stack at _exit and, inside a
+ * sandbox, cannot write that warning to its log and dies instead. */
+#define CHILD_ENTRY __attribute__((no_sanitize("address")))
+pid_t spawn_borrowing(int (*fn)(void *), void *arg);
 double monotonic_ms(void);
+struct timespec realtime_in_ms(long ms);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool write_file_atomic(const char *path, const char *data, size_t len, mode_t mode);
 bool remove_tree(const char *path);

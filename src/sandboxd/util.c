@@ -5,11 +5,14 @@
 #include "sandboxd.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
 #include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +25,20 @@ double monotonic_ms(void)
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
+/* The CLOCK_REALTIME instant MS milliseconds from now, for pthread_cond_timedwait. */
+struct timespec realtime_in_ms(long ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += ms / 1000;
+    t.tv_nsec += (ms % 1000) * 1000000;
+    if (t.tv_nsec >= 1000000000) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000;
+    }
+    return t;
+}
+
 /* asprintf that aborts on allocation failure, so callers need no error path for paths. */
 char *xasprintf(const char *fmt, ...)
 {
@@ -32,6 +49,22 @@ char *xasprintf(const char *fmt, ...)
         abort();
     va_end(ap);
     return out;
+}
+
+/* Runs FN(ARG) in a child process that borrows the daemon's memory until it execs or exits
+ * (CLONE_VM | CLONE_VFORK: this thread waits that long). FN may only make system calls, and
+ * raw ones for credentials: glibc's setresuid would signal every thread of the daemon.
+ * Returns the child's pid (reap it with waitpid) or -1. */
+pid_t spawn_borrowing(int (*fn)(void *), void *arg)
+{
+    const size_t size = 64 * 1024;
+    char *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+                       -1, 0);
+    if (stack == MAP_FAILED)
+        return -1;
+    pid_t pid = clone(fn, stack + size, HELPER_CLONE_VM | CLONE_VFORK | SIGCHLD, arg);
+    munmap(stack, size);
+    return pid;
 }
 
 /* Replaces PATH with DATA through a temporary file, fsync and rename, so a crash leaves either

@@ -14,12 +14,56 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct workspace *registry;
+
+/*
+ * Admission by descriptors: a running workspace keeps up to FDS_PER_WORKSPACE open (8
+ * namespaces, its root, 4 cgroups, the egress listener); a quarter of the open-files limit
+ * stays free for requests, exec pipes and proxied connections. Past running_max a create or
+ * wake answers out_of_resources before anything is made, instead of failing half way.
+ */
+#define FDS_PER_WORKSPACE 14
+static int running_count;   /* workspaces holding descriptors; under registry_lock */
+static int running_max;     /* set once at start */
+
+/* Reserves the descriptors of one more running workspace; out_of_resources at the limit. */
+static bool running_slot_take(struct api_error *err)
+{
+    pthread_mutex_lock(&registry_lock);
+    bool ok = running_count < running_max;
+    if (ok)
+        running_count++;
+    pthread_mutex_unlock(&registry_lock);
+    if (!ok)
+        api_error_set(err, 503, "out_of_resources",
+                      "%d workspaces are running, the most this daemon's open-files limit "
+                      "allows; release some or raise the limit", running_max);
+    return ok;
+}
+
+/* Gives a reservation back (start failed, or the workspace stopped). */
+static void running_slot_give(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    running_count--;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* Sets running_max from the open-files limit (after main raised it). */
+static void running_max_init(void)
+{
+    struct rlimit lim;
+    rlim_t files = getrlimit(RLIMIT_NOFILE, &lim) == 0 ? lim.rlim_cur : 1024;
+    running_max = (int)((files / 4 * 3) / FDS_PER_WORKSPACE);
+    log_event("at most %d running workspaces (open-files limit %llu)", running_max,
+              (unsigned long long)files);
+}
 
 /* [A-Za-z0-9][A-Za-z0-9._-]{0,127} */
 bool workspace_id_valid(const char *id)
@@ -47,14 +91,21 @@ char *workspace_files_dir(const char *id)
     return xasprintf("%s/workspaces/%s/files", g_config.state_dir, id);
 }
 
-/* A fresh, unregistered workspace object with every descriptor closed. */
+/* A fresh, unregistered workspace object with every descriptor closed; NULL when out of
+ * memory. */
 static struct workspace *workspace_new(const char *id)
 {
     struct workspace *ws = calloc(1, sizeof *ws);
+    json_t *labels = json_object();
+    if (!ws || !labels) {
+        free(ws);
+        json_decref(labels);
+        return NULL;
+    }
     snprintf(ws->id, sizeof ws->id, "%s", id);
     ws->tier = tier_by_name("standard");
     snprintf(ws->network, sizeof ws->network, "none");
-    ws->labels = json_object();
+    ws->labels = labels;
     ws->created_at = time(NULL);
     ws->state = WS_STOPPING;   /* not usable until started or loaded */
     for (int i = 0; i < 8; i++)
@@ -64,6 +115,7 @@ static struct workspace *workspace_new(const char *id)
         ws->cgroup_fds[c] = -1;
     pthread_mutex_init(&ws->lock, NULL);
     pthread_mutex_init(&ws->lifecycle, NULL);
+    pthread_cond_init(&ws->execs_done, NULL);
     return ws;
 }
 
@@ -76,6 +128,7 @@ static void workspace_free(struct workspace *ws)
     json_decref(ws->allow);
     pthread_mutex_destroy(&ws->lock);
     pthread_mutex_destroy(&ws->lifecycle);
+    pthread_cond_destroy(&ws->execs_done);
     free(ws);
 }
 
@@ -88,7 +141,9 @@ static struct workspace *registry_find(const char *id)
     return NULL;
 }
 
-/* Unlinks WS from the registry and drops the registry's reference. */
+/* Unlinks WS from the registry and drops the registry's reference. The caller holds
+ * WS's lifecycle lock and a reference of its own, so an acquire waiting for the lifecycle
+ * lock sees "removed" and starts over with a new object. */
 static void registry_remove(struct workspace *ws)
 {
     pthread_mutex_lock(&registry_lock);
@@ -97,9 +152,11 @@ static void registry_remove(struct workspace *ws)
             *p = ws->next;
             break;
         }
+    pthread_mutex_lock(&ws->lock);
     ws->removed = true;
+    pthread_mutex_unlock(&ws->lock);
+    ws->refcount--;   /* never the last: the caller holds one */
     pthread_mutex_unlock(&registry_lock);
-    workspace_put(ws);
 }
 
 /* Returns a referenced workspace by id, or NULL with bad_workspace_id/workspace_not_found. */
@@ -137,22 +194,32 @@ static void format_time(time_t t, char *out, size_t size)
     strftime(out, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* The state of WS as another thread sees it (the lifecycle holder may read ws->state). */
+enum ws_state workspace_state(struct workspace *ws)
+{
+    pthread_mutex_lock(&ws->lock);
+    enum ws_state state = ws->state;
+    pthread_mutex_unlock(&ws->lock);
+    return state;
+}
+
 /* The list-entry object of a workspace. */
 json_t *workspace_describe(struct workspace *ws)
 {
     char created[32];
     format_time(ws->created_at, created, sizeof created);
     json_t *doc = json_pack("{s:s,s:s,s:s,s:s,s:s,s:O}", "id", ws->id, "state",
-                            ws->state == WS_RUNNING ? "running" : "hibernated", "size",
+                            workspace_state(ws) == WS_RUNNING ? "running" : "hibernated", "size",
                             ws->tier->name, "network", ws->network, "created_at", created,
                             "labels", ws->labels);
-    if (ws->allow)
+    if (doc && ws->allow)
         json_object_set(doc, "allow", ws->allow);
     return doc;
 }
 
-/* Writes meta.json for WS (atomic replace). */
-static bool workspace_persist(struct workspace *ws)
+/* Writes meta.json for WS (atomic replace); ERR (may be NULL) says why it could not. The
+ * caller holds WS's lifecycle lock. */
+static bool workspace_persist(struct workspace *ws, struct api_error *err)
 {
     char *dir = workspace_dir(ws->id);
     char *path = xasprintf("%s/meta.json", dir);
@@ -163,12 +230,17 @@ static bool workspace_persist(struct workspace *ws)
                              ws->state == WS_RUNNING ? "running" : "hibernated", "holder_pid",
                              (json_int_t)ws->holder_pid, "holder_start",
                              (json_int_t)ws->holder_start);
-    if (ws->allow)
+    if (meta && ws->allow)
         json_object_set(meta, "allow", ws->allow);
-    char *text = json_dumps(meta, JSON_COMPACT);
-    bool ok = write_file_atomic(path, text, strlen(text), 0600);
-    if (!ok)
-        log_event("workspace %s: cannot persist state", ws->id);
+    char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
+    errno = ENOMEM;
+    bool ok = text && write_file_atomic(path, text, strlen(text), 0600);
+    if (!ok) {
+        int error = errno;
+        log_event("workspace %s: cannot persist state: %s", ws->id, strerror(error));
+        if (err)
+            api_error_from_errno(err, error, "cannot persist the workspace's state");
+    }
     free(text);
     json_decref(meta);
     free(path);
@@ -191,13 +263,17 @@ static bool workspace_make_dirs(struct workspace *ws)
 /* Starts cgroups and holder for WS (new or hibernated); on failure nothing is left running. */
 static bool workspace_start(struct workspace *ws, struct api_error *err)
 {
+    if (!running_slot_take(err))
+        return false;
     if (!cgroup_workspace_create(ws->id, ws->tier, ws->cgroup_fds)) {
         api_error_set(err, 500, "spawn_failed", "cannot create the workspace's cgroups");
+        running_slot_give();
         return false;
     }
     if (!sandbox_start(ws, err)) {
         cgroup_close_fds(ws->cgroup_fds);
         cgroup_workspace_remove(ws->id);
+        running_slot_give();
         return false;
     }
     pthread_mutex_lock(&ws->lock);
@@ -210,24 +286,28 @@ static bool workspace_start(struct workspace *ws, struct api_error *err)
  * Files stay. */
 static void workspace_stop(struct workspace *ws)
 {
+    bool was_running = ws->state == WS_RUNNING;   /* it holds a slot */
     pthread_mutex_lock(&ws->lock);
     ws->state = WS_STOPPING;
     pthread_mutex_unlock(&ws->lock);
     exec_kill_all(ws);
-    for (int i = 0; i < 10000; i++) {   /* execs unregister once their helpers are reaped */
-        pthread_mutex_lock(&ws->lock);
-        bool idle = ws->execs == NULL;
-        pthread_mutex_unlock(&ws->lock);
-        if (idle)
-            break;
-        usleep(1000);
+    /* Execs unregister once their helpers are reaped. Only then may the descriptors they
+     * join through be closed: a closed number can be reused by another workspace's. */
+    pthread_mutex_lock(&ws->lock);
+    while (ws->execs) {
+        struct timespec until = realtime_in_ms(10000);
+        if (pthread_cond_timedwait(&ws->execs_done, &ws->lock, &until) != 0 && ws->execs)
+            log_event("workspace %s: still waiting for killed execs to end", ws->id);
     }
+    pthread_mutex_unlock(&ws->lock);
     sandbox_stop(ws);
     cgroup_close_fds(ws->cgroup_fds);
     cgroup_workspace_remove(ws->id);
     pthread_mutex_lock(&ws->lock);
     ws->state = WS_HIBERNATED;
     pthread_mutex_unlock(&ws->lock);
+    if (was_running)
+        running_slot_give();
 }
 
 /* Network settings of an acquire body: "network" none|open|allowlist and, for allowlist,
@@ -293,19 +373,46 @@ static bool parse_acquire_body(json_t *body, const struct size_tier **tier, json
     return true;
 }
 
-/* Finds or registers the workspace ID and returns it referenced; *CREATED if new. */
-static struct workspace *find_or_register(const char *id, bool *created)
+/* Creation-time settings of an acquire: a later acquire never changes them. */
+struct ws_settings {
+    const struct size_tier *tier;
+    const char *network;
+    json_t *allow;
+    json_t *labels;
+};
+
+/* A new workspace object carrying SETTINGS, complete before any other thread can see it
+ * (these fields are never written again); NULL when out of memory. */
+static struct workspace *workspace_new_with(const char *id, const struct ws_settings *settings)
+{
+    struct workspace *ws = workspace_new(id);
+    if (!ws)
+        return NULL;
+    ws->tier = settings->tier;
+    snprintf(ws->network, sizeof ws->network, "%s", settings->network);
+    ws->allow = json_incref(settings->allow);
+    if (settings->labels && json_object_update(ws->labels, settings->labels) != 0) {
+        workspace_free(ws);
+        return NULL;
+    }
+    return ws;
+}
+
+/* Finds or registers the workspace ID and returns it referenced. A new object is "fresh": the
+ * first acquire to take its lifecycle lock makes it, which need not be the one that
+ * registered it. NULL only when a new object cannot be allocated. */
+static struct workspace *find_or_register(const char *id, const struct ws_settings *settings)
 {
     pthread_mutex_lock(&registry_lock);
     struct workspace *ws = registry_find(id);
-    *created = ws == NULL;
-    if (!ws) {
-        ws = workspace_new(id);
+    if (!ws && (ws = workspace_new_with(id, settings))) {
+        ws->fresh = true;
         ws->refcount = 1;   /* the registry's */
         ws->next = registry;
         registry = ws;
     }
-    ws->refcount++;
+    if (ws)
+        ws->refcount++;
     pthread_mutex_unlock(&registry_lock);
     return ws;
 }
@@ -313,43 +420,40 @@ static struct workspace *find_or_register(const char *id, bool *created)
 /* PUT /v1/workspaces/{id}: create or wake, idempotent. */
 json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
 {
-    const struct size_tier *tier;
-    json_t *labels, *resp = NULL, *allow;
-    const char *network;
-    bool created, woke = false;
+    struct ws_settings settings;
+    json_t *resp = NULL;
+    bool woke = false;
     if (!workspace_id_valid(id)) {
         api_error_set(err, 400, "bad_workspace_id", "workspace id is not valid");
         return NULL;
     }
-    if (!parse_acquire_body(body, &tier, &labels, err) ||
-        !parse_network(body, &network, &allow, err))
+    if (!parse_acquire_body(body, &settings.tier, &settings.labels, err) ||
+        !parse_network(body, &settings.network, &settings.allow, err))
         return NULL;
-    struct workspace *ws = find_or_register(id, &created);
+    struct workspace *ws = find_or_register(id, &settings);
+    json_decref(settings.allow);
+    if (!ws) {
+        api_error_from_errno(err, ENOMEM, "cannot register the workspace");
+        return NULL;
+    }
     pthread_mutex_lock(&ws->lifecycle);
     if (ws->removed) {   /* released while we waited: start over */
         pthread_mutex_unlock(&ws->lifecycle);
         workspace_put(ws);
-        json_decref(allow);
         return workspace_acquire(id, body, err);
     }
-    bool fresh = created;
-    if (fresh) {   /* creation-time settings: a later acquire never changes them */
-        ws->tier = tier;
-        snprintf(ws->network, sizeof ws->network, "%s", network);
-        ws->allow = json_incref(allow);
-        if (labels)
-            json_object_update(ws->labels, labels);
-    }
-    bool ok = true;
-    if (fresh && host_disk_refused()) {
-        struct passwd *self = getpwuid(geteuid());
+    bool created = ws->fresh, ok = true;
+    if (created && host_disk_refused()) {
+        char buf[1024];   /* getpwuid_r: request threads make no call with hidden state */
+        struct passwd pw, *self = NULL;
+        getpwuid_r(geteuid(), &pw, buf, sizeof buf, &self);
         api_error_set(err, 507, "disk_unbounded",
                       "workspace files would share the filesystem of %s and could fill it; "
                       "give them a filesystem of their own (as root: mesh-sandboxd --setup-host "
                       "%s --state-dir %s --disk-bytes N, see docs/sandboxd.md)",
                       g_config.protect_path, self ? self->pw_name : "USER", g_config.state_dir);
         ok = false;
-    } else if (fresh && !workspace_make_dirs(ws)) {
+    } else if (created && !workspace_make_dirs(ws)) {
         if (errno == ENOSPC)
             api_error_set(err, 507, "disk_full", "the workspaces' filesystem is full; release "
                           "workspaces or give it more room (docs/sandboxd.md)");
@@ -360,8 +464,10 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
         if (ws->state == WS_RUNNING)
             workspace_stop(ws);   /* holder died under us: restart it over the same files */
         woke = !created;
-        ok = workspace_start(ws, err) && workspace_persist(ws);
+        ok = workspace_start(ws, err) && workspace_persist(ws, err);
     }
+    if (ok)
+        ws->fresh = false;
     if (ok) {
         resp = workspace_describe(ws);
         json_object_set_new(resp, "created", json_boolean(created));
@@ -377,12 +483,10 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
         char *dir = workspace_dir(ws->id);
         remove_tree(dir);
         free(dir);
+        registry_remove(ws);
     }
     pthread_mutex_unlock(&ws->lifecycle);
-    if (!ok && created)
-        registry_remove(ws);
     workspace_put(ws);
-    json_decref(allow);
     return resp;
 }
 
@@ -409,16 +513,15 @@ json_t *workspace_release(const char *id, json_t *body, struct api_error *err)
     }
     workspace_stop(ws);
     if (hibernate) {
-        workspace_persist(ws);
+        workspace_persist(ws, NULL);
     } else {
         char *dir = workspace_dir(ws->id);
         if (!remove_tree(dir))
             log_event("workspace %s: could not remove %s completely", ws->id, dir);
         free(dir);
+        registry_remove(ws);
     }
     pthread_mutex_unlock(&ws->lifecycle);
-    if (!hibernate)
-        registry_remove(ws);
     log_event("workspace %s: released (%s)", id, hibernate ? "hibernated" : "destroyed");
     workspace_put(ws);
     return json_pack("{s:s,s:s}", "id", id, "outcome", hibernate ? "hibernated" : "destroyed");
@@ -445,7 +548,7 @@ json_t *workspace_list(const char *label_filter, struct api_error *err)
         json_t *v = value ? json_object_get(ws->labels, key) : NULL;
         if (value && (!json_is_string(v) || strcmp(json_string_value(v), value) != 0))
             continue;
-        if (ws->state == WS_STOPPING)
+        if (workspace_state(ws) == WS_STOPPING)
             continue;   /* being created or released */
         json_array_append_new(list, workspace_describe(ws));
     }
@@ -481,6 +584,10 @@ static struct workspace *workspace_load(const char *id)
         return NULL;
     }
     struct workspace *ws = workspace_new(id);
+    if (!ws) {
+        json_decref(meta);
+        return NULL;
+    }
     ws->tier = tier_by_name(size);
     if (json_is_object(json_object_get(meta, "labels")))
         json_object_update(ws->labels, json_object_get(meta, "labels"));
@@ -514,7 +621,7 @@ static void workspace_revive(struct workspace *ws)
     }
     if (ws->state != WS_RUNNING)
         ws->holder_pid = 0;
-    workspace_persist(ws);
+    workspace_persist(ws, NULL);
 }
 
 /* True when HOLDER_PID is the live holder of the registered running workspace ID (start-up,
@@ -530,6 +637,7 @@ static bool holds_workspace(const char *id, pid_t holder_pid)
 void workspaces_init(void)
 {
     char *root = xasprintf("%s/workspaces", g_config.state_dir);
+    running_max_init();
     mkdir(root, 0711);
     chmod(root, 0711);
     DIR *d = opendir(root);
@@ -547,6 +655,8 @@ void workspaces_init(void)
         }
         if (ws->state == WS_RUNNING)
             workspace_revive(ws);
+        if (ws->state == WS_RUNNING)
+            running_count++;   /* re-adopted ones count, even past the limit */
         ws->refcount = 1;
         ws->next = registry;
         registry = ws;
@@ -567,7 +677,7 @@ void workspaces_hibernate_all(void)
         struct workspace *ws = NULL;
         pthread_mutex_lock(&registry_lock);
         for (struct workspace *w = registry; w && !ws; w = w->next)
-            if (w->state == WS_RUNNING) {
+            if (workspace_state(w) == WS_RUNNING) {
                 ws = w;
                 ws->refcount++;
             }
@@ -576,7 +686,7 @@ void workspaces_hibernate_all(void)
             return;
         pthread_mutex_lock(&ws->lifecycle);
         workspace_stop(ws);
-        workspace_persist(ws);
+        workspace_persist(ws, NULL);
         pthread_mutex_unlock(&ws->lifecycle);
         log_event("workspace %s: hibernated at exit", ws->id);
         workspace_put(ws);

@@ -6,7 +6,8 @@
 # ok/not ok lines.
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-SANDBOXD="$REPO/src/sandboxd/mesh-sandboxd"
+# MESH_SANDBOXD selects another build of the daemon (e.g. the sanitizer ones, see .ci/run).
+SANDBOXD="${MESH_SANDBOXD:-$REPO/src/sandboxd/mesh-sandboxd}"
 TEST_N=0
 TEST_FAILED=0
 SD_DIRS=()
@@ -108,7 +109,12 @@ sd_kill_sandboxes_under() {
 # EXIT trap: daemons, holders, cgroups, directories.
 sd_cleanup() {
     local pid dir cg ctl
-    for pid in "${SD_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
+    # TERM first (bounded): a daemon that exits normally runs LeakSanitizer in the ASan build
+    for pid in "${SD_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+    for pid in "${SD_PIDS[@]}"; do
+        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    done
     for dir in "${SD_DIRS[@]}"; do
         sd_kill_holders "$dir/state"
         sd_kill_holders "$dir/run/state"

@@ -1,0 +1,105 @@
+/*
+ * fuzz_requests.c - libFuzzer target for what request handlers validate before they touch a
+ * workspace: exec bodies (exec.c), acquire bodies (workspace.c), file paths and modes
+ * (files.c), label filters and workspace ids. The first byte picks the parser, the rest is
+ * the untrusted input. The daemon's sources are included to reach their static parsers; the
+ * rest of the daemon is linked as is (no main.c).
+ */
+#include "../../src/sandboxd/exec.c"
+#include "../../src/sandboxd/files.c"
+#include "../../src/sandboxd/workspace.c"
+
+struct config g_config;
+struct host_caps g_caps;
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A workspace object that exists only for the parsers (never started). */
+static struct workspace *fuzz_workspace(bool open_network)
+{
+    static struct workspace *ws[2];
+    if (!ws[open_network]) {
+        ws[open_network] = workspace_new("fuzz");
+        snprintf(ws[open_network]->network, sizeof ws[open_network]->network, "%s",
+                 open_network ? "open" : "none");
+    }
+    return ws[open_network];
+}
+
+/* An exec body: validation and the environment it would build. */
+static void fuzz_exec_body(json_t *body, bool open_network)
+{
+    struct exec_request req;
+    struct api_error err = {0};
+    if (!exec_parse(fuzz_workspace(open_network), body, &req, &err) && !err.code)
+        abort();   /* every refusal names its error */
+    exec_request_free(&req);
+}
+
+/* An acquire body: size, labels, network and allowlist. */
+static void fuzz_acquire_body(json_t *body)
+{
+    struct ws_settings settings;
+    struct api_error err = {0};
+    if (!parse_acquire_body(body, &settings.tier, &settings.labels, &err) ||
+        !parse_network(body, &settings.network, &settings.allow, &err)) {
+        if (!err.code)
+            abort();
+        return;
+    }
+    struct workspace *ws = workspace_new_with("fuzz", &settings);
+    json_decref(settings.allow);
+    if (ws) {
+        json_decref(workspace_describe(ws));
+        workspace_free(ws);
+    }
+}
+
+/* A file path and a mode (after the first NUL), as the query string gives them. */
+static void fuzz_path(const uint8_t *data, size_t size)
+{
+    struct api_error err = {0};
+    char *path = strndup((const char *)data, size);
+    const uint8_t *nul = memchr(data, 0, size);
+    char *mode_text = nul ? strndup((const char *)nul + 1, size - (size_t)(nul + 1 - data)) : NULL;
+    char *target = sandbox_path(path, &err);
+    if (target && strncmp(target, "/workspace", 10) != 0)
+        abort();   /* every accepted path is under /workspace before resolution */
+    unsigned mode;
+    if (parse_mode(mode_text, &mode, &err) && mode > 0777)
+        abort();
+    free(target);
+    free(path);
+    free(mode_text);
+}
+
+/* One input: selector byte, then the bytes for that parser. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    g_config.max_output_bytes = 1 << 20;
+    g_caps.egress_control = true;
+    uint8_t which = data[0] % 5;
+    data++;
+    size--;
+    char *text = strndup((const char *)data, size);
+    struct api_error err = {0};
+    if (which <= 2) {
+        json_t *body = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
+        if (json_is_object(body)) {
+            if (which == 2)
+                fuzz_acquire_body(body);
+            else
+                fuzz_exec_body(body, which == 1);
+        }
+        json_decref(body);
+    } else if (which == 3) {
+        fuzz_path(data, size);
+    } else {
+        json_decref(workspace_list(text, &err));
+        workspace_id_valid(text);
+    }
+    free(text);
+    return 0;
+}
