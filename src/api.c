@@ -189,7 +189,6 @@ mesh_acquire(PG_FUNCTION_ARGS)
 				 errhint("Leave parent_run_id NULL for a top-level run.")));
 
 	mesh_call(MESH_OP_ACQUIRE, run_id, req, NULL, 0, &reply);
-	json_decref(req);
 	row = json_string_value(json_object_get(reply.doc, "row"));
 
 	/* the worker sends the row as JSON; turn it into mesh.workspaces */
@@ -245,26 +244,38 @@ argv_to_json(FunctionCallInfo fcinfo)
 		char	   *arg;
 
 		if (nulls[i])
+		{
+			json_decref(argv);
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("argv[%d] is NULL", i + 1),
 					 errhint("Every element of argv must be a string.")));
+		}
 		arg = TextDatumGetCString(elems[i]);
 		if (strlen(arg) > MESH_MAX_ARG_BYTES)
+		{
+			json_decref(argv);
 			ereport(ERROR,
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 					 errmsg("argv[%d] is %zu bytes long, the limit is %d", i + 1, strlen(arg), MESH_MAX_ARG_BYTES),
 					 errhint("The kernel refuses a longer argument; pass large data as stdin or a file (mesh_write_file).")));
+		}
 		if (i == 0 && arg[0] == '\0')
+		{
+			json_decref(argv);
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("argv[1], the program, must not be empty"),
 					 errhint("argv[1] names the program to run, e.g. ARRAY['ls', '-l'].")));
+		}
 		if (json_array_append_new(argv, json_string(arg)) != 0)
+		{
+			json_decref(argv);
 			ereport(ERROR,
 					(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
 					 errmsg("argv[%d] is not valid UTF-8", i + 1),
 					 errhint("Use a database with UTF8 encoding.")));
+		}
 	}
 	return argv;
 }
@@ -310,28 +321,44 @@ env_to_json(FunctionCallInfo fcinfo, int argno)
 	text = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
 	env = json_loads(text, 0, NULL);
 	if (env == NULL || !json_is_object(env))
+	{
+		json_decref(env);
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("env must be a JSON object of strings"),
 				 errhint("For example '{\"CI\": \"1\"}'.")));
+	}
 	json_object_foreach(env, key, value)
 	{
+		/* what the messages need, copied: the document is freed before raising */
+		char	   *name = pstrdup(key);
+		size_t		len = strlen(key) + 1 + (json_is_string(value) ? json_string_length(value) : 0);
+
 		if (key[0] == '\0' || strchr(key, '=') != NULL)
+		{
+			json_decref(env);
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("env name \"%s\" is not a valid variable name", key),
+					 errmsg("env name \"%s\" is not a valid variable name", name),
 					 errhint("Variable names are non-empty and contain no \"=\".")));
+		}
 		if (!json_is_string(value))
+		{
+			json_decref(env);
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("env value of \"%s\" must be a string", key),
+					 errmsg("env value of \"%s\" must be a string", name),
 					 errhint("Pass every value as a JSON string, e.g. '{\"N\": \"1\"}'.")));
-		if (strlen(key) + 1 + json_string_length(value) > MESH_MAX_ARG_BYTES)
+		}
+		if (len > MESH_MAX_ARG_BYTES)
+		{
+			json_decref(env);
 			ereport(ERROR,
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 					 errmsg("env variable \"%.64s\" is %zu bytes long as NAME=value, the limit is %d",
-							key, strlen(key) + 1 + json_string_length(value), MESH_MAX_ARG_BYTES),
+							name, len, MESH_MAX_ARG_BYTES),
 					 errhint("The kernel refuses a longer variable; pass large data as stdin or a file (mesh_write_file).")));
+		}
 	}
 	return env;
 }
@@ -367,20 +394,33 @@ mesh_exec(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *run_id = required_id(fcinfo, 0, "run_id");
-	json_t	   *argv = argv_to_json(fcinfo);
 	char	   *dir = optional_text(fcinfo, 2);
 	bytea	   *stdin_data = PG_ARGISNULL(3) ? NULL :
 		bounded_bytea_arg(fcinfo, 3, "stdin", "mesh.max_stdin_size", mesh_max_stdin_bytes);
 	long		timeout_ms = timeout_ms_arg(fcinfo, 4);
-	json_t	   *env = env_to_json(fcinfo, 5);
+	json_t	   *volatile argv = NULL;
+	json_t	   *volatile env = NULL;
 	json_t	   *req;
 	MeshReply	reply;
 	Datum		values[6];
 	bool		nulls[6] = {false};
 
-	check_exec_size(argv, env);
-	if (dir)
-		check_path(dir, "dir");
+	/* jansson's memory is not freed with the query's: a refused input frees it here */
+	PG_TRY();
+	{
+		argv = argv_to_json(fcinfo);
+		env = env_to_json(fcinfo, 5);
+		check_exec_size(argv, env);
+		if (dir)
+			check_path(dir, "dir");
+	}
+	PG_CATCH();
+	{
+		json_decref(argv);
+		json_decref(env);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	req = json_pack("{s:s,s:o,s:s?,s:o?,s:b,s:I,s:i}",
 					"run_id", run_id, "argv", argv, "dir", dir, "env", env,
 					"has_stdin", stdin_data != NULL,
@@ -391,7 +431,6 @@ mesh_exec(PG_FUNCTION_ARGS)
 	mesh_call(MESH_OP_EXEC, run_id, req,
 			  stdin_data ? VARDATA_ANY(stdin_data) : NULL,
 			  stdin_data ? VARSIZE_ANY_EXHDR(stdin_data) : 0, &reply);
-	json_decref(req);
 
 	values[0] = Int32GetDatum((int32) json_integer_value(json_object_get(reply.doc, "exit_code")));
 	values[1] = CStringGetTextDatum(json_string_value(json_object_get(reply.doc, "stdout")));
@@ -417,7 +456,6 @@ mesh_read_file(PG_FUNCTION_ARGS)
 	check_path(path, "path");
 	req = json_pack("{s:s,s:s}", "run_id", run_id, "path", path);
 	mesh_call(MESH_OP_READ_FILE, run_id, req, NULL, 0, &reply);
-	json_decref(req);
 	json_decref(reply.doc);
 	result = (bytea *) palloc(VARHDRSZ + reply.blob_len);
 	SET_VARSIZE(result, VARHDRSZ + reply.blob_len);
@@ -455,7 +493,6 @@ mesh_write_file(PG_FUNCTION_ARGS)
 	req = json_pack("{s:s,s:s,s:i}", "run_id", run_id, "path", path, "mode", mode);
 	mesh_call(MESH_OP_WRITE_FILE, run_id, req, VARDATA_ANY(content),
 			  VARSIZE_ANY_EXHDR(content), &reply);
-	json_decref(req);
 	json_decref(reply.doc);
 	PG_RETURN_VOID();
 }
@@ -471,7 +508,6 @@ mesh_release(PG_FUNCTION_ARGS)
 	text	   *outcome;
 
 	mesh_call(MESH_OP_RELEASE, run_id, req, NULL, 0, &reply);
-	json_decref(req);
 	outcome = cstring_to_text(json_string_value(json_object_get(reply.doc, "outcome")));
 	json_decref(reply.doc);
 	PG_RETURN_TEXT_P(outcome);

@@ -261,16 +261,20 @@ socket_path_of(const char *ref)
 	return psprintf("%s/%s/%s", broker_root, ref, BROKER_SOCKET);
 }
 
-/* Start listening for one workspace (its directory may already exist: the daemon makes it). */
+/*
+ * Start listening for one workspace, in the directory mesh-sandboxd made for
+ * it and shows its sandbox at /run/mesh.  No directory means no sandbox
+ * could see a socket there (another backend, or the workspace was just
+ * released and its directory removed): nothing to listen for.
+ */
 static void
 open_workspace_socket(const char *ref)
 {
 	char	   *dir = psprintf("%s/%s", broker_root, ref);
+	struct stat st;
 	int			fd;
 
-	if (nsockets >= MAX_WORKSPACE_SOCKETS)
-		return;
-	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+	if (nsockets >= MAX_WORKSPACE_SOCKETS || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
 		return;
 	fd = listen_on_socket(socket_path_of(ref));
 	if (fd < 0)
@@ -284,7 +288,11 @@ open_workspace_socket(const char *ref)
 	nsockets++;
 }
 
-/* Stop listening for a workspace whose tokens are all dead; keep its directory. */
+/*
+ * Stop listening for a workspace whose tokens are all dead.  Its directory
+ * stays while the workspace lives: its sandbox sees that very directory,
+ * so a token minted after a rotation must be served there again.
+ */
 static void
 close_workspace_socket(int i)
 {
@@ -464,6 +472,26 @@ char *
 mesh_broker_socket_path(const char *ref)
 {
 	return psprintf("%s/%s/%s/%s", DataDir, BROKER_DIR, ref, BROKER_SOCKET);
+}
+
+/*
+ * A workspace was released: remove its broker directory, which mesh-sandboxd
+ * made for it, so directories do not pile up one per workspace ever
+ * created; and the broker's socket in it, which the broker then stops
+ * serving at its next refresh (the caller wakes it) without making the
+ * directory again.  Missing ones (other backends) are fine.
+ */
+void
+mesh_broker_forget_workspace(const char *ref)
+{
+	char	   *dir = psprintf("%s/%s/%s", DataDir, BROKER_DIR, ref);
+	char	   *sock = mesh_broker_socket_path(ref);
+
+	(void) unlink(sock);
+	if (rmdir(dir) != 0 && errno != ENOENT)
+		ereport(LOG, (errmsg("mesh: could not remove broker directory \"%s\": %m", dir)));
+	pfree(sock);
+	pfree(dir);
 }
 
 static void

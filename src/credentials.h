@@ -30,5 +30,6 @@ extern void mesh_forget(char *secret);
 
 /* src/broker.c */
 extern char *mesh_broker_socket_path(const char *ref);
+extern void mesh_broker_forget_workspace(const char *ref);
 
 #endif							/* MESH_CREDENTIALS_H */

@@ -76,7 +76,10 @@ mesh_shmem_startup(void)
 						   mesh_embedded_sandboxd ? MESH_DAEMON_STARTING : MESH_DAEMON_ABSENT);
 		ConditionVariableInit(&mesh_shared->daemon_ready);
 		for (int i = 0; i <= MESH_MAX_WORKERS; i++)
+		{
 			SpinLockInit(&mesh_shared->workers[i].mutex);
+			ConditionVariableInit(&mesh_shared->workers[i].queue_changed);
+		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -114,23 +117,34 @@ call_detached(dsm_segment *seg, Datum arg)
 		SetLatch(worker_latch(w));
 }
 
-/* Queue a call segment for a worker; false when its queue is full. */
-static bool
+/* Why a call could not be queued for a worker. */
+typedef enum PushResult
+{
+	PUSHED,
+	NOT_RUNNING,
+	QUEUE_FULL
+} PushResult;
+
+/* Queue a call segment for a worker. */
+static PushResult
 push_call(int w, dsm_handle handle, uint64 *generation)
 {
 	MeshWorkerSlot *slot = &mesh_shared->workers[w];
-	bool		pushed = false;
+	PushResult	result = PUSHED;
 
 	SpinLockAcquire(&slot->mutex);
-	if (slot->pid != 0 && slot->tail - slot->head < MESH_QUEUE_LEN)
+	if (slot->pid == 0)
+		result = NOT_RUNNING;
+	else if (slot->tail - slot->head >= MESH_QUEUE_LEN)
+		result = QUEUE_FULL;
+	else
 	{
 		slot->queue[slot->tail % MESH_QUEUE_LEN] = handle;
 		slot->tail++;
 		*generation = slot->generation;
-		pushed = true;
 	}
 	SpinLockRelease(&slot->mutex);
-	return pushed;
+	return result;
 }
 
 static bool
@@ -146,26 +160,40 @@ worker_still_serving(int w, uint64 generation)
 }
 
 /*
- * Queue the call for worker w.  A worker that is (re)starting, or a full
- * queue, is waited for, cancellably, for up to MESH_SUBMIT_WAIT_MS.
+ * Queue the call for worker w.  A worker that is (re)starting, or whose
+ * queue is full (it runs mesh.worker_max_calls calls already and as many
+ * more wait), is waited for, cancellably, for up to MESH_SUBMIT_WAIT_MS,
+ * asleep until the worker takes calls or starts; then the caller gets one
+ * clear error that says which it was and what to raise.
  */
 static void
 submit_call(int w, dsm_segment *seg, uint64 *generation)
 {
+	MeshWorkerSlot *slot = &mesh_shared->workers[w];
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), MESH_SUBMIT_WAIT_MS);
+	PushResult	result;
 
-	while (!push_call(w, dsm_segment_handle(seg), generation))
+	ConditionVariablePrepareToSleep(&slot->queue_changed);
+	while ((result = push_call(w, dsm_segment_handle(seg), generation)) != PUSHED)
 	{
-		if (GetCurrentTimestamp() >= deadline)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-					 errmsg("mesh worker %d is not running or its queue is full", w),
-					 errhint("Check that mesh_exec is in shared_preload_libraries, that mesh.database names this database, and the server log for worker errors.")));
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 50L, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
+		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+
+		if (left <= 0)
+			break;
+		(void) ConditionVariableTimedSleep(&slot->queue_changed, left, PG_WAIT_EXTENSION);
 	}
+	ConditionVariableCancelSleep();
+	if (result == NOT_RUNNING)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("mesh worker %d is not running", w),
+				 errhint("Check that mesh_exec is in shared_preload_libraries, that mesh.database names this database, and the server log for worker errors.")));
+	if (result == QUEUE_FULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("mesh worker %d is saturated: it runs mesh.worker_max_calls (%d) calls and %d more are waiting",
+						w, mesh_worker_max_calls, MESH_QUEUE_LEN),
+				 errhint("Raise mesh.workers to spread runs over more workers, or mesh.worker_max_calls if the backend can take more concurrent calls; or retry later.")));
 	SetLatch(worker_latch(w));
 }
 
@@ -219,16 +247,31 @@ mesh_wait_for_embedded_daemon(TimestampTz deadline)
 	ConditionVariableCancelSleep();
 }
 
-/* Raise the error a worker reported, with its SQLSTATE, detail and hint. */
-static void
-raise_reported_error(json_t *error)
+/* A reply field copied out of the reply document, or NULL. */
+static char *
+reply_field(json_t *error, const char *name)
 {
-	const char *sqlstate = json_string_value(json_object_get(error, "sqlstate"));
-	const char *message = json_string_value(json_object_get(error, "message"));
-	const char *detail = json_string_value(json_object_get(error, "detail"));
-	const char *hint = json_string_value(json_object_get(error, "hint"));
+	const char *value = json_string_value(json_object_get(error, name));
+
+	return value ? pstrdup(value) : NULL;
+}
+
+/*
+ * Raise the error a worker reported, with its SQLSTATE, detail and hint.
+ * The reply document is freed first: jansson's memory is not PostgreSQL's
+ * and would outlive the error.
+ */
+static void
+raise_reported_error(json_t *doc)
+{
+	json_t	   *error = json_object_get(doc, "error");
+	char	   *sqlstate = reply_field(error, "sqlstate");
+	char	   *message = reply_field(error, "message");
+	char	   *detail = reply_field(error, "detail");
+	char	   *hint = reply_field(error, "hint");
 	int			code = ERRCODE_INTERNAL_ERROR;
 
+	json_decref(doc);
 	if (sqlstate && strlen(sqlstate) == 5)
 		code = MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]);
 	ereport(ERROR,
@@ -344,6 +387,7 @@ mesh_call(MeshOp op, const char *run_id, json_t *request,
 
 /*
  * Hand a request to the process serving slot w and wait for its reply.
+ * The request document is consumed (freed here), as json_pack's "o" does.
  * Notices sent on the way are re-raised here, to the caller's client.  An
  * error reply is raised as an ERROR with the sender's SQLSTATE.  With
  * mesh_call_deadline set, waiting past it is an error (the reaper bounds
@@ -359,6 +403,8 @@ mesh_call_slot(int w, MeshOp op, json_t *request,
 	shm_mq_handle *mqh;
 	uint64		generation = 0;
 
+	if (request)
+		json_decref(request);	/* consumed: nothing of it outlives an error below */
 	if (json == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
@@ -416,7 +462,7 @@ mesh_call_slot(int w, MeshOp op, json_t *request,
 	keep_reply_blob(seg, reply);
 	dsm_detach(seg);
 	if (json_object_get(reply->doc, "error"))
-		raise_reported_error(json_object_get(reply->doc, "error"));
+		raise_reported_error(reply->doc);
 }
 
 /* A worker (re)starting: publish its pid and latch, drop any stale queue. */
@@ -431,6 +477,7 @@ mesh_worker_attach_slot(int index)
 	slot->generation++;
 	slot->head = slot->tail;
 	SpinLockRelease(&slot->mutex);
+	ConditionVariableBroadcast(&slot->queue_changed);
 }
 
 void
@@ -471,7 +518,20 @@ mesh_attach_call(dsm_handle handle, MeshCall **hdr, shm_mq_handle **mqh)
 	return seg;
 }
 
-/* Take the next queued call, if any. */
+/* Are calls waiting in the worker's queue? */
+bool
+mesh_worker_has_queued(int index)
+{
+	MeshWorkerSlot *slot = &mesh_shared->workers[index];
+	bool		queued;
+
+	SpinLockAcquire(&slot->mutex);
+	queued = slot->head != slot->tail;
+	SpinLockRelease(&slot->mutex);
+	return queued;
+}
+
+/* Take the next queued call, if any; callers waiting for room are woken. */
 bool
 mesh_worker_pop(int index, dsm_handle *handle)
 {
@@ -486,5 +546,7 @@ mesh_worker_pop(int index, dsm_handle *handle)
 		got = true;
 	}
 	SpinLockRelease(&slot->mutex);
+	if (got)
+		ConditionVariableBroadcast(&slot->queue_changed);	/* room for a waiting caller */
 	return got;
 }

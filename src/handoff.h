@@ -51,6 +51,7 @@ typedef enum MeshOp
 typedef struct MeshWorkerSlot
 {
 	slock_t		mutex;			/* protects the queue and pid */
+	ConditionVariable queue_changed;	/* the worker took calls, or (re)started */
 	pid_t		pid;			/* 0 while not running */
 	int			procno;			/* the worker's PGPROC number, for its latch */
 	uint64		generation;		/* bumped on each (re)start */
@@ -121,6 +122,7 @@ extern void mesh_set_daemon_state(MeshDaemonState state);
 /* worker side */
 extern void mesh_worker_attach_slot(int index);
 extern bool mesh_worker_pop(int index, dsm_handle *handle);
+extern bool mesh_worker_has_queued(int index);
 extern dsm_segment *mesh_attach_call(dsm_handle handle, MeshCall **hdr, shm_mq_handle **mqh);
 extern void mesh_worker_detach_slot(int index);
 

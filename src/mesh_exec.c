@@ -16,6 +16,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
+#include "postmaster/bgworker_internals.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
@@ -35,6 +36,7 @@ int			mesh_max_output_bytes = 65536;
 int			mesh_max_file_bytes = 16 * 1024 * 1024;
 int			mesh_max_stdin_bytes = 16 * 1024 * 1024;
 int			mesh_worker_lock_timeout_ms = 2000;
+int			mesh_worker_max_calls = 128;
 int			mesh_reaper_interval_s = 600;
 int			mesh_reaper_sweep_timeout_ms = 60000;
 
@@ -82,6 +84,11 @@ define_settings(void)
 							"How long a worker waits for a row lock before failing the request.",
 							NULL, &mesh_worker_lock_timeout_ms, 2000, 10, 600000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	/* each call in progress holds a socket; curl's fd_set reaches descriptor 1023 only */
+	DefineCustomIntVariable("mesh.worker_max_calls",
+							"Calls one mesh worker runs at once; more wait in its queue.",
+							NULL, &mesh_worker_max_calls, 128, 1, 512,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("mesh.reaper_interval",
 							"Time between two sweeps of the reaper.",
 							NULL, &mesh_reaper_interval_s, 600, 1, 7 * 24 * 3600,
@@ -110,6 +117,44 @@ register_worker(const char *name, const char *function, int index, int flags)
 	RegisterBackgroundWorker(&worker);
 }
 
+/* Background workers this library registers: the pool, reaper, broker, supervisor. */
+static int
+workers_needed(void)
+{
+	return mesh_worker_count + 1 + (mesh_broker_enabled ? 1 : 0) + (mesh_embedded_sandboxd ? 1 : 0);
+}
+
+/*
+ * A worker that does not fit in max_worker_processes is only a LOG line at
+ * start-up, and then a pool that silently lacks a worker (or the reaper, the
+ * broker, the daemon's supervisor): calls wait for a worker that never
+ * starts.  Refuse to start instead, saying what to set.  Workers already
+ * registered (the logical replication launcher, libraries loaded before this
+ * one) count too.
+ */
+static void
+check_worker_slots(void)
+{
+	int			registered = 0;
+	slist_iter	iter;
+
+	slist_foreach(iter, &BackgroundWorkerList)
+		registered++;
+	if (registered + workers_needed() <= max_worker_processes)
+		return;
+	ereport(FATAL,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("mesh_exec needs %d background worker processes, but max_worker_processes is %d",
+					registered + workers_needed(), max_worker_processes),
+			 errdetail("mesh.workers = %d pool workers, %d more for the reaper%s%s, and %d registered before mesh_exec.",
+					   mesh_worker_count, workers_needed() - mesh_worker_count,
+					   mesh_broker_enabled ? " and the broker" : "",
+					   mesh_embedded_sandboxd ? " and the sandbox daemon's supervisor" : "",
+					   registered),
+			 errhint("Set max_worker_processes to at least %d (more if parallel queries should get workers too), or lower mesh.workers, and restart the server.",
+					 registered + workers_needed())));
+}
+
 static void
 mesh_shmem_request_hook(void)
 {
@@ -136,6 +181,7 @@ _PG_init(void)
 				 errhint("Add mesh_exec to shared_preload_libraries in postgresql.conf and restart the server.")));
 
 	define_settings();
+	check_worker_slots();
 	curl_global_init(CURL_GLOBAL_ALL);
 
 	prev_shmem_request_hook = shmem_request_hook;

@@ -213,7 +213,6 @@ release_through_worker(const char *run_id, const char *reason, bool idle, Timest
 
 		StartTransactionCommand();
 		mesh_call(MESH_OP_RELEASE, run_id, req, NULL, 0, &reply);
-		json_decref(req);
 		*outcome = MemoryContextStrdup(outer, json_string_value(json_object_get(reply.doc, "outcome")));
 		json_decref(reply.doc);
 		CommitTransactionCommand();
@@ -710,7 +709,6 @@ mesh_sweep(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	mesh_call_slot(MESH_REAPER_SLOT, MESH_OP_SWEEP, req, NULL, 0, &reply);
-	json_decref(req);
 	json_array_foreach(json_object_get(reply.doc, "rows"), i, row)
 	{
 		Datum		values[4];

@@ -399,9 +399,8 @@ materialize_body(void *arg)
 				 errhint("An admin sets it with mesh.backend_set_credential().")));
 
 	be.driver->declared_capabilities(&be, &caps);
-	caps_text = json_dumps(mesh_capabilities_to_json(&caps), JSON_COMPACT);
+	caps_text = mesh_capabilities_text(&caps);
 	ws->capabilities = MemoryContextStrdup(mesh_txn_result_cxt(), caps_text);
-	free(caps_text);
 	ws->external_ref = MemoryContextStrdup(mesh_txn_result_cxt(),
 										   be.driver->workspace_ref(&be, a->install_id, ws->id));
 	json_decref(be.config);
@@ -466,10 +465,8 @@ ready_body(void *arg)
 bool
 store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, ErrorData **err)
 {
-	char	   *text = json_dumps(mesh_capabilities_to_json(caps), JSON_COMPACT);
-	ReadyArgs	a = {ws, pstrdup(text)};
+	ReadyArgs	a = {ws, mesh_capabilities_text(caps)};
 
-	free(text);
 	if (!mesh_txn("mesh worker: workspace ready", ready_body, &a, true, err))
 		return false;
 	ws->status = "ready";

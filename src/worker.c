@@ -102,12 +102,14 @@ typedef struct OutMessage
 } OutMessage;
 
 static dlist_head calls = DLIST_STATIC_INIT(calls);
+static int	ncalls = 0;			/* length of calls */
 static MemoryContext worker_cxt;
 static int	worker_index;
 static char *install_id;
 
 static void spawn_internal_release(const char *run_id, const char *reason);
 static bool workspace_has_capability(WorkerCall *call, const char *name);
+static void wake_broker(void);
 static void climb_tier(WorkerCall *call);
 
 /*--------------------------------------------------------------------------
@@ -216,7 +218,7 @@ failure_hint(MeshFailure failure)
 		case MESH_FAIL_UNAVAILABLE:
 			return "Check that the backend is running and reachable; see mesh.backend_catalog.";
 		case MESH_FAIL_NO_RESOURCES:
-			return "The backend's host must be prepared for it (the message says how), or release workspaces.";
+			return "The backend has no room for this: prepare its host as the message says, or release workspaces that are done (mesh-sandboxd at capacity: raise its open-files limit); then retry.";
 		case MESH_FAIL_TOO_LARGE:
 			return "See mesh.max_file_size and the backend's limits.";
 		case MESH_FAIL_PERMISSION:
@@ -359,12 +361,19 @@ attach_call(dsm_handle handle)
 	return call;
 }
 
+/*
+ * Take calls from the queue while fewer than mesh.worker_max_calls are in
+ * progress here (internal releases included); the rest wait in the queue,
+ * their callers asleep, cancellably, and callers that find the queue full
+ * wait for room (handoff.c).  Bounding the calls bounds this process's
+ * sockets and the backend's concurrent requests.
+ */
 static void
 take_new_calls(void)
 {
 	dsm_handle	handle;
 
-	while (mesh_worker_pop(worker_index, &handle))
+	while (ncalls < mesh_worker_max_calls && mesh_worker_pop(worker_index, &handle))
 	{
 		WorkerCall *call = attach_call(handle);
 
@@ -387,7 +396,15 @@ take_new_calls(void)
 			MemoryContextSwitchTo(old);
 		}
 		dlist_push_tail(&calls, &call->node);
+		ncalls++;
 	}
+}
+
+/* Calls are waiting in the queue and there is room to take them now. */
+static bool
+queued_calls_fit(void)
+{
+	return ncalls < mesh_worker_max_calls && mesh_worker_has_queued(worker_index);
 }
 
 static void
@@ -402,6 +419,10 @@ free_call(WorkerCall *call)
 	if (call->req)
 		json_decref(call->req);
 	dlist_delete(&call->node);
+	ncalls--;
+	/* the queue handle lives in the worker's top context: free it with the call */
+	if (call->mqh)
+		shm_mq_detach(call->mqh);
 	if (call->seg)
 		dsm_detach(call->seg);
 	MemoryContextDelete(call->cxt);
@@ -425,6 +446,7 @@ spawn_internal_release(const char *run_id, const char *reason)
 	call->caller_gone = true;
 	call->step = STEP_START;
 	dlist_push_tail(&calls, &call->node);
+	ncalls++;
 }
 
 /*--------------------------------------------------------------------------
@@ -615,7 +637,7 @@ finish_acquire(WorkerCall *call, const MeshHttpResponse *resp)
 	if (r == MESH_STEP_FAILED)
 	{
 		bool		retryable = merr.failure == MESH_FAIL_UNAVAILABLE ||
-			merr.failure == MESH_FAIL_PROTOCOL;
+			merr.failure == MESH_FAIL_NO_RESOURCES || merr.failure == MESH_FAIL_PROTOCOL;
 
 		if (!store_materialize_failed(&call->ws, retryable, merr.message, &err))
 			FreeErrorData(err);
@@ -1179,8 +1201,15 @@ static void
 finish_release(WorkerCall *call, const MeshHttpResponse *resp)
 {
 	finish_release_outcome(call, resp);
-	if (call->step != STEP_OPERATING)
-		wake_parked(call->run_id, NULL);
+	if (call->step == STEP_OPERATING)
+		return;
+	if (call->ws.release_outcome != NULL)	/* released now (an idle hibernation is not) */
+	{
+		mesh_broker_forget_workspace(call->ws.external_ref);
+		if (call->ws.has_grants)
+			wake_broker();		/* it stops listening there and removes the rest */
+	}
+	wake_parked(call->run_id, NULL);
 }
 
 static void
@@ -1656,7 +1685,7 @@ mesh_worker_main(Datum arg)
 		mesh_http_drive();
 		runnable = advance_all();
 		/* push new requests onto the wire; finished ones mean another pass */
-		if (mesh_http_drive() > 0 || runnable || any_call_ready())
+		if (mesh_http_drive() > 0 || runnable || any_call_ready() || queued_calls_fit())
 			continue;
 
 		set = mesh_http_wait_set(&timeout);

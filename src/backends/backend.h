@@ -50,7 +50,7 @@ typedef struct MeshCapabilities
 	bool		seccomp;		/* workspace processes run under a system-call filter */
 } MeshCapabilities;
 
-extern json_t *mesh_capabilities_to_json(const MeshCapabilities *caps);
+extern char *mesh_capabilities_text(const MeshCapabilities *caps);
 
 /* A catalog entry resolved for one operation. */
 typedef struct MeshBackend
@@ -99,7 +99,8 @@ typedef enum MeshFailure
 	MESH_FAIL_BAD_REQUEST,		/* the backend refused the input */
 	MESH_FAIL_NOT_RUNNING,		/* workspace exists but is not running */
 	MESH_FAIL_NO_RESOURCES,		/* the backend's host lacks (or will not risk) a resource:
-								 * HTTP 507, e.g. no bounded disk for workspaces */
+								 * HTTP 507, e.g. no bounded disk for workspaces; or it
+								 * has no room now: 503 out_of_resources, 429 */
 	MESH_FAIL_UNAVAILABLE,		/* cannot reach the backend */
 	MESH_FAIL_PROTOCOL,			/* an answer the driver cannot understand */
 	MESH_FAIL_PERMISSION,		/* the workspace's file modes forbid it */

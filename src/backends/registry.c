@@ -62,19 +62,30 @@ mesh_size_parse(const char *name, MeshSize *size)
 	return false;
 }
 
-json_t *
-mesh_capabilities_to_json(const MeshCapabilities *caps)
+/*
+ * Capabilities as the JSON text a workspace row records, palloc'd: the
+ * jansson document is freed here, so recording them costs nothing that
+ * outlives the call.
+ */
+char *
+mesh_capabilities_text(const MeshCapabilities *caps)
 {
-	return json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
-					 "shell", caps->shell,
-					 "resource_limits", caps->resource_limits,
-					 "compute_metering", caps->compute_metering,
-					 "egress_control", caps->egress_control,
-					 "disk_limits", caps->disk_limits,
-					 "snapshot", caps->snapshot,
-					 "hibernate", caps->hibernate,
-					 "caller_chosen_id", caps->caller_chosen_id,
-					 "seccomp", caps->seccomp);
+	json_t	   *doc = json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
+								"shell", caps->shell,
+								"resource_limits", caps->resource_limits,
+								"compute_metering", caps->compute_metering,
+								"egress_control", caps->egress_control,
+								"disk_limits", caps->disk_limits,
+								"snapshot", caps->snapshot,
+								"hibernate", caps->hibernate,
+								"caller_chosen_id", caps->caller_chosen_id,
+								"seccomp", caps->seccomp);
+	char	   *text = json_dumps(doc, JSON_COMPACT);
+	char	   *copy = pstrdup(text);
+
+	free(text);
+	json_decref(doc);
+	return copy;
 }
 
 /* Append one "Name: value" header; the worker hands them to curl as they are. */
@@ -199,6 +210,8 @@ classify_error(long status, const char *code)
 		return MESH_FAIL_TOO_LARGE;
 	if (status == 409)
 		return MESH_FAIL_NOT_RUNNING;
+	if (status == 429 || (status == 503 && code && strcmp(code, "out_of_resources") == 0))
+		return MESH_FAIL_NO_RESOURCES;	/* no room now */
 	if (status == 401 || status == 403)
 		return MESH_FAIL_UNAVAILABLE;
 	if (status >= 400 && status < 500)

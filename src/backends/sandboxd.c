@@ -164,7 +164,7 @@ set_network(json_t *body, const char *egress_text)
 		json_t	   *domains = json_object_get(egress, "domains");
 
 		json_object_set_new(body, "network", json_string("allowlist"));
-		json_object_set(body, "allow", json_is_array(domains) ? domains : json_array());
+		json_object_set_new(body, "allow", json_is_array(domains) ? json_incref(domains) : json_array());
 	}
 	else if (mode && strcmp(mode, "open") == 0 && enforced)
 		json_object_set_new(body, "network", json_string("open"));
