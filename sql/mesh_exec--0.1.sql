@@ -717,20 +717,20 @@ RETURNS jsonb
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     ws mesh.workspaces := mesh.workspace_lock(p_id);
-    egress jsonb;
+    policy jsonb;
 BEGIN
     IF ws.status IS DISTINCT FROM 'pending' OR ws.external_ref IS NOT NULL THEN
         PERFORM mesh.raise_bad_move(ws, 'begin an acquisition');
     END IF;
-    egress := mesh.workspace_egress(p_backend, p_caps);
+    policy := mesh.workspace_egress(p_backend, p_caps);
     UPDATE mesh.workspaces w SET status = 'acquiring', backend_kind = p_backend, external_ref = p_ref,
-           size = p_size, capabilities = p_caps, egress = workspace_begin_acquire.egress,
+           size = p_size, capabilities = p_caps, egress = policy,
            status_reason = NULL, status_reason_code = NULL
      WHERE w.id = p_id;
     INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
     VALUES ('acquiring', ws.run_id, ws.id, p_backend,
-            jsonb_build_object('size', p_size, 'implicit_selection', p_implicit, 'egress', egress));
-    RETURN egress;
+            jsonb_build_object('size', p_size, 'implicit_selection', p_implicit, 'egress', policy));
+    RETURN policy;
 END
 $$;
 

@@ -87,7 +87,7 @@ col_reason(const MeshRows *rows, uint64 row, const char *name)
 	"(pg_catalog.array_position(pg_catalog.enum_range(NULL::mesh.workspace_status), " col ") - 1)::bigint"
 /* SQL that reads a status_reason_code column as MeshReasonCode. */
 #define REASON_INDEX(col) \
-	"pg_catalog.coalesce(pg_catalog.array_position(pg_catalog.enum_range(NULL::mesh.status_reason_code), " col "), 0)::bigint"
+	"coalesce(pg_catalog.array_position(pg_catalog.enum_range(NULL::mesh.status_reason_code), " col "), 0)::bigint"
 
 /*--------------------------------------------------------------------------
  * Declaring a run (mesh_acquire).

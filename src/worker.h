@@ -60,7 +60,8 @@ typedef struct WorkerCall
 	MeshOpState opstate;		/* the driver's state for the operation in flight */
 	int64		exec_id;
 	MeshExecSpec spec;
-	XLogRecPtr	exec_row_lsn;	/* exec row's commit, flushed once sent */
+	XLogRecPtr	deferred_lsn;	/* a commit not yet flushed: flushed once the request
+								 * it precedes is sent, and before any reply */
 	TimestampTz op_started;
 	List	   *outbox;			/* OutMessages not yet sent */
 	MeshTransfer *kept;			/* a finished transfer whose body a queued reply sends */
@@ -101,10 +102,10 @@ extern char *worker_install_id;
 /* worker.c: replies */
 extern void queue_message(WorkerCall *call, json_t *doc, const char *blob, Size blob_len);
 extern void reply_ok(WorkerCall *call, json_t *doc, const char *blob, Size blob_len);
-extern void reply_error(WorkerCall *call, const char *sqlstate, const char *message,
+extern void reply_error(WorkerCall *call, int sqlerrcode, const char *message,
 						const char *detail, const char *hint);
 extern void reply_txn_error(WorkerCall *call, ErrorData *err);
-extern const char *failure_sqlstate(MeshFailure failure);
+extern int	failure_sqlerrcode(MeshFailure failure);
 extern const char *failure_hint(MeshFailure failure);
 extern void reply_backend_error(WorkerCall *call, const char *what, const MeshError *err);
 

@@ -55,6 +55,9 @@ start_acquire(WorkerCall *call)
 									 worker_install_id, &req);
 	start_transfer(call, &req, 1024 * 1024);
 	call->step = STEP_ACQUIRING;
+	/* put the request on the wire, then make the move to acquiring durable meanwhile */
+	mesh_http_drive();
+	mesh_flush_to(call->deferred_lsn);
 }
 
 /*
@@ -79,13 +82,19 @@ begin_materialize(WorkerCall *call)
 {
 	ErrorData  *err;
 
-	if (strcmp(call->ws.status, "pending") == 0 && call->ws.external_ref == NULL)
+	if (call->ws.status == MESH_WS_PENDING && call->ws.external_ref == NULL)
 	{
-		if (!store_begin_materialize(&call->ws, worker_install_id, &err))
+		/*
+		 * Deferred, flushed once the create is sent (start_acquire): a crash
+		 * before the flush can leave a sandbox no row names, which
+		 * reconciliation releases as an orphan (docs/design.md, invariant 4).
+		 */
+		if (!store_begin_materialize(&call->ws, worker_install_id, MESH_COMMIT_DEFERRED, &err))
 		{
 			reply_txn_error(call, err);
 			return;
 		}
+		call->deferred_lsn = mesh_txn_commit_lsn();
 		queue_message(call,
 					  json_pack("{s:s}", "notice",
 								psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"%s; the first call takes a moment",
@@ -94,18 +103,18 @@ begin_materialize(WorkerCall *call)
 										 : " (no snapshot capability: it starts empty)")),
 					  NULL, 0);
 	}
-	else if (strcmp(call->ws.status, "pending") == 0)
+	else if (call->ws.status == MESH_WS_PENDING)
 	{
 		/* hibernated, or an interrupted acquire: acquire again, on the backend and under the name it has */
-		bool		interrupted = call->ws.status_reason != NULL &&
-			strncmp(call->ws.status_reason, MESH_ACQUIRE_INTERRUPTED,
-					strlen(MESH_ACQUIRE_INTERRUPTED)) == 0;
+		bool		interrupted = call->ws.reason_code == MESH_REASON_ACQUIRE_INTERRUPTED;
 
-		if (!store_begin_wake(&call->ws, &err))
+		/* the row already names the sandbox: flushed once the wake is sent, as above */
+		if (!store_begin_wake(&call->ws, MESH_COMMIT_DEFERRED, &err))
 		{
 			reply_txn_error(call, err);
 			return;
 		}
+		call->deferred_lsn = mesh_txn_commit_lsn();
 		queue_message(call,
 					  json_pack("{s:s}", "notice",
 								psprintf(interrupted ? "mesh: setting up the sandbox of run \"%s\" on backend \"%s\" again (the last try was interrupted)"
@@ -140,13 +149,15 @@ finish_acquire(WorkerCall *call, const MeshHttpResponse *resp)
 		wake_parked(call->run_id, &merr);
 		return;
 	}
-	if (!store_materialized(&call->ws, &caps, &err))
+	/* deferred: the call's next commit flushes it, or its reply does */
+	if (!store_materialized(&call->ws, &caps, MESH_COMMIT_DEFERRED, &err))
 	{
 		call->step = STEP_START;
 		reply_txn_error(call, err);
 		wake_parked(call->run_id, NULL);
 		return;
 	}
+	call->deferred_lsn = mesh_txn_commit_lsn();
 	call->step = STEP_START;
 	wake_parked(call->run_id, NULL);
 }
@@ -225,7 +236,7 @@ finish_token_delivery(WorkerCall *call, const MeshHttpResponse *resp)
 		return;
 	if (r == MESH_STEP_FAILED)
 	{
-		reply_error(call, failure_sqlstate(merr.failure),
+		reply_error(call, failure_sqlerrcode(merr.failure),
 					psprintf("could not deliver the run token into the workspace of run \"%s\"", call->run_id),
 					merr.message, failure_hint(merr.failure));
 		return;

@@ -37,7 +37,7 @@ bound_by_budget(WorkerCall *call)
 	{
 		if (!store_budget_exhausted(&call->ws, call->ws.compute_seconds, &err))
 			FreeErrorData(err);
-		reply_error(call, "53400", call->ws.status_reason, NULL,
+		reply_error(call, ERRCODE_CONFIGURATION_LIMIT_EXCEEDED, call->ws.status_reason, NULL,
 					"Raise the budget with mesh.run_set_budget() or mesh.agent_set_budget(), or start a new run.");
 		spawn_internal_release(call->run_id, call->ws.status_reason);
 		return false;
@@ -146,7 +146,7 @@ start_exec(WorkerCall *call)
 
 	if (!workspace_has_capability(call, "shell"))
 	{
-		reply_error(call, "0A000",
+		reply_error(call, ERRCODE_FEATURE_NOT_SUPPORTED,
 					psprintf("backend \"%s\" cannot run commands (it does not declare the shell capability)",
 							 call->ws.backend_kind),
 					NULL, "Pin this agent to a backend with shell, or use only file calls.");
@@ -170,7 +170,7 @@ start_exec(WorkerCall *call)
 	if (!bound_by_budget(call))
 		return;
 
-	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &call->exec_row_lsn,
+	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &call->deferred_lsn,
 							&call->delivered, &err))
 	{
 		reply_txn_error(call, err);
@@ -184,23 +184,23 @@ start_exec(WorkerCall *call)
 	call->step = STEP_OPERATING;
 	/* put the request on the wire, then make the exec row durable meanwhile */
 	mesh_http_drive();
-	mesh_flush_to(call->exec_row_lsn);
+	mesh_flush_to(call->deferred_lsn);
 }
 
 /*
  * The kernel's OOM kill comes first: a command that ran out of memory and
  * then hit its timeout still ran out of memory.
  */
-static const char *
+static MeshExecStatus
 exec_status(const MeshExecResult *r)
 {
 	if (r->oom_killed)
-		return "oom";
+		return MESH_EXEC_OOM;
 	if (r->timed_out)
-		return "timeout";
+		return MESH_EXEC_TIMEOUT;
 	if (r->killed)
-		return "cancelled";
-	return "ok";
+		return MESH_EXEC_CANCELLED;
+	return MESH_EXEC_OK;
 }
 
 static double
@@ -280,7 +280,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 		return;
 	if (r == MESH_STEP_FAILED)
 	{
-		rec.status = "error";
+		rec.status = MESH_EXEC_ERROR;
 		merr.message = redact_message(call, merr.message);
 		merr.reason = redact_message(call, merr.reason);
 		rec.error = merr.message;
@@ -298,12 +298,12 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	result.stdout_data = mesh_sanitize_text(result.stdout_data, result.stdout_len);
 	result.stderr_data = mesh_sanitize_text(result.stderr_data, result.stderr_len);
 	rec.status = exec_status(&result);
-	if (strcmp(rec.status, "timeout") == 0 && call->budget_bound)
-		rec.status = "budget_exhausted";
+	if (rec.status == MESH_EXEC_TIMEOUT && call->budget_bound)
+		rec.status = MESH_EXEC_BUDGET_EXHAUSTED;
 	rec.result = &result;
 	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
 	/* stopped at the bound the budget set: what was left of it is spent, whatever the basis */
-	if (strcmp(rec.status, "budget_exhausted") == 0)
+	if (rec.status == MESH_EXEC_BUDGET_EXHAUSTED)
 		rec.charged_seconds = Max(rec.charged_seconds,
 								  call->ws.budget_seconds - call->ws.compute_seconds);
 	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
@@ -314,13 +314,13 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	}
 	charge_budget(call, rec.charged_seconds);
 	notice_egress_denials(call, result.egress_denials);
-	if (strcmp(rec.status, "oom") == 0)
+	if (rec.status == MESH_EXEC_OOM)
 		climb_tier(call);
 	reply_ok(call, json_pack("{s:i,s:s,s:s,s:s,s:b,s:I}",
 							 "exit_code", result.exit_code,
 							 "stdout", result.stdout_data,
 							 "stderr", result.stderr_data,
-							 "status", rec.status,
+							 "status", mesh_exec_status_names[rec.status],
 							 "truncated", result.truncated,
 							 "exec_id", (json_int_t) call->exec_id),
 			 NULL, 0);
@@ -351,7 +351,7 @@ finish_cancel(WorkerCall *call, const MeshHttpResponse *resp)
 					worker_small_response_limit(call)))
 		return;
 
-	rec.status = "cancelled";
+	rec.status = MESH_EXEC_CANCELLED;
 	rec.error = resp->transport_error
 		? psprintf("cancelled by the caller; the kill request failed: %s", resp->transport_error)
 		: "cancelled by the caller (interrupt or statement_timeout)";

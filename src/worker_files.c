@@ -50,7 +50,7 @@ reply_file_error(WorkerCall *call, const char *path, const MeshError *err)
 			reply_backend_error(call, NULL, err);
 			return;
 	}
-	reply_error(call, failure_sqlstate(err->failure), message, err->message,
+	reply_error(call, failure_sqlerrcode(err->failure), message, err->message,
 				failure_hint(err->failure));
 }
 
@@ -96,8 +96,7 @@ finish_read(WorkerCall *call, const MeshHttpResponse *resp)
 
 	if (op_continues(call, r, &merr, read_response_limit(call)))
 		return;
-	if (!ok && resp->transport_error && resp->status == 0 &&
-		strstr(resp->transport_error, "limit") != NULL)
+	if (!ok && resp->too_large)
 		mesh_error_set(&merr, MESH_FAIL_TOO_LARGE, "file \"%s\" is larger than mesh.max_file_size (%d bytes)",
 					   path, mesh_max_file_bytes);
 	if (!store_file_event(&call->ws, "file_read", path, ok ? (int64) len : 0,

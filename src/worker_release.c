@@ -36,9 +36,7 @@ start_release(WorkerCall *call)
 	const char *reason = json_string_value(json_object_get(call->req, "reason"));
 	MeshHttpRequest req;
 	ErrorData  *err;
-	const char *status = call->ws.status;
-
-	if (strcmp(status, "released") == 0 || call->ws.release_outcome != NULL)
+	if (call->ws.status == MESH_WS_RELEASED || call->ws.release_outcome != NULL)
 	{
 		reply_outcome(call, "already released");
 		return;
@@ -119,7 +117,7 @@ finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp)
 		if (!store_release_stuck(&call->ws, merr.message,
 								 merr.failure == MESH_FAIL_RELEASE_INCOMPLETE, &err))
 			FreeErrorData(err);
-		reply_error(call, failure_sqlstate(merr.failure),
+		reply_error(call, failure_sqlerrcode(merr.failure),
 					psprintf("could not release the workspace of run \"%s\": %s", call->run_id,
 							 merr.reason ? merr.reason : merr.message),
 					psprintf("%s%s%s", merr.reason ? merr.message : "", merr.reason ? ". " : "",

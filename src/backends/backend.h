@@ -84,6 +84,7 @@ typedef struct MeshHttpResponse
 	const char *body;
 	size_t		body_len;
 	const char *transport_error;
+	bool		too_large;		/* the response exceeded the operation's limit */
 } MeshHttpResponse;
 
 /*
