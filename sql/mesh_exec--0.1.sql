@@ -874,7 +874,7 @@ BEGIN
         PERFORM mesh.raise_bad_move(ws, 'be recorded as stuck in its release');
     END IF;
     UPDATE mesh.workspaces w
-       SET status_reason_code = CASE WHEN p_by_hand THEN NULL ELSE 'release_stuck' END,
+       SET status_reason_code = CASE WHEN p_by_hand THEN NULL ELSE 'release_stuck'::mesh.status_reason_code END,
            status_reason = CASE WHEN p_by_hand THEN p_cause
                                 ELSE mesh.status_reason_text('release_stuck',
                                          jsonb_build_object('cause', p_cause, 'answered', p_answered)) END,
