@@ -992,16 +992,17 @@ CREATE FUNCTION mesh.exec_begin(p_workspace_id bigint, p_argv text[], p_dir text
 RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    ws mesh.workspaces;
     exec_id bigint;
 BEGIN
-    UPDATE mesh.workspaces w SET last_used_at = now() WHERE w.id = p_workspace_id RETURNING w.* INTO ws;
-    IF ws.status IS DISTINCT FROM 'ready' THEN
-        PERFORM mesh.raise_bad_move(ws, 'run a command');
-    END IF;
+    -- one statement on the hot path; the refusal looks at the row only when it applies
+    WITH w AS (UPDATE mesh.workspaces w SET last_used_at = now()
+                WHERE w.id = p_workspace_id AND w.status = 'ready' RETURNING w.id, w.run_id)
     INSERT INTO mesh.execs (workspace_id, run_id, argv, dir, env_names, stdin_bytes, timeout_ms)
-    VALUES (ws.id, ws.run_id, p_argv, p_dir, coalesce(p_env_names, '{}'), p_stdin_bytes, p_timeout_ms)
+    SELECT w.id, w.run_id, p_argv, p_dir, coalesce(p_env_names, '{}'), p_stdin_bytes, p_timeout_ms FROM w
     RETURNING id INTO exec_id;
+    IF exec_id IS NULL THEN
+        PERFORM mesh.raise_bad_move((SELECT w FROM mesh.workspaces w WHERE w.id = p_workspace_id), 'run a command');
+    END IF;
     RETURN exec_id;
 END
 $$;
@@ -1017,29 +1018,30 @@ CREATE FUNCTION mesh.exec_finish(p_exec_id bigint, p_status mesh.exec_status, p_
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    ex mesh.execs;
+    ws_id bigint;
 BEGIN
     IF p_status IS NULL OR p_status = 'running' THEN
         RAISE EXCEPTION 'mesh: an exec cannot finish as %', coalesce(p_status::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    UPDATE mesh.execs e SET status = p_status, exit_code = p_exit_code, stdout = p_stdout, stderr = p_stderr,
-           truncated = coalesce(p_truncated, false), wall_seconds = p_wall_seconds, cpu_seconds = p_cpu_seconds,
-           charged_seconds = p_charged_seconds, charge_basis = p_charge_basis, error = p_error,
-           memory_peak_bytes = p_memory_peak_bytes, finished_at = clock_timestamp()
-     WHERE e.id = p_exec_id RETURNING e.* INTO ex;
-    IF ex.id IS NULL THEN
+    WITH e AS (
+        UPDATE mesh.execs e SET status = p_status, exit_code = p_exit_code, stdout = p_stdout, stderr = p_stderr,
+               truncated = coalesce(p_truncated, false), wall_seconds = p_wall_seconds, cpu_seconds = p_cpu_seconds,
+               charged_seconds = p_charged_seconds, charge_basis = p_charge_basis, error = p_error,
+               memory_peak_bytes = p_memory_peak_bytes, finished_at = clock_timestamp()
+         WHERE e.id = p_exec_id RETURNING e.workspace_id)
+    UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + p_charged_seconds, last_used_at = now()
+      FROM e WHERE w.id = e.workspace_id RETURNING w.id INTO ws_id;
+    IF ws_id IS NULL THEN
         RAISE EXCEPTION 'mesh: exec % does not exist', p_exec_id USING ERRCODE = 'undefined_object';
     END IF;
-    UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + p_charged_seconds, last_used_at = now()
-     WHERE w.id = ex.workspace_id;
     IF p_egress_denials IS NOT NULL THEN
         INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
-        SELECT 'egress_denied', ex.run_id, ex.workspace_id, w.backend_kind,
+        SELECT 'egress_denied', w.run_id, w.id, w.backend_kind,
                jsonb_build_object('host', d->>'host', 'port', (d->>'port')::integer,
-                                  'reason', d->>'reason', 'at', d->>'at', 'exec_id', ex.id)
+                                  'reason', d->>'reason', 'at', d->>'at', 'exec_id', p_exec_id)
           FROM mesh.workspaces w, jsonb_array_elements(p_egress_denials) d
-         WHERE w.id = ex.workspace_id;
+         WHERE w.id = ws_id;
     END IF;
 END
 $$;

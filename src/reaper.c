@@ -266,7 +266,7 @@ static const char explained_sql[] =
  * each settle statement re-checks the status it saw.
  */
 static const char live_rows_sql[] =
-"SELECT external_ref, (pg_catalog.array_position(pg_catalog.enum_range(NULL::mesh.workspace_status), status) - 1)::bigint AS status, "
+"SELECT external_ref, " STATUS_INDEX("status") " AS status, "
 "       run_id FROM mesh.workspaces "
 " WHERE backend_kind = $1 AND external_ref IS NOT NULL AND release_outcome IS NULL "
 "   AND status OPERATOR(pg_catalog.=) ANY ('{pending,acquiring,ready}')";
@@ -424,7 +424,7 @@ release_orphan(json_t *rows, const MeshBackend *be, const char *ref, TimestampTz
 static void
 settle(json_t *rows, const char *backend, const MeshRows *live, uint64 r, MeshReasonCode code)
 {
-	MeshWorkspaceStatus from = (MeshWorkspaceStatus) mesh_col_int64(live, r, "status");
+	MeshWorkspaceStatus from = mesh_col_status(live, r, "status");
 	MeshParam	p[4] = {mesh_text_param(backend), mesh_text_param(mesh_col_text(live, r, "external_ref")),
 		mesh_text_param(mesh_workspace_status_names[from]),
 	mesh_text_param(mesh_reason_code_names[code])};
@@ -460,7 +460,7 @@ static void
 settle_row(json_t *rows, const char *backend, const MeshRows *live, uint64 r,
 		   MeshListedWorkspace *entry)
 {
-	MeshWorkspaceStatus status = (MeshWorkspaceStatus) mesh_col_int64(live, r, "status");
+	MeshWorkspaceStatus status = mesh_col_status(live, r, "status");
 
 	if (status == MESH_WS_READY && entry == NULL)
 		settle(rows, backend, live, r, MESH_REASON_LOST);

@@ -60,9 +60,9 @@ StaticAssertDecl(lengthof(mesh_reason_code_names) == MESH_REASON_RELEASE_STUCK +
 StaticAssertDecl(lengthof(mesh_exec_status_names) == MESH_EXEC_ERROR + 1,
 				 "mesh_exec_status_names must match MeshExecStatus");
 
-/* A workspace status read back as the position of its label (0-based). */
-static MeshWorkspaceStatus
-col_status(const MeshRows *rows, uint64 row, const char *name)
+/* A workspace status read back as the position of its label (STATUS_INDEX). */
+MeshWorkspaceStatus
+mesh_col_status(const MeshRows *rows, uint64 row, const char *name)
 {
 	int64		v = mesh_col_int64(rows, row, name);
 
@@ -71,7 +71,7 @@ col_status(const MeshRows *rows, uint64 row, const char *name)
 	return (MeshWorkspaceStatus) v;
 }
 
-/* A reason code read back as the position of its label (1-based; 0: none). */
+/* A reason code read back as the position of its label (REASON_INDEX; 0: none). */
 static MeshReasonCode
 col_reason(const MeshRows *rows, uint64 row, const char *name)
 {
@@ -81,13 +81,6 @@ col_reason(const MeshRows *rows, uint64 row, const char *name)
 		elog(ERROR, "mesh: status reason code %lld is not one this build knows", (long long) v);
 	return (MeshReasonCode) v;
 }
-
-/* SQL that reads a workspace_status column as MeshWorkspaceStatus. */
-#define STATUS_INDEX(col) \
-	"(pg_catalog.array_position(pg_catalog.enum_range(NULL::mesh.workspace_status), " col ") - 1)::bigint"
-/* SQL that reads a status_reason_code column as MeshReasonCode. */
-#define REASON_INDEX(col) \
-	"coalesce(pg_catalog.array_position(pg_catalog.enum_range(NULL::mesh.status_reason_code), " col "), 0)::bigint"
 
 /*--------------------------------------------------------------------------
  * Declaring a run (mesh_acquire).
@@ -153,7 +146,7 @@ fill_workspace(MeshWorkspace *ws, const MeshRows *r)
 	ws->run_id = mesh_col_text(r, 0, "run_id");
 	ws->agent_id = mesh_col_text(r, 0, "agent_id");
 	ws->actor_id = mesh_col_text(r, 0, "created_by_actor_id");
-	ws->status = col_status(r, 0, "status");
+	ws->status = mesh_col_status(r, 0, "status");
 	ws->reason_code = col_reason(r, 0, "reason_code");
 	ws->status_reason = mesh_col_text(r, 0, "status_reason");
 	ws->backend_kind = mesh_col_text(r, 0, "backend_kind");
@@ -749,7 +742,7 @@ store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err)
 
 	if (!mesh_txn_sql("mesh worker: releasing", MESH_COMMIT_DURABLE, begin_release_sql, 2, p, &rows, err))
 		return false;
-	ws->status = col_status(rows, 0, "status");
+	ws->status = mesh_col_status(rows, 0, "status");
 	return true;
 }
 
@@ -765,7 +758,7 @@ store_released(MeshWorkspace *ws, const char *outcome, const char *reason, Error
 	if (!mesh_txn_sql("mesh worker: released", MESH_COMMIT_DURABLE, released_sql, 3, p, &rows, err))
 		return false;
 	count_clean_run(ws);
-	ws->status = col_status(rows, 0, "status");
+	ws->status = mesh_col_status(rows, 0, "status");
 	ws->release_outcome = (char *) outcome;
 	return true;
 }

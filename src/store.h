@@ -51,6 +51,24 @@ typedef enum MeshReasonCode
 extern const char *const mesh_workspace_status_names[];
 extern const char *const mesh_reason_code_names[];
 
+/*
+ * SQL that reads a workspace_status column as MeshWorkspaceStatus, and a
+ * status_reason_code column as MeshReasonCode: the position of the label in
+ * a constant array (planned once; enum_range() would read pg_enum at every
+ * call), listed as
+ * mesh_workspace_status_names and mesh_reason_code_names are (store.c).  test/pgtap/schema.sql and state_changes.sql check the enums'
+ * labels in this order.
+ */
+#define STATUS_INDEX(col) \
+	"(pg_catalog.array_position('{pending,acquiring,ready,releasing,released,failed}'::mesh.workspace_status[], " \
+	col ") - 1)::bigint"
+#define REASON_INDEX(col) \
+	"coalesce(pg_catalog.array_position('{acquire_interrupted,acquire_failed,hibernated_idle," \
+	"hibernated_by_backend,found_running,lost,budget_exhausted,release_stuck}'::mesh.status_reason_code[], " \
+	col "), 0)::bigint"
+
+extern MeshWorkspaceStatus mesh_col_status(const MeshRows *rows, uint64 row, const char *name);
+
 /* A workspace row joined with its backend's catalog entry. */
 typedef struct MeshWorkspace
 {
