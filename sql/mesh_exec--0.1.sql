@@ -563,8 +563,9 @@ SELECT e.at, CASE e.kind WHEN 'tier_climb' THEN 'climb' WHEN 'tier_climb_capped'
 
 -- The sentence a person reads for a reason code and its particulars.
 CREATE FUNCTION mesh.status_reason_text(code mesh.status_reason_code, detail jsonb) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
-    SELECT CASE code
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    RETURN CASE code
         WHEN 'acquire_interrupted' THEN
             'acquire interrupted: ' || (detail->>'cause') || '; the run''s next call tries again'
         WHEN 'acquire_failed' THEN detail->>'cause'
@@ -582,7 +583,8 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
             (detail->>'cause') || CASE WHEN (detail->>'answered')::boolean
                                        THEN '; the reaper retries at its next sweep'
                                        ELSE '; must be released by hand unless the backend comes back' END
-    END
+    END;
+END
 $$;
 
 -- The error for a move a workspace's status does not allow.
@@ -597,10 +599,16 @@ BEGIN
 END
 $$;
 
--- The workspace row, locked for the move that follows.
+-- The workspace row, locked for the move that follows (plpgsql: its plan is
+-- kept for the session, where a SQL function's is made again at every call).
 CREATE FUNCTION mesh.workspace_lock(p_id bigint) RETURNS mesh.workspaces
-LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
-    SELECT w FROM mesh.workspaces w WHERE w.id = p_id FOR UPDATE
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ws mesh.workspaces;
+BEGIN
+    SELECT * INTO ws FROM mesh.workspaces w WHERE w.id = p_id FOR UPDATE;
+    RETURN ws;
+END
 $$;
 
 -- Declare a run (mesh_acquire): intent only.  Declaring it again with the
@@ -809,7 +817,8 @@ DECLARE
     ws mesh.workspaces := mesh.workspace_lock(p_id);
     detail jsonb := jsonb_build_object('used_seconds', round(p_used::numeric, 3),
                                        'max_compute_seconds', round(p_budget::numeric, 3));
-    reason text := mesh.status_reason_text('budget_exhausted', detail);
+    reason text := mesh.status_reason_text('budget_exhausted',
+                       jsonb_build_object('used_seconds', p_used, 'max_compute_seconds', p_budget));
 BEGIN
     IF ws.id IS NULL THEN
         PERFORM mesh.raise_bad_move(ws, 'stop for its budget');
