@@ -599,15 +599,29 @@ BEGIN
 END
 $$;
 
--- The workspace row, locked for the move that follows (plpgsql: its plan is
--- kept for the session, where a SQL function's is made again at every call).
-CREATE FUNCTION mesh.workspace_lock(p_id bigint) RETURNS mesh.workspaces
+-- The workspace row, locked for the move that follows, which its status
+-- must allow (allowed NULL: any status).  plpgsql: its plan is kept for the
+-- session, where a SQL function's is made again at every call.
+CREATE FUNCTION mesh.workspace_lock(p_id bigint, allowed mesh.workspace_status[], move text)
+RETURNS mesh.workspaces
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     ws mesh.workspaces;
 BEGIN
     SELECT * INTO ws FROM mesh.workspaces w WHERE w.id = p_id FOR UPDATE;
+    IF ws.id IS NULL OR ws.status <> ALL (coalesce(allowed, ARRAY[ws.status])) THEN
+        PERFORM mesh.raise_bad_move(ws, move);
+    END IF;
     RETURN ws;
+END
+$$;
+
+-- A move of the workspace, as an event.
+CREATE FUNCTION mesh.workspace_event(ws mesh.workspaces, kind text, detail jsonb DEFAULT '{}') RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
+    VALUES (kind, ws.run_id, ws.id, ws.backend_kind, detail);
 END
 $$;
 
@@ -702,9 +716,9 @@ CREATE FUNCTION mesh.workspace_choose_backend(p_id bigint,
     OUT driver text, OUT config text, OUT credential text)
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    ws mesh.workspaces := mesh.workspace_lock(p_id);
+    ws mesh.workspaces := mesh.workspace_lock(p_id, '{pending}', 'choose a backend');
 BEGIN
-    IF ws.status IS DISTINCT FROM 'pending' OR ws.external_ref IS NOT NULL THEN
+    IF ws.external_ref IS NOT NULL THEN
         PERFORM mesh.raise_bad_move(ws, 'choose a backend');
     END IF;
     PERFORM mesh.agent_check_concurrency(ws.agent_id, ws.id);
@@ -724,10 +738,10 @@ CREATE FUNCTION mesh.workspace_begin_acquire(p_id bigint, p_backend text, p_ref 
 RETURNS jsonb
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    ws mesh.workspaces := mesh.workspace_lock(p_id);
+    ws mesh.workspaces := mesh.workspace_lock(p_id, '{pending}', 'begin an acquisition');
     policy jsonb;
 BEGIN
-    IF ws.status IS DISTINCT FROM 'pending' OR ws.external_ref IS NOT NULL THEN
+    IF ws.external_ref IS NOT NULL THEN
         PERFORM mesh.raise_bad_move(ws, 'begin an acquisition');
     END IF;
     policy := mesh.workspace_egress(p_backend, p_caps);
@@ -735,9 +749,9 @@ BEGIN
            size = p_size, capabilities = p_caps, egress = policy,
            status_reason = NULL, status_reason_code = NULL
      WHERE w.id = p_id;
-    INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
-    VALUES ('acquiring', ws.run_id, ws.id, p_backend,
-            jsonb_build_object('size', p_size, 'implicit_selection', p_implicit, 'egress', policy));
+    ws.backend_kind := p_backend;
+    PERFORM mesh.workspace_event(ws, 'acquiring',
+        jsonb_build_object('size', p_size, 'implicit_selection', p_implicit, 'egress', policy));
     RETURN policy;
 END
 $$;
@@ -748,15 +762,15 @@ $$;
 CREATE FUNCTION mesh.workspace_begin_wake(p_id bigint) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    ws mesh.workspaces := mesh.workspace_lock(p_id);
+    ws mesh.workspaces := mesh.workspace_lock(p_id, '{pending}', 'be woken');
 BEGIN
-    IF ws.status IS DISTINCT FROM 'pending' OR ws.external_ref IS NULL THEN
+    IF ws.external_ref IS NULL THEN
         PERFORM mesh.raise_bad_move(ws, 'be woken');
     END IF;
     PERFORM mesh.agent_check_concurrency(ws.agent_id, ws.id);
     UPDATE mesh.workspaces w SET status = 'acquiring', status_reason = NULL, status_reason_code = NULL
      WHERE w.id = p_id;
-    INSERT INTO mesh.events (kind, run_id, workspace_id, backend) VALUES ('waking', ws.run_id, ws.id, ws.backend_kind);
+    PERFORM mesh.workspace_event(ws, 'waking');
 END
 $$;
 
@@ -766,15 +780,15 @@ $$;
 CREATE FUNCTION mesh.workspace_acquired(p_id bigint, p_caps jsonb) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    ws mesh.workspaces := mesh.workspace_lock(p_id);
+    ws mesh.workspaces := mesh.workspace_lock(p_id, '{acquiring,ready,pending}', 'become ready');
 BEGIN
-    IF ws.status IS NULL OR ws.status NOT IN ('acquiring', 'ready', 'pending') OR ws.external_ref IS NULL THEN
+    IF ws.external_ref IS NULL THEN
         PERFORM mesh.raise_bad_move(ws, 'become ready');
     END IF;
     UPDATE mesh.workspaces w SET status = 'ready', capabilities = p_caps, status_reason = NULL,
            status_reason_code = NULL, materialized_at = now(), last_used_at = now()
      WHERE w.id = p_id;
-    INSERT INTO mesh.events (kind, run_id, workspace_id, backend) VALUES ('acquired', ws.run_id, ws.id, ws.backend_kind);
+    PERFORM mesh.workspace_event(ws, 'acquired');
 END
 $$;
 
@@ -787,13 +801,10 @@ $$;
 CREATE FUNCTION mesh.workspace_acquire_failed(p_id bigint, p_retryable boolean, p_cause text) RETURNS boolean
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    ws mesh.workspaces := mesh.workspace_lock(p_id);
+    ws mesh.workspaces := mesh.workspace_lock(p_id, NULL, 'fail an acquisition');
     code mesh.status_reason_code := CASE WHEN p_retryable THEN 'acquire_interrupted' ELSE 'acquire_failed' END;
     moved boolean := ws.status IN ('acquiring', 'ready');
 BEGIN
-    IF ws.id IS NULL THEN
-        PERFORM mesh.raise_bad_move(ws, 'fail an acquisition');
-    END IF;
     IF moved THEN
         UPDATE mesh.workspaces w
            SET status = CASE WHEN p_retryable THEN 'pending' ELSE 'failed' END::mesh.workspace_status,
@@ -801,8 +812,7 @@ BEGIN
                status_reason = mesh.status_reason_text(code, jsonb_build_object('cause', p_cause))
          WHERE w.id = p_id;
     END IF;
-    INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
-    VALUES ('acquire_failed', ws.run_id, ws.id, ws.backend_kind, jsonb_build_object('retryable', p_retryable));
+    PERFORM mesh.workspace_event(ws, 'acquire_failed', jsonb_build_object('retryable', p_retryable));
     RETURN moved;
 END
 $$;
@@ -814,21 +824,17 @@ CREATE FUNCTION mesh.workspace_budget_exhausted(p_id bigint, p_used double preci
 RETURNS text
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    ws mesh.workspaces := mesh.workspace_lock(p_id);
+    ws mesh.workspaces := mesh.workspace_lock(p_id, NULL, 'stop for its budget');
     detail jsonb := jsonb_build_object('used_seconds', round(p_used::numeric, 3),
                                        'max_compute_seconds', round(p_budget::numeric, 3));
     reason text := mesh.status_reason_text('budget_exhausted',
                        jsonb_build_object('used_seconds', p_used, 'max_compute_seconds', p_budget));
 BEGIN
-    IF ws.id IS NULL THEN
-        PERFORM mesh.raise_bad_move(ws, 'stop for its budget');
-    END IF;
     IF ws.status IS DISTINCT FROM 'released' THEN
         UPDATE mesh.workspaces w SET status = 'failed', status_reason_code = 'budget_exhausted', status_reason = reason
          WHERE w.id = p_id;
     END IF;
-    INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
-    VALUES ('budget_exhausted', ws.run_id, ws.id, ws.backend_kind, detail);
+    PERFORM mesh.workspace_event(ws, 'budget_exhausted', detail);
     RETURN reason;
 END
 $$;
@@ -838,9 +844,9 @@ $$;
 CREATE FUNCTION mesh.workspace_begin_release(p_id bigint, p_reason text) RETURNS mesh.workspace_status
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    ws mesh.workspaces := mesh.workspace_lock(p_id);
+    ws mesh.workspaces := mesh.workspace_lock(p_id, '{pending,acquiring,ready,releasing,failed}', 'begin a release');
 BEGIN
-    IF ws.status IS NULL OR ws.status = 'released' OR ws.release_outcome IS NOT NULL THEN
+    IF ws.release_outcome IS NOT NULL THEN
         PERFORM mesh.raise_bad_move(ws, 'begin a release');
     END IF;
     UPDATE mesh.workspaces w SET status = CASE WHEN w.status = 'failed' THEN w.status ELSE 'releasing' END,
@@ -854,9 +860,9 @@ $$;
 CREATE FUNCTION mesh.workspace_released(p_id bigint, p_outcome text, p_reason text) RETURNS mesh.workspace_status
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    ws mesh.workspaces := mesh.workspace_lock(p_id);
+    ws mesh.workspaces := mesh.workspace_lock(p_id, '{pending,acquiring,ready,releasing,failed}', 'be released');
 BEGIN
-    IF ws.status IS NULL OR ws.status = 'released' OR ws.release_outcome IS NOT NULL THEN
+    IF ws.release_outcome IS NOT NULL THEN
         PERFORM mesh.raise_bad_move(ws, 'be released');
     END IF;
     UPDATE mesh.workspaces w SET status = CASE WHEN w.status = 'failed' THEN w.status ELSE 'released' END,
@@ -864,8 +870,7 @@ BEGIN
      WHERE w.id = p_id RETURNING w.status INTO ws.status;
     UPDATE mesh.run_tokens t SET revoked_at = now(), revoked_reason = 'the run released its workspace'
      WHERE t.run_id = ws.run_id AND t.revoked_at IS NULL;
-    INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
-    VALUES ('released', ws.run_id, ws.id, ws.backend_kind, jsonb_build_object('outcome', p_outcome));
+    PERFORM mesh.workspace_event(ws, 'released', jsonb_build_object('outcome', p_outcome));
     RETURN ws.status;
 END
 $$;
@@ -877,9 +882,9 @@ CREATE FUNCTION mesh.workspace_release_stuck(p_id bigint, p_cause text, p_answer
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    ws mesh.workspaces := mesh.workspace_lock(p_id);
+    ws mesh.workspaces := mesh.workspace_lock(p_id, '{pending,acquiring,ready,releasing,failed}', 'be recorded as stuck in its release');
 BEGIN
-    IF ws.status IS NULL OR ws.status = 'released' OR ws.release_outcome IS NOT NULL THEN
+    IF ws.release_outcome IS NOT NULL THEN
         PERFORM mesh.raise_bad_move(ws, 'be recorded as stuck in its release');
     END IF;
     UPDATE mesh.workspaces w
@@ -889,9 +894,8 @@ BEGIN
                                          jsonb_build_object('cause', p_cause, 'answered', p_answered)) END,
            release_outcome = CASE WHEN p_by_hand THEN 'must be released by hand' END
      WHERE w.id = p_id;
-    INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
-    VALUES ('release_failed', ws.run_id, ws.id, ws.backend_kind,
-            jsonb_build_object('reason', (SELECT w.status_reason FROM mesh.workspaces w WHERE w.id = p_id)));
+    PERFORM mesh.workspace_event(ws, 'release_failed',
+        jsonb_build_object('reason', (SELECT w.status_reason FROM mesh.workspaces w WHERE w.id = p_id)));
 END
 $$;
 
@@ -900,16 +904,15 @@ $$;
 CREATE FUNCTION mesh.workspace_idle_hibernated(p_id bigint) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    ws mesh.workspaces := mesh.workspace_lock(p_id);
+    ws mesh.workspaces := mesh.workspace_lock(p_id, '{ready,releasing}', 'be hibernated');
 BEGIN
-    IF ws.status IS NULL OR ws.status NOT IN ('ready', 'releasing') OR ws.release_outcome IS NOT NULL THEN
+    IF ws.release_outcome IS NOT NULL THEN
         PERFORM mesh.raise_bad_move(ws, 'be hibernated');
     END IF;
     UPDATE mesh.workspaces w SET status = 'pending', status_reason_code = 'hibernated_idle',
            status_reason = mesh.status_reason_text('hibernated_idle', NULL)
      WHERE w.id = p_id;
-    INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
-    VALUES ('hibernated', ws.run_id, ws.id, ws.backend_kind, '{"idle": true}');
+    PERFORM mesh.workspace_event(ws, 'hibernated', '{"idle": true}');
 END
 $$;
 
@@ -969,9 +972,8 @@ BEGIN
     IF ws.id IS NULL THEN
         PERFORM mesh.raise_bad_move(ws, 'record a file event');
     END IF;
-    INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
-    VALUES (p_kind, ws.run_id, ws.id, ws.backend_kind,
-            jsonb_strip_nulls(jsonb_build_object('path', p_path, 'bytes', p_bytes, 'failure', p_failure)));
+    PERFORM mesh.workspace_event(ws, p_kind,
+        jsonb_strip_nulls(jsonb_build_object('path', p_path, 'bytes', p_bytes, 'failure', p_failure)));
 END
 $$;
 
@@ -990,7 +992,7 @@ BEGIN
      WHERE t.run_id = ws.run_id AND t.revoked_at IS NULL;
     INSERT INTO mesh.run_tokens (run_id, token_sha256, expires_at)
     SELECT ws.run_id, p_sha256, now() + s.max_run_lifetime FROM mesh.settings s;
-    INSERT INTO mesh.events (kind, run_id, workspace_id, backend) VALUES ('token_minted', ws.run_id, ws.id, ws.backend_kind);
+    PERFORM mesh.workspace_event(ws, 'token_minted');
 END
 $$;
 

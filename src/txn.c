@@ -297,46 +297,6 @@ mesh_text_param(const char *value)
 	return p;
 }
 
-MeshParam
-mesh_int8_param(int64 value)
-{
-	MeshParam	p = {INT8OID, Int64GetDatum(value), false};
-
-	return p;
-}
-
-MeshParam
-mesh_int4_param(int32 value)
-{
-	MeshParam	p = {INT4OID, Int32GetDatum(value), false};
-
-	return p;
-}
-
-MeshParam
-mesh_float8_param(double value)
-{
-	MeshParam	p = {FLOAT8OID, Float8GetDatum(value), false};
-
-	return p;
-}
-
-MeshParam
-mesh_bool_param(bool value)
-{
-	MeshParam	p = {BOOLOID, BoolGetDatum(value), false};
-
-	return p;
-}
-
-MeshParam
-mesh_oid_param(Oid value)
-{
-	MeshParam	p = {OIDOID, ObjectIdGetDatum(value), false};
-
-	return p;
-}
-
 /* SQL NULL of the given type. */
 MeshParam
 mesh_null_param(Oid type)
@@ -364,12 +324,9 @@ mesh_text_array_param(const char *const *values, int n)
  *--------------------------------------------------------------------------
  */
 
-/*
- * The value of column name in row, which must have type type: a statement
- * and its reader that disagree are a bug to report, not a value to guess.
- */
-Datum
-mesh_col_datum(const MeshRows *rows, uint64 row, const char *name, Oid type, bool *isnull)
+/* The 1-based number of column name in rows, which has row. */
+static int
+col_number(const MeshRows *rows, uint64 row, const char *name)
 {
 	int			col;
 
@@ -378,6 +335,18 @@ mesh_col_datum(const MeshRows *rows, uint64 row, const char *name, Oid type, boo
 	col = SPI_fnumber(rows->desc, name);
 	if (col <= 0)
 		elog(ERROR, "mesh: the statement returned no column \"%s\"", name);
+	return col;
+}
+
+/*
+ * The value of column name in row, which must have type type: a statement
+ * and its reader that disagree are a bug to report, not a value to guess.
+ */
+Datum
+mesh_col_datum(const MeshRows *rows, uint64 row, const char *name, Oid type, bool *isnull)
+{
+	int			col = col_number(rows, row, name);
+
 	if (TupleDescAttr(rows->desc, col - 1)->atttypid != type)
 		elog(ERROR, "mesh: column \"%s\" has type %u, read as %u", name,
 			 TupleDescAttr(rows->desc, col - 1)->atttypid, type);
@@ -388,14 +357,7 @@ mesh_col_datum(const MeshRows *rows, uint64 row, const char *name, Oid type, boo
 bool
 mesh_col_isnull(const MeshRows *rows, uint64 row, const char *name)
 {
-	int			col;
-
-	if (rows == NULL || rows->desc == NULL || row >= rows->n)
-		elog(ERROR, "mesh: no row %llu to read column \"%s\" from", (unsigned long long) row, name);
-	col = SPI_fnumber(rows->desc, name);
-	if (col <= 0)
-		elog(ERROR, "mesh: the statement returned no column \"%s\"", name);
-	return heap_attisnull(rows->rows[row], col, rows->desc);
+	return heap_attisnull(rows->rows[row], col_number(rows, row, name), rows->desc);
 }
 
 /* A text column as a C string that lives as long as the rows; NULL stays NULL. */
@@ -415,28 +377,28 @@ mesh_col_text(const MeshRows *rows, uint64 row, const char *name)
 	return v;
 }
 
-/* A bigint column; NULL is an error (the statement says what it returns). */
+/* A column of type type that must not be NULL (the statement says what it returns). */
+static Datum
+col_not_null(const MeshRows *rows, uint64 row, const char *name, Oid type)
+{
+	bool		isnull;
+	Datum		d = mesh_col_datum(rows, row, name, type, &isnull);
+
+	if (isnull)
+		elog(ERROR, "mesh: column \"%s\" is NULL", name);
+	return d;
+}
+
 int64
 mesh_col_int64(const MeshRows *rows, uint64 row, const char *name)
 {
-	bool		isnull;
-	Datum		d = mesh_col_datum(rows, row, name, INT8OID, &isnull);
-
-	if (isnull)
-		elog(ERROR, "mesh: column \"%s\" is NULL", name);
-	return DatumGetInt64(d);
+	return DatumGetInt64(col_not_null(rows, row, name, INT8OID));
 }
 
-/* A double precision column; NULL is an error. */
 double
 mesh_col_float8(const MeshRows *rows, uint64 row, const char *name)
 {
-	bool		isnull;
-	Datum		d = mesh_col_datum(rows, row, name, FLOAT8OID, &isnull);
-
-	if (isnull)
-		elog(ERROR, "mesh: column \"%s\" is NULL", name);
-	return DatumGetFloat8(d);
+	return DatumGetFloat8(col_not_null(rows, row, name, FLOAT8OID));
 }
 
 /* A boolean column; NULL reads as false. */

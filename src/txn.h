@@ -14,6 +14,7 @@
 #include "access/htup.h"
 #include "access/tupdesc.h"
 #include "access/xlogdefs.h"
+#include "catalog/pg_type.h"
 
 /* The role every statement of a mesh background worker runs as. */
 #define MESH_WORKER_ROLE "mesh_worker"
@@ -60,12 +61,22 @@ extern XLogRecPtr mesh_txn_commit_lsn(void);
 extern void mesh_flush_to(XLogRecPtr lsn);
 extern MemoryContext mesh_txn_result_cxt(void);
 
+/* A parameter of type type holding value (a Datum of that type). */
+static inline MeshParam
+mesh_param(Oid type, Datum value)
+{
+	MeshParam	p = {type, value, false};
+
+	return p;
+}
+
+#define mesh_int8_param(v)		mesh_param(INT8OID, Int64GetDatum(v))
+#define mesh_int4_param(v)		mesh_param(INT4OID, Int32GetDatum(v))
+#define mesh_float8_param(v)	mesh_param(FLOAT8OID, Float8GetDatum(v))
+#define mesh_bool_param(v)		mesh_param(BOOLOID, BoolGetDatum(v))
+#define mesh_oid_param(v)		mesh_param(OIDOID, ObjectIdGetDatum(v))
+
 extern MeshParam mesh_text_param(const char *value);
-extern MeshParam mesh_int8_param(int64 value);
-extern MeshParam mesh_int4_param(int32 value);
-extern MeshParam mesh_float8_param(double value);
-extern MeshParam mesh_bool_param(bool value);
-extern MeshParam mesh_oid_param(Oid value);
 extern MeshParam mesh_null_param(Oid type);
 extern MeshParam mesh_text_array_param(const char *const *values, int n);
 
