@@ -576,7 +576,7 @@ mesh_sanitize_text(const char *data, size_t len)
  * stderr in rec->result must already be sanitized text.
  */
 bool
-store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec, ErrorData **err)
+store_exec_finished(int64 exec_id, const MeshExecRecord *rec, ErrorData **err)
 {
 	const MeshExecResult *r = rec->result;
 	MeshParam	p[13] = {
@@ -595,7 +595,6 @@ store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
 		mesh_text_param(r ? r->egress_denials : NULL)
 	};
 
-	(void) ws;
 	return mesh_txn_sql("mesh worker: exec finished", MESH_COMMIT_DURABLE, exec_finish_sql, 13, p, NULL, err);
 }
 

@@ -288,7 +288,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 			rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
 		rec.charged_seconds = seconds_since(call->op_started);
 		rec.charge_basis = "wall";
-		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+		if (!store_exec_finished(call->exec_id, &rec, &err))
 			FreeErrorData(err);
 		if (!wake_and_retry(call, &merr))
 			reply_backend_error(call, NULL, &merr);
@@ -307,7 +307,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 		rec.charged_seconds = Max(rec.charged_seconds,
 								  call->ws.budget_seconds - call->ws.compute_seconds);
 	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+	if (!store_exec_finished(call->exec_id, &rec, &err))
 	{
 		reply_txn_error(call, err);
 		return;
@@ -357,7 +357,7 @@ finish_cancel(WorkerCall *call, const MeshHttpResponse *resp)
 		: "cancelled by the caller (interrupt or statement_timeout)";
 	rec.charged_seconds = seconds_since(call->op_started);
 	rec.charge_basis = "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+	if (!store_exec_finished(call->exec_id, &rec, &err))
 		FreeErrorData(err);
 	else
 		charge_budget(call, rec.charged_seconds);
