@@ -305,7 +305,8 @@ live_workspaces(bool *ok)
 	ErrorData  *err;
 	List	   *refs = NIL;
 
-	*ok = mesh_txn_sql("mesh broker: refresh", MESH_COMMIT_DEFERRED, live_refs_sql, 0, NULL, &rows, &err);
+	/* read-only: nothing to commit, durably or not */
+	*ok = mesh_txn_sql("mesh broker: refresh", MESH_COMMIT_DURABLE, live_refs_sql, 0, NULL, &rows, &err);
 	if (!*ok)
 	{
 		FreeErrorData(err);		/* e.g. the extension is not installed yet */

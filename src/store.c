@@ -185,7 +185,8 @@ load_body(void *arg)
 /*
  * Load the run's row; an unknown run is the caller's error, and so is, with
  * run ownership on, a run caller_role (an oid; NULL: the pool's own call)
- * may not drive.  Read-only: its commit writes nothing.
+ * may not drive.  Read-only, so its commit writes and waits for nothing
+ * (and MESH_COMMIT_DURABLE spares setting synchronous_commit for it).
  */
 bool
 store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, ErrorData **err)
@@ -193,7 +194,7 @@ store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, Error
 	LoadArgs	a = {run_id, caller_role, NULL};
 
 	memset(ws, 0, sizeof(*ws));
-	if (!mesh_txn("mesh worker: load run", MESH_COMMIT_DEFERRED, load_body, &a, err))
+	if (!mesh_txn("mesh worker: load run", MESH_COMMIT_DURABLE, load_body, &a, err))
 		return false;
 	fill_workspace(ws, a.rows);
 	return true;

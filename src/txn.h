@@ -26,7 +26,8 @@
  * How a transaction commits.  MESH_COMMIT_DEFERRED does not wait for its WAL
  * flush: for intent whose loss in a crash loses nothing real, or for rows
  * the worker makes durable later with mesh_flush_to(mesh_txn_commit_lsn()),
- * overlapping the fsync with a backend's work.
+ * overlapping the fsync with a backend's work.  A read-only transaction
+ * writes no commit record, so MESH_COMMIT_DURABLE costs it nothing.
  */
 typedef enum MeshCommit
 {
