@@ -145,6 +145,14 @@ exchange(const char *token, const char *name, const char *ref, Exchange *out)
 		out->reason = pstrdup("internal error; see the server log");
 		return;
 	}
+	if (rows->n != 1)
+	{
+		ereport(LOG, (errmsg("mesh broker: mesh.broker_exchange returned %llu rows",
+							 (unsigned long long) rows->n)));
+		out->granted = false;
+		out->reason = pstrdup("internal error; see the server log");
+		return;
+	}
 	out->granted = mesh_col_bool(rows, 0, "granted");
 	out->reason = mesh_col_text(rows, 0, "reason");
 	if (!mesh_col_isnull(rows, 0, "value"))

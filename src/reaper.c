@@ -429,21 +429,17 @@ settle(json_t *rows, const char *backend, const MeshRows *live, uint64 r, MeshRe
 		mesh_text_param(mesh_workspace_status_names[from]),
 	mesh_text_param(mesh_reason_code_names[code])};
 	MeshRows   *moved = reaper_query(settle_sql, 4, p);
-	MeshRows   *after;
 
 	if (moved == NULL || moved->n == 0)
 		return;
 	if (code == MESH_REASON_LOST)
-	{
 		note(rows, "workspace_lost", mesh_col_text(moved, 0, "run_id"), backend,
 			 "the backend no longer has it; marked failed");
-		return;
-	}
-	after = moved;
-	note(rows, "workspace_settled", mesh_col_text(after, 0, "run_id"), backend,
-		 psprintf("%s -> %s: %s", mesh_workspace_status_names[from],
-				  code == MESH_REASON_FOUND_RUNNING ? "ready" : "pending",
-				  mesh_col_text(after, 0, "reason")));
+	else
+		note(rows, "workspace_settled", mesh_col_text(moved, 0, "run_id"), backend,
+			 psprintf("%s -> %s: %s", mesh_workspace_status_names[from],
+					  code == MESH_REASON_FOUND_RUNNING ? "ready" : "pending",
+					  mesh_col_text(moved, 0, "reason")));
 }
 
 /*
