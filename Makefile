@@ -4,6 +4,8 @@ MODULE_big = mesh_exec
 OBJS = \
 	src/mesh_exec.o \
 	src/handoff.o \
+	src/calls.o \
+	src/stages.o \
 	src/api.o \
 	src/worker.o \
 	src/worker_acquire.o \

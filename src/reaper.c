@@ -60,6 +60,9 @@ PG_FUNCTION_INFO_V1(mesh_sweep);
 
 static char *install_id;
 
+/* mesh.sweep()'s columns, in order: the keys of the rows note() makes */
+static const char *const sweep_columns[MESH_SWEEP_COLUMNS] = {"action", "run_id", "backend", "detail"};
+
 /* One thing a sweep did, as the row mesh.sweep() returns. */
 static void
 note(json_t *rows, const char *action, const char *run_id, const char *backend,
@@ -208,13 +211,19 @@ release_through_worker(const char *run_id, const char *reason, bool idle, Timest
 	mesh_call_deadline = until;
 	PG_TRY();
 	{
-		json_t	   *req = json_pack("{s:s,s:s,s:b}", "run_id", run_id, "reason", reason, "idle", idle);
-		MeshReply	reply;
+		StringInfoData req;
+		MeshReleaseRequest r = {0};
+		MeshMsg		reply;
 
 		StartTransactionCommand();
-		mesh_call(MESH_OP_RELEASE, run_id, req, NULL, 0, &reply);
-		*outcome = MemoryContextStrdup(outer, json_string_value(json_object_get(reply.doc, "outcome")));
-		json_decref(reply.doc);
+		initStringInfo(&req);
+		mesh_msg_begin(&req, MESH_MSG_REQUEST, MESH_OP_RELEASE, sizeof(r));
+		r.reason = mesh_msg_add_string(&req, reason);
+		r.idle = idle;
+		mesh_msg_set_fixed(&req, &r, sizeof(r));
+		mesh_call(run_id, &req, NULL, 0, &reply);
+		*outcome = MemoryContextStrdup(outer, mesh_msg_string(&reply, ((const MeshReleaseReply *)
+																   mesh_msg_fixed(&reply, sizeof(MeshReleaseReply)))->outcome));
 		CommitTransactionCommand();
 	}
 	PG_CATCH();
@@ -609,16 +618,38 @@ static void
 serve_sweep_request(dsm_handle handle)
 {
 	MeshCall   *hdr;
+	MeshMsg		request;
+	const char *blob;
 	shm_mq_handle *mqh;
-	dsm_segment *seg = mesh_attach_call(handle, &hdr, &mqh);
-	json_t	   *rows = json_array();
+	dsm_segment *seg = mesh_attach_call(handle, &hdr, &request, &blob, &mqh);
+	MeshCallTimes times = {0};
+	json_t	   *rows;
 	StringInfoData msg;
+	size_t		i;
+	json_t	   *row;
+	MeshSweepReply r;
 
 	if (seg == NULL)
 		return;
+	times.handoff_ns = mesh_clock_ns() - hdr->queued_at_ns;
+	times.worker_txn_ns = mesh_txn_time_ns;
+	rows = json_array();
 	sweep(rows);
+	times.worker_txn_ns = mesh_txn_time_ns - times.worker_txn_ns;
 	initStringInfo(&msg);
-	mesh_reply_encode(&msg, json_pack("{s:o}", "rows", rows));
+	mesh_msg_begin(&msg, MESH_MSG_REPLY, MESH_OP_SWEEP, sizeof(r));
+	r.nrows = (int32) json_array_size(rows);
+	r.cells = mesh_msg_add_list(&msg, r.nrows * MESH_SWEEP_COLUMNS);
+	json_array_foreach(rows, i, row)
+	{
+		for (int f = 0; f < MESH_SWEEP_COLUMNS; f++)
+			mesh_msg_set_list_item(&msg, r.cells, i * MESH_SWEEP_COLUMNS + f,
+								   mesh_msg_add_string(&msg, json_string_value(json_object_get(row, sweep_columns[f]))));
+	}
+	json_decref(rows);
+	mesh_msg_set_fixed(&msg, &r, sizeof(r));
+	times.replied_at_ns = mesh_clock_ns();
+	mesh_msg_set_times(&msg, &times);
 	(void) shm_mq_send(mqh, msg.len, msg.data, false, true);
 	pfree(msg.data);
 	dsm_detach(seg);
@@ -702,28 +733,29 @@ Datum
 mesh_sweep(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	json_t	   *req = json_pack("{s:s}", "run_id", "");
-	MeshReply	reply;
-	size_t		i;
-	json_t	   *row;
+	StringInfoData req;
+	MeshMsg		reply;
+	const MeshSweepReply *r;
 
 	InitMaterializedSRF(fcinfo, 0);
-	mesh_call_slot(MESH_REAPER_SLOT, MESH_OP_SWEEP, req, NULL, 0, &reply);
-	json_array_foreach(json_object_get(reply.doc, "rows"), i, row)
+	initStringInfo(&req);
+	mesh_msg_begin(&req, MESH_MSG_REQUEST, MESH_OP_SWEEP, 0);
+	mesh_call_slot(MESH_REAPER_SLOT, "", &req, NULL, 0, &reply);
+	r = mesh_msg_fixed(&reply, sizeof(MeshSweepReply));
+	for (int i = 0; i < r->nrows; i++)
 	{
-		Datum		values[4];
-		bool		nulls[4];
-		const char *fields[4] = {"action", "run_id", "backend", "detail"};
+		Datum		values[MESH_SWEEP_COLUMNS];
+		bool		nulls[MESH_SWEEP_COLUMNS];
 
-		for (int f = 0; f < 4; f++)
+		for (int f = 0; f < MESH_SWEEP_COLUMNS; f++)
 		{
-			const char *v = json_string_value(json_object_get(row, fields[f]));
+			const char *v = mesh_msg_string(&reply, mesh_msg_list_item(&reply, r->cells,
+																	   i * MESH_SWEEP_COLUMNS + f));
 
 			nulls[f] = v == NULL;
 			values[f] = v ? CStringGetTextDatum(v) : (Datum) 0;
 		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	json_decref(reply.doc);
 	return (Datum) 0;
 }

@@ -59,7 +59,7 @@ extern char *mesh_sanitize_text(const char *data, size_t len);
 
 extern bool store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 						  const char *parent_run_id, const char *environment,
-						  const char *owner_role, char **row_json, ErrorData **err);
+						  const char *owner_role, Datum *row, ErrorData **err);
 extern bool store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, ErrorData **err);
 extern bool store_begin_materialize(MeshWorkspace *ws, const char *install_id, ErrorData **err);
 extern bool store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, ErrorData **err);

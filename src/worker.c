@@ -43,7 +43,7 @@
 #include "worker.h"
 
 /*
- * A message for the caller: the framed JSON, then the blob (a file's bytes)
+ * A message for the caller: the typed message (calls.h), then the blob (a file's bytes)
  * sent from where it already lies, so a file is not copied into the message.
  */
 typedef struct OutMessage
@@ -97,43 +97,78 @@ worker_op(MeshOp op)
  *--------------------------------------------------------------------------
  */
 
+/* The time spent in transactions since the last mark is this call's. */
+static void
+settle_txn_time(WorkerCall *call)
+{
+	call->times.worker_txn_ns += mesh_txn_time_ns - call->txn_mark;
+	call->txn_mark = mesh_txn_time_ns;
+}
+
 /*
- * Queue a message for the caller; sent by flush_outbox().  The blob is not
- * copied: it must live as long as the call (a read's body is kept with its
- * transfer, see complete_transfer).
+ * Queue a built message for the caller; sent by flush_outbox().  The blob
+ * is not copied: it must live as long as the call (a read's body is kept
+ * with its transfer, see complete_transfer).
  */
-void
-queue_message(WorkerCall *call, json_t *doc, const char *blob, Size blob_len)
+static void
+queue_message(WorkerCall *call, StringInfo head, const char *blob, Size blob_len)
 {
 	OutMessage *msg = palloc(sizeof(OutMessage));
 
-	msg->head = makeStringInfo();
-	mesh_reply_encode(msg->head, doc);
+	msg->head = head;
 	msg->blob = blob;
 	msg->blob_len = blob_len;
-	json_decref(doc);
 	call->outbox = lappend(call->outbox, msg);
 }
 
+/* A NOTICE for the caller, raised there while it keeps waiting. */
 void
-reply_ok(WorkerCall *call, json_t *doc, const char *blob, Size blob_len)
+queue_notice(WorkerCall *call, const char *text)
 {
-	queue_message(call, doc, blob, blob_len);
+	StringInfo	head = makeStringInfo();
+
+	mesh_msg_notice(head, call->op, text);
+	queue_message(call, head, NULL, 0);
+}
+
+/* A reply of the call's operation, its fixed struct still to be set. */
+StringInfo
+begin_reply(WorkerCall *call, Size fixed_size)
+{
+	StringInfo	head = makeStringInfo();
+
+	mesh_msg_begin(head, MESH_MSG_REPLY, call->op, fixed_size);
+	return head;
+}
+
+/* Queue the call's final message (a reply or an error), with its timings. */
+void
+finish_with(WorkerCall *call, StringInfo head, const char *blob, Size blob_len)
+{
+	settle_txn_time(call);
+	call->times.replied_at_ns = mesh_clock_ns();
+	mesh_msg_set_times(head, &call->times);
+	queue_message(call, head, blob, blob_len);
 	call->step = STEP_FINISHED;
+}
+
+/* A reply without fields (a file write's). */
+void
+reply_done(WorkerCall *call)
+{
+	finish_with(call, begin_reply(call, 0), NULL, 0);
 }
 
 void
 reply_error(WorkerCall *call, const char *sqlstate, const char *message,
 			const char *detail, const char *hint)
 {
-	json_t	   *error = json_pack("{s:s,s:s}", "sqlstate", sqlstate, "message", message);
+	StringInfo	head = makeStringInfo();
 
-	if (detail)
-		json_object_set_new(error, "detail", json_string(detail));
-	if (hint)
-		json_object_set_new(error, "hint", json_string(hint));
-	queue_message(call, json_pack("{s:o}", "error", error), NULL, 0);
-	call->step = STEP_FINISHED;
+	mesh_msg_error(head, call->op,
+				   MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]),
+				   message, detail, hint);
+	finish_with(call, head, NULL, 0);
 }
 
 /*
@@ -257,31 +292,70 @@ flush_outbox(WorkerCall *call)
  *--------------------------------------------------------------------------
  */
 
+/* The size of an operation's fixed request struct. */
+static Size
+request_size(MeshOp op)
+{
+	switch (op)
+	{
+		case MESH_OP_ACQUIRE:
+			return sizeof(MeshAcquireRequest);
+		case MESH_OP_EXEC:
+			return sizeof(MeshExecRequest);
+		case MESH_OP_READ_FILE:
+		case MESH_OP_WRITE_FILE:
+			return sizeof(MeshFileRequest);
+		case MESH_OP_RELEASE:
+			return sizeof(MeshReleaseRequest);
+		default:
+			return 0;
+	}
+}
+
+/*
+ * A new call of OP for RUN_ID whose request is MSG; with OWN, the call
+ * keeps copies of both (a call the worker makes itself), otherwise they lie
+ * in the call segment, mapped while the call lasts.
+ */
+static WorkerCall *
+new_call(MeshOp op, const char *run_id, const char *msg, Size msg_len, bool own)
+{
+	WorkerCall *call = MemoryContextAllocZero(worker_cxt, sizeof(WorkerCall));
+
+	call->cxt = AllocSetContextCreate(worker_cxt, "mesh call", ALLOCSET_DEFAULT_SIZES);
+	call->op = op;
+	call->def = worker_op(op);
+	call->run_id = own ? MemoryContextStrdup(call->cxt, run_id) : run_id;
+	if (own)
+		msg = memcpy(MemoryContextAlloc(call->cxt, msg_len), msg, msg_len);
+	mesh_msg_parse(msg, msg_len, &call->msg);
+	if (call->def)
+		memcpy(&call->req, mesh_msg_fixed(&call->msg, request_size(op)), request_size(op));
+	call->txn_mark = mesh_txn_time_ns;
+	call->step = STEP_START;
+	return call;
+}
+
 /* Attach a queued call segment; NULL when its caller already gave up. */
 static WorkerCall *
 attach_call(dsm_handle handle)
 {
 	MeshCall   *hdr;
+	MeshMsg		request;
+	const char *blob;
 	shm_mq_handle *mqh;
-	dsm_segment *seg = mesh_attach_call(handle, &hdr, &mqh);
+	dsm_segment *seg = mesh_attach_call(handle, &hdr, &request, &blob, &mqh);
 	WorkerCall *call;
-	char	   *base;
 
 	if (seg == NULL)
 		return NULL;
-	base = dsm_segment_address(seg);
-	call = MemoryContextAllocZero(worker_cxt, sizeof(WorkerCall));
-	call->cxt = AllocSetContextCreate(worker_cxt, "mesh call", ALLOCSET_DEFAULT_SIZES);
+	call = new_call(hdr->op, hdr->run_id, request.base, request.len, false);
+	call->times.handoff_ns = mesh_clock_ns() - hdr->queued_at_ns;
 	call->seg = seg;
 	call->hdr = hdr;
 	call->mqh = mqh;
-	call->op = hdr->op;
-	call->def = worker_op(hdr->op);
-	call->req = json_loadb(base + hdr->json_off, hdr->json_len, 0, NULL);
-	call->blob = base + hdr->blob_off;
+	call->blob = blob;
 	call->blob_len = hdr->blob_len;
-	call->run_id = call->req ? json_string_value(json_object_get(call->req, "run_id")) : NULL;
-	call->step = STEP_START;
 	return call;
 }
 
@@ -303,14 +377,7 @@ take_new_calls(void)
 
 		if (call == NULL)
 			continue;
-		if (call->req == NULL || call->run_id == NULL)
-		{
-			MemoryContext old = MemoryContextSwitchTo(call->cxt);
-
-			reply_error(call, "XX000", "mesh: malformed request", NULL, NULL);
-			MemoryContextSwitchTo(old);
-		}
-		else if (call->def == NULL)
+		if (call->def == NULL)
 		{
 			MemoryContext old = MemoryContextSwitchTo(call->cxt);
 
@@ -347,8 +414,8 @@ free_call(WorkerCall *call)
 		mesh_http_free(call->kept);
 	if (call->be.config)
 		json_decref(call->be.config);
-	if (call->req)
-		json_decref(call->req);
+	if (call->env)
+		json_decref(call->env);
 	dlist_delete(&call->node);
 	ncalls--;
 	/* the queue handle lives in the worker's top context: free it with the call */
@@ -368,15 +435,17 @@ free_call(WorkerCall *call)
 void
 spawn_internal_release(const char *run_id, const char *reason)
 {
-	WorkerCall *call = MemoryContextAllocZero(worker_cxt, sizeof(WorkerCall));
+	StringInfoData msg;
+	MeshReleaseRequest r = {0};
+	WorkerCall *call;
 
-	call->cxt = AllocSetContextCreate(worker_cxt, "mesh internal call", ALLOCSET_DEFAULT_SIZES);
-	call->op = MESH_OP_RELEASE;
-	call->def = worker_op(MESH_OP_RELEASE);
-	call->req = json_pack("{s:s,s:s?}", "run_id", run_id, "reason", reason);
-	call->run_id = json_string_value(json_object_get(call->req, "run_id"));
+	initStringInfo(&msg);
+	mesh_msg_begin(&msg, MESH_MSG_REQUEST, MESH_OP_RELEASE, sizeof(r));
+	r.reason = mesh_msg_add_string(&msg, reason);
+	mesh_msg_set_fixed(&msg, &r, sizeof(r));
+	call = new_call(MESH_OP_RELEASE, run_id, msg.data, msg.len, true);
+	pfree(msg.data);
 	call->caller_gone = true;
-	call->step = STEP_START;
 	dlist_push_tail(&calls, &call->node);
 	ncalls++;
 }
@@ -450,6 +519,7 @@ load_backend(WorkerCall *call)
 void
 start_transfer(WorkerCall *call, MeshHttpRequest *req, size_t max_response)
 {
+	call->http_started = mesh_clock_ns();
 	call->transfer = mesh_http_start(req, max_response, call);
 }
 
@@ -592,6 +662,7 @@ complete_transfer(WorkerCall *call)
 	/* a parser may start the operation's next request: it becomes call->transfer */
 	call->transfer = NULL;
 	mesh_http_response(done, &resp);
+	call->times.http_ns += mesh_clock_ns() - call->http_started;
 	if (step == STEP_ACQUIRING)
 		finish_acquire(call, &resp);
 	else if (step == STEP_DELIVERING)
@@ -623,6 +694,7 @@ advance_all(void)
 		MemoryContext old = MemoryContextSwitchTo(call->cxt);
 
 		CHECK_FOR_INTERRUPTS();
+		call->txn_mark = mesh_txn_time_ns;
 		if (call->hdr && pg_atomic_read_u32(&call->hdr->cancelled) && !call->caller_gone)
 		{
 			call->caller_gone = true;
@@ -639,6 +711,7 @@ advance_all(void)
 		if (call->transfer && mesh_http_is_done(call->transfer))
 			complete_transfer(call);
 		flush_outbox(call);
+		settle_txn_time(call);
 		if (call->step == STEP_START)
 			runnable = true;
 		MemoryContextSwitchTo(old);

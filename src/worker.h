@@ -49,7 +49,8 @@ typedef struct WorkerCall
 	shm_mq_handle *mqh;
 	MeshOp		op;
 	const WorkerOpDef *def;		/* what op means (worker_op); NULL: no such operation */
-	json_t	   *req;
+	MeshMsg		msg;			/* the request as it came (in the segment, or the call's copy) */
+	MeshRequest req;			/* its fixed part: read spans with mesh_msg_string(&msg, ...) */
 	const char *blob;
 	Size		blob_len;
 	const char *run_id;
@@ -69,6 +70,10 @@ typedef struct WorkerCall
 	List	   *delivered;		/* secrets delivered into this exec's environment */
 	char	   *secret_body;	/* a request body holding a secret, wiped once sent */
 	bool		woke_once;		/* already woke a stopped workspace for this call */
+	json_t	   *env;			/* the command's environment, built for the driver */
+	MeshCallTimes times;		/* where the call's time went, sent with the reply */
+	uint64		txn_mark;		/* mesh_txn_time_ns when last added to times */
+	uint64		http_started;	/* when the request in flight was started */
 } WorkerCall;
 
 /* What the worker needs to know about an operation, whichever it is. */
@@ -99,8 +104,10 @@ extern int	worker_index;
 extern char *worker_install_id;
 
 /* worker.c: replies */
-extern void queue_message(WorkerCall *call, json_t *doc, const char *blob, Size blob_len);
-extern void reply_ok(WorkerCall *call, json_t *doc, const char *blob, Size blob_len);
+extern void queue_notice(WorkerCall *call, const char *text);
+extern StringInfo begin_reply(WorkerCall *call, Size fixed_size);
+extern void finish_with(WorkerCall *call, StringInfo head, const char *blob, Size blob_len);
+extern void reply_done(WorkerCall *call);
 extern void reply_error(WorkerCall *call, const char *sqlstate, const char *message,
 						const char *detail, const char *hint);
 extern void reply_txn_error(WorkerCall *call, ErrorData *err);

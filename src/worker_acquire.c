@@ -20,21 +20,33 @@
 #include "credentials.h"
 #include "worker.h"
 
+/*
+ * Declare the run.  The reply is the mesh.workspaces row as the statement
+ * returned it, a composite datum the caller returns as it is: encoded once.
+ */
 void
 run_declare(WorkerCall *call)
 {
-	char	   *row_json;
+	const MeshAcquireRequest *r = &call->req.acquire;
+	Datum		row;
 	ErrorData  *err;
+	StringInfo	head;
+	MeshAcquireReply a;
 
 	if (!store_declare(call->run_id,
-					   json_string_value(json_object_get(call->req, "agent_id")),
-					   json_string_value(json_object_get(call->req, "actor_id")),
-					   json_string_value(json_object_get(call->req, "parent_run_id")),
-					   json_string_value(json_object_get(call->req, "environment")),
-					   caller_role(call), &row_json, &err))
+					   mesh_msg_string(&call->msg, r->agent_id),
+					   mesh_msg_string(&call->msg, r->actor_id),
+					   mesh_msg_string(&call->msg, r->parent_run_id),
+					   mesh_msg_string(&call->msg, r->environment),
+					   caller_role(call), &row, &err))
+	{
 		reply_txn_error(call, err);
-	else
-		reply_ok(call, json_pack("{s:s}", "row", row_json), NULL, 0);
+		return;
+	}
+	head = begin_reply(call, sizeof(a));
+	a.row = mesh_msg_add_bytes(head, DatumGetPointer(row), VARSIZE(DatumGetPointer(row)));
+	mesh_msg_set_fixed(head, &a, sizeof(a));
+	finish_with(call, head, NULL, 0);
 }
 
 /* Ask the recorded backend to create (or wake) the workspace. */
@@ -86,13 +98,11 @@ begin_materialize(WorkerCall *call)
 			reply_txn_error(call, err);
 			return;
 		}
-		queue_message(call,
-					  json_pack("{s:s}", "notice",
-								psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"%s; the first call takes a moment",
-										 call->run_id, call->ws.backend_kind,
-										 workspace_has_capability(call, "snapshot") ? ""
-										 : " (no snapshot capability: it starts empty)")),
-					  NULL, 0);
+		queue_notice(call,
+					 psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"%s; the first call takes a moment",
+							  call->run_id, call->ws.backend_kind,
+							  workspace_has_capability(call, "snapshot") ? ""
+							  : " (no snapshot capability: it starts empty)"));
 	}
 	else if (strcmp(call->ws.status, "pending") == 0)
 	{
@@ -106,12 +116,10 @@ begin_materialize(WorkerCall *call)
 			reply_txn_error(call, err);
 			return;
 		}
-		queue_message(call,
-					  json_pack("{s:s}", "notice",
-								psprintf(interrupted ? "mesh: setting up the sandbox of run \"%s\" on backend \"%s\" again (the last try was interrupted)"
-										 : "mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
-										 call->run_id, call->ws.backend_kind)),
-					  NULL, 0);
+		queue_notice(call,
+					 psprintf(interrupted ? "mesh: setting up the sandbox of run \"%s\" on backend \"%s\" again (the last try was interrupted)"
+							  : "mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
+							  call->run_id, call->ws.backend_kind));
 	}
 	/* else: acquiring left over from a crash: the same idempotent acquire */
 	start_acquire(call);
@@ -251,8 +259,6 @@ climb_tier(WorkerCall *call)
 		FreeErrorData(err);
 	}
 	if (what)
-		queue_message(call, json_pack("{s:s}", "notice",
-									  psprintf("mesh: the command ran out of memory in the workspace of run \"%s\"; %s",
-											   call->run_id, what)),
-					  NULL, 0);
+		queue_notice(call, psprintf("mesh: the command ran out of memory in the workspace of run \"%s\"; %s",
+									call->run_id, what));
 }

@@ -81,7 +81,8 @@ deliver_environment(WorkerCall *call)
 
 	if (!list_has_variable(call->delivered))
 		return;
-	env = call->spec.env ? json_deep_copy(call->spec.env) : json_pack("{}");
+	/* the row already holds the caller's variable names: the secrets join them now */
+	env = call->env ? call->env : json_object();
 	foreach(lc, call->delivered)
 	{
 		MeshDelivered *d = lfirst(lc);
@@ -89,8 +90,7 @@ deliver_environment(WorkerCall *call)
 		if (d->variable)
 			json_object_set_new(env, d->variable, json_string(d->value));
 	}
-	call->spec.env = env;
-	json_object_set_new(call->req, "delivered_env", env);	/* freed with the request */
+	call->spec.env = call->env = env;	/* freed with the call */
 }
 
 /*
@@ -134,15 +134,46 @@ redact_message(WorkerCall *call, char *message)
 	return message;
 }
 
+/*
+ * The command as the driver takes it, from the typed request: argv, and the
+ * caller's variables as the JSON object the backends' APIs want.
+ */
+static void
+exec_spec_from_request(WorkerCall *call)
+{
+	const MeshExecRequest *r = &call->req.exec;
+	const char **args = palloc(sizeof(char *) * (r->argc + 1));
+
+	for (int i = 0; i < r->argc; i++)
+		args[i] = mesh_msg_string(&call->msg, mesh_msg_list_item(&call->msg, r->argv, i));
+	args[r->argc] = NULL;
+	call->spec.argv = args;
+	call->spec.argc = r->argc;
+	call->spec.dir = mesh_msg_string(&call->msg, r->dir);
+	if (r->env.len >= 0)
+	{
+		call->env = json_object();
+		for (int i = 0; i < r->nenv; i++)
+			json_object_set_new(call->env,
+								mesh_msg_string(&call->msg, mesh_msg_list_item(&call->msg, r->env, 2 * i)),
+								json_string(mesh_msg_string(&call->msg,
+															mesh_msg_list_item(&call->msg, r->env, 2 * i + 1))));
+	}
+	call->spec.env = call->env;
+	if (r->has_stdin)
+	{
+		call->spec.stdin_data = call->blob ? call->blob : "";
+		call->spec.stdin_len = call->blob_len;
+	}
+	call->spec.timeout_ms = (long) r->timeout_ms;
+	call->spec.max_output_bytes = r->max_output;
+}
+
 void
 start_exec(WorkerCall *call)
 {
-	json_t	   *argv = json_object_get(call->req, "argv");
-	const char **args = palloc(sizeof(char *) * (json_array_size(argv) + 1));
 	MeshHttpRequest req;
 	ErrorData  *err;
-	size_t		i;
-	json_t	   *item;
 
 	if (!workspace_has_capability(call, "shell"))
 	{
@@ -152,21 +183,7 @@ start_exec(WorkerCall *call)
 					NULL, "Pin this agent to a backend with shell, or use only file calls.");
 		return;
 	}
-	json_array_foreach(argv, i, item)
-		args[i] = json_string_value(item);
-	call->spec.argv = args;
-	call->spec.argc = (int) json_array_size(argv);
-	call->spec.dir = json_string_value(json_object_get(call->req, "dir"));
-	/* absent and JSON null both mean no variables of the caller's */
-	call->spec.env = json_is_object(json_object_get(call->req, "env"))
-		? json_object_get(call->req, "env") : NULL;
-	if (json_is_true(json_object_get(call->req, "has_stdin")))
-	{
-		call->spec.stdin_data = call->blob;
-		call->spec.stdin_len = call->blob_len;
-	}
-	call->spec.timeout_ms = (long) json_integer_value(json_object_get(call->req, "timeout_ms"));
-	call->spec.max_output_bytes = (long) json_integer_value(json_object_get(call->req, "max_output"));
+	exec_spec_from_request(call);
 	if (!bound_by_budget(call))
 		return;
 
@@ -263,7 +280,24 @@ notice_egress_denials(WorkerCall *call, const char *denials_text)
 	}
 	appendStringInfoString(&msg, "; see mesh.run_network() and the egress_denied events");
 	json_decref(denials);
-	queue_message(call, json_pack("{s:s}", "notice", msg.data), NULL, 0);
+	queue_notice(call, msg.data);
+}
+
+/* The command's result, for the caller's row. */
+static void
+reply_exec(WorkerCall *call, const MeshExecResult *result, const char *status)
+{
+	StringInfo	head = begin_reply(call, sizeof(MeshExecReply));
+	MeshExecReply r;
+
+	r.exec_id = call->exec_id;
+	r.exit_code = result->exit_code;
+	r.truncated = result->truncated;
+	r.status = mesh_msg_add_string(head, status);
+	r.stdout_text = mesh_msg_add_string(head, result->stdout_data);
+	r.stderr_text = mesh_msg_add_string(head, result->stderr_data);
+	mesh_msg_set_fixed(head, &r, sizeof(r));
+	finish_with(call, head, NULL, 0);
 }
 
 void
@@ -316,14 +350,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 	notice_egress_denials(call, result.egress_denials);
 	if (strcmp(rec.status, "oom") == 0)
 		climb_tier(call);
-	reply_ok(call, json_pack("{s:i,s:s,s:s,s:s,s:b,s:I}",
-							 "exit_code", result.exit_code,
-							 "stdout", result.stdout_data,
-							 "stderr", result.stderr_data,
-							 "status", rec.status,
-							 "truncated", result.truncated,
-							 "exec_id", (json_int_t) call->exec_id),
-			 NULL, 0);
+	reply_exec(call, &result, rec.status);
 }
 
 /* The caller stopped waiting: kill the command's tree in the sandbox. */

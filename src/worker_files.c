@@ -11,8 +11,6 @@
  */
 #include "postgres.h"
 
-#include "mesh_json.h"
-
 #include "mesh_exec.h"
 #include "worker.h"
 
@@ -72,13 +70,29 @@ read_response_limit(WorkerCall *call)
 	return (size_t) mesh_max_file_bytes + 1;
 }
 
+/*
+ * A file's bytes for the caller, sent from the response body where they
+ * lie, as the second part of the reply message.
+ */
+static void
+reply_file(WorkerCall *call, const char *data, size_t len)
+{
+	StringInfo	head = begin_reply(call, sizeof(MeshReadReply));
+	MeshReadReply r;
+
+	r.content.off = (uint32) head->len;
+	r.content.len = (int32) len;
+	mesh_msg_set_fixed(head, &r, sizeof(r));
+	finish_with(call, head, data, len);
+}
+
 void
 start_read(WorkerCall *call)
 {
 	MeshHttpRequest req;
 
 	call->be.driver->read_request(&call->be, begin_op(call), call->ws.external_ref,
-								  json_string_value(json_object_get(call->req, "path")), &req);
+								  mesh_msg_string(&call->msg, call->req.file.path), &req);
 	start_transfer(call, &req, read_response_limit(call));
 	call->step = STEP_OPERATING;
 }
@@ -86,7 +100,7 @@ start_read(WorkerCall *call)
 void
 finish_read(WorkerCall *call, const MeshHttpResponse *resp)
 {
-	const char *path = json_string_value(json_object_get(call->req, "path"));
+	const char *path = mesh_msg_string(&call->msg, call->req.file.path);
 	MeshError	merr = {0};
 	ErrorData  *err;
 	const char *data = NULL;
@@ -109,7 +123,7 @@ finish_read(WorkerCall *call, const MeshHttpResponse *resp)
 	if (!ok)
 		reply_file_error(call, path, &merr);
 	else
-		reply_ok(call, json_pack("{s:b}", "ok", 1), data, len);
+		reply_file(call, data, len);
 }
 
 void
@@ -118,8 +132,8 @@ start_write(WorkerCall *call)
 	MeshHttpRequest req;
 
 	call->be.driver->write_request(&call->be, begin_op(call), call->ws.external_ref,
-								   json_string_value(json_object_get(call->req, "path")),
-								   (int) json_integer_value(json_object_get(call->req, "mode")),
+								   mesh_msg_string(&call->msg, call->req.file.path),
+								   call->req.file.mode,
 								   call->blob, call->blob_len, &req);
 	start_transfer(call, &req, worker_small_response_limit(call));
 	call->step = STEP_OPERATING;
@@ -128,7 +142,7 @@ start_write(WorkerCall *call)
 void
 finish_write(WorkerCall *call, const MeshHttpResponse *resp)
 {
-	const char *path = json_string_value(json_object_get(call->req, "path"));
+	const char *path = mesh_msg_string(&call->msg, call->req.file.path);
 	MeshError	merr = {0};
 	ErrorData  *err;
 	MeshStepResult r = call->be.driver->write_response(&call->be, &call->opstate, resp, &merr);
@@ -145,5 +159,5 @@ finish_write(WorkerCall *call, const MeshHttpResponse *resp)
 	if (!ok)
 		reply_file_error(call, path, &merr);
 	else
-		reply_ok(call, json_pack("{s:b}", "ok", 1), NULL, 0);
+		reply_done(call);
 }

@@ -12,28 +12,31 @@
  */
 #include "postgres.h"
 
-#include "mesh_json.h"
-
 #include "credentials.h"
 #include "worker.h"
 
 static void
 reply_outcome(WorkerCall *call, const char *outcome)
 {
-	reply_ok(call, json_pack("{s:s}", "outcome", outcome), NULL, 0);
+	StringInfo	head = begin_reply(call, sizeof(MeshReleaseReply));
+	MeshReleaseReply r;
+
+	r.outcome = mesh_msg_add_string(head, outcome);
+	mesh_msg_set_fixed(head, &r, sizeof(r));
+	finish_with(call, head, NULL, 0);
 }
 
 /* The reaper releases idle workspaces with "idle": hibernate if possible. */
 static bool
 release_for_idleness(WorkerCall *call)
 {
-	return json_is_true(json_object_get(call->req, "idle"));
+	return call->req.release.idle;
 }
 
 void
 start_release(WorkerCall *call)
 {
-	const char *reason = json_string_value(json_object_get(call->req, "reason"));
+	const char *reason = mesh_msg_string(&call->msg, call->req.release.reason);
 	MeshHttpRequest req;
 	ErrorData  *err;
 	const char *status = call->ws.status;
