@@ -4,8 +4,10 @@
  *	  The harness API: mesh_acquire, mesh_exec, mesh_read_file,
  *	  mesh_write_file, mesh_release.
  *
- * These run in the caller's backend.  They validate input, hand the request
- * to the run's worker (handoff.c) and wait, cancellably, for the reply.
+ * These run in the caller's backend.  They validate input, build the typed
+ * request (calls.h), hand it to the run's worker (handoff.c) and wait,
+ * cancellably, for the reply.  All they allocate is palloc'd: an error at
+ * any point frees it with the statement.
  * They never write a row themselves: a caller holding an uncommitted row the
  * worker needs would deadlock with it, and a caller's ROLLBACK must not
  * erase what the worker recorded.
@@ -15,16 +17,15 @@
 #include "postgres.h"
 
 #include "access/detoast.h"
+#include "access/htup_details.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
-#include "mb/pg_wchar.h"
 #include "utils/jsonb.h"
-#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "handoff.h"

@@ -34,6 +34,7 @@
 #define MESH_CALL_MAGIC 0x6d657368
 #define MESH_REPLY_QUEUE_SIZE (64 * 1024)
 #define MESH_SMALL_REPLY_QUEUE_SIZE (8 * 1024)
+#define MESH_CALL_SPACE_MB 8		/* main shared memory kept for call segments */
 
 /* The reaper's queue sits after the workers' in the slot array. */
 #define MESH_REAPER_SLOT MESH_MAX_WORKERS
@@ -108,6 +109,7 @@ typedef struct MeshCall
 
 extern MeshShared *mesh_shared;
 
+extern void mesh_reserve_call_space(void);
 extern void mesh_shmem_request(void);
 extern void mesh_shmem_startup(void);
 extern int	mesh_worker_for_run(const char *run_id);
