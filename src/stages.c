@@ -58,16 +58,23 @@ mesh_clock_ns(void)
 	return (uint64) ts.tv_sec * UINT64CONST(1000000000) + (uint64) ts.tv_nsec;
 }
 
+/* Set every counter with SET: pg_atomic_init_u64 once, pg_atomic_write_u64 on a reset. */
+static void
+set_counters(void (*set) (volatile pg_atomic_uint64 *ptr, uint64 val))
+{
+	for (int op = 0; op < MESH_OP_COUNT; op++)
+	{
+		set(&mesh_shared->stages[op].calls, 0);
+		for (int s = 0; s < MESH_STAGE_COUNT; s++)
+			set(&mesh_shared->stages[op].ns[s], 0);
+	}
+}
+
 /* Called once, when the shared memory is set up. */
 void
 mesh_stages_init(void)
 {
-	for (int op = 0; op < MESH_OP_COUNT; op++)
-	{
-		pg_atomic_init_u64(&mesh_shared->stages[op].calls, 0);
-		for (int s = 0; s < MESH_STAGE_COUNT; s++)
-			pg_atomic_init_u64(&mesh_shared->stages[op].ns[s], 0);
-	}
+	set_counters(pg_atomic_init_u64);
 }
 
 /* The interval from a timestamp of the other side, never negative. */
@@ -131,11 +138,6 @@ mesh_call_stages(PG_FUNCTION_ARGS)
 Datum
 mesh_call_stages_reset(PG_FUNCTION_ARGS)
 {
-	for (int op = 0; op < MESH_OP_COUNT; op++)
-	{
-		pg_atomic_write_u64(&mesh_shared->stages[op].calls, 0);
-		for (int s = 0; s < MESH_STAGE_COUNT; s++)
-			pg_atomic_write_u64(&mesh_shared->stages[op].ns[s], 0);
-	}
+	set_counters(pg_atomic_write_u64);
 	PG_RETURN_VOID();
 }

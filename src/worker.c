@@ -354,7 +354,7 @@ attach_call(dsm_handle handle)
 	call->seg = seg;
 	call->hdr = hdr;
 	call->mqh = mqh;
-	call->blob = blob;
+	call->blob = blob ? blob : "";	/* an empty stdin or file is still one */
 	call->blob_len = hdr->blob_len;
 	return call;
 }

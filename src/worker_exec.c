@@ -162,7 +162,7 @@ exec_spec_from_request(WorkerCall *call)
 	call->spec.env = call->env;
 	if (r->has_stdin)
 	{
-		call->spec.stdin_data = call->blob ? call->blob : "";
+		call->spec.stdin_data = call->blob;
 		call->spec.stdin_len = call->blob_len;
 	}
 	call->spec.timeout_ms = (long) r->timeout_ms;
