@@ -40,7 +40,6 @@
 #define MESH_DAEMON_START_WAIT_MS 10000
 
 MeshShared *mesh_shared = NULL;
-TimestampTz mesh_call_deadline = 0;
 
 /* The call this backend is waiting on; mesh_call is not re-entrant. */
 static int	waiting_worker = -1;
@@ -372,18 +371,26 @@ void
 mesh_call(const char *run_id, StringInfo request,
 		  const char *blob, Size blob_len, MeshMsg *reply)
 {
+	mesh_call_until(run_id, request, blob, blob_len, 0, reply);
+}
+
+/* mesh_call, waiting at most until deadline (0: as long as it takes). */
+void
+mesh_call_until(const char *run_id, StringInfo request,
+				const char *blob, Size blob_len, TimestampTz deadline, MeshMsg *reply)
+{
 	if (((MeshMsgHeader *) request->data)->op != MESH_OP_ACQUIRE)	/* declaring a run calls no backend */
-		mesh_wait_for_embedded_daemon(mesh_call_deadline);
-	mesh_call_slot(mesh_worker_for_run(run_id), run_id, request, blob, blob_len, reply);
+		mesh_wait_for_embedded_daemon(deadline);
+	mesh_call_slot(mesh_worker_for_run(run_id), run_id, request, blob, blob_len, deadline, reply);
 }
 
 /*
  * Wait for the final message of a call, re-raising notices sent on the way
- * to the caller's client.  With mesh_call_deadline set, waiting past it is
- * an error (the reaper bounds its sweeps so).
+ * to the caller's client.  With a deadline (not 0), waiting past it is an
+ * error (the reaper bounds its sweeps so).
  */
 static void
-receive_final(int w, uint64 generation, shm_mq_handle *mqh, MeshMsg *msg)
+receive_final(int w, uint64 generation, shm_mq_handle *mqh, TimestampTz deadline, MeshMsg *msg)
 {
 	for (;;)
 	{
@@ -408,11 +415,11 @@ receive_final(int w, uint64 generation, shm_mq_handle *mqh, MeshMsg *msg)
 					 errmsg("mesh worker %d exited while handling this request", w),
 					 errhint("What ran is recorded in mesh.execs; the server log says why the worker exited.")));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 mesh_call_deadline ? 100L : 1000L, PG_WAIT_EXTENSION);
+						 deadline ? 100L : 1000L, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		check_client_still_there();
-		if (mesh_call_deadline != 0 && GetCurrentTimestamp() >= mesh_call_deadline)
+		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_QUERY_CANCELED),
 					 errmsg("gave up waiting for mesh worker %d: the sweep's time is up", w)));
@@ -428,7 +435,7 @@ receive_final(int w, uint64 generation, shm_mq_handle *mqh, MeshMsg *msg)
  */
 void
 mesh_call_slot(int w, const char *run_id, StringInfo request,
-			   const char *blob, Size blob_len, MeshMsg *reply)
+			   const char *blob, Size blob_len, TimestampTz deadline, MeshMsg *reply)
 {
 	uint64		started = mesh_clock_ns();
 	MeshOp		op = (MeshOp) ((MeshMsgHeader *) request->data)->op;
@@ -450,7 +457,7 @@ mesh_call_slot(int w, const char *run_id, StringInfo request,
 
 	call->queued_at_ns = mesh_clock_ns();
 	submit_call(w, seg, &generation);
-	receive_final(w, generation, mqh, reply);
+	receive_final(w, generation, mqh, deadline, reply);
 
 	waiting_done = true;
 	keep_message(seg, reply);

@@ -117,9 +117,12 @@ extern int	mesh_worker_for_run(const char *run_id);
 /* caller side: REQUEST was built with mesh_msg_begin(MESH_MSG_REQUEST, op) */
 extern void mesh_call(const char *run_id, StringInfo request,
 					  const char *blob, Size blob_len, MeshMsg *reply);
+extern void mesh_call_until(const char *run_id, StringInfo request,
+							const char *blob, Size blob_len, TimestampTz deadline,
+							MeshMsg *reply);
 extern void mesh_call_slot(int slot, const char *run_id, StringInfo request,
-						   const char *blob, Size blob_len, MeshMsg *reply);
-extern TimestampTz mesh_call_deadline;	/* 0: wait as long as it takes */
+						   const char *blob, Size blob_len, TimestampTz deadline,
+						   MeshMsg *reply);
 extern void mesh_wait_for_embedded_daemon(TimestampTz deadline);
 extern void mesh_set_daemon_state(MeshDaemonState state);
 

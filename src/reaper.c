@@ -208,7 +208,6 @@ release_through_worker(const char *run_id, const char *reason, bool idle, Timest
 	MemoryContext outer = CurrentMemoryContext;
 	volatile bool ok = true;
 
-	mesh_call_deadline = until;
 	PG_TRY();
 	{
 		StringInfoData req;
@@ -221,7 +220,7 @@ release_through_worker(const char *run_id, const char *reason, bool idle, Timest
 		r.reason = mesh_msg_add_string(&req, reason);
 		r.idle = idle;
 		mesh_msg_set_fixed(&req, &r, sizeof(r));
-		mesh_call(run_id, &req, NULL, 0, &reply);
+		mesh_call_until(run_id, &req, NULL, 0, until, &reply);
 		*outcome = MemoryContextStrdup(outer, mesh_msg_string(&reply, ((const MeshReleaseReply *)
 																   mesh_msg_fixed(&reply, sizeof(MeshReleaseReply)))->outcome));
 		CommitTransactionCommand();
@@ -239,7 +238,6 @@ release_through_worker(const char *run_id, const char *reason, bool idle, Timest
 		ok = false;
 	}
 	PG_END_TRY();
-	mesh_call_deadline = 0;
 	MemoryContextSwitchTo(outer);
 	return ok;
 }
@@ -740,7 +738,7 @@ mesh_sweep(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	initStringInfo(&req);
 	mesh_msg_begin(&req, MESH_MSG_REQUEST, MESH_OP_SWEEP, 0);
-	mesh_call_slot(MESH_REAPER_SLOT, "", &req, NULL, 0, &reply);
+	mesh_call_slot(MESH_REAPER_SLOT, "", &req, NULL, 0, 0, &reply);
 	r = mesh_msg_fixed(&reply, sizeof(MeshSweepReply));
 	for (int i = 0; i < r->nrows; i++)
 	{
