@@ -38,7 +38,6 @@
 #define MESH_DAEMON_START_WAIT_MS 10000
 
 MeshShared *mesh_shared = NULL;
-TimestampTz mesh_call_deadline = 0;
 
 /* The call this backend is waiting on; mesh_call is not re-entrant. */
 static int	waiting_worker = -1;
@@ -380,22 +379,30 @@ void
 mesh_call(MeshOp op, const char *run_id, json_t *request,
 		  const char *blob, Size blob_len, MeshReply *reply)
 {
+	mesh_call_until(op, run_id, request, blob, blob_len, 0, reply);
+}
+
+/* mesh_call, waiting at most until deadline (0: as long as it takes). */
+void
+mesh_call_until(MeshOp op, const char *run_id, json_t *request,
+				const char *blob, Size blob_len, TimestampTz deadline, MeshReply *reply)
+{
 	if (op != MESH_OP_ACQUIRE)	/* declaring a run calls no backend */
-		mesh_wait_for_embedded_daemon(mesh_call_deadline);
-	mesh_call_slot(mesh_worker_for_run(run_id), op, request, blob, blob_len, reply);
+		mesh_wait_for_embedded_daemon(deadline);
+	mesh_call_slot(mesh_worker_for_run(run_id), op, request, blob, blob_len, deadline, reply);
 }
 
 /*
  * Hand a request to the process serving slot w and wait for its reply.
  * The request document is consumed (freed here), as json_pack's "o" does.
  * Notices sent on the way are re-raised here, to the caller's client.  An
- * error reply is raised as an ERROR with the sender's SQLSTATE.  With
- * mesh_call_deadline set, waiting past it is an error (the reaper bounds
- * its sweeps so).
+ * error reply is raised as an ERROR with the sender's SQLSTATE.  With a
+ * deadline (not 0), waiting past it is an error (the reaper bounds its
+ * sweeps so).
  */
 void
 mesh_call_slot(int w, MeshOp op, json_t *request,
-			   const char *blob, Size blob_len, MeshReply *reply)
+			   const char *blob, Size blob_len, TimestampTz deadline, MeshReply *reply)
 {
 	char	   *json = request ? json_dumps(request, JSON_COMPACT) : NULL;
 	dsm_segment *seg;
@@ -448,11 +455,11 @@ mesh_call_slot(int w, MeshOp op, json_t *request,
 					 errmsg("mesh worker %d exited while handling this request", w),
 					 errhint("What ran is recorded in mesh.execs; the server log says why the worker exited.")));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 mesh_call_deadline ? 100L : 1000L, PG_WAIT_EXTENSION);
+						 deadline ? 100L : 1000L, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		check_client_still_there();
-		if (mesh_call_deadline != 0 && GetCurrentTimestamp() >= mesh_call_deadline)
+		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_QUERY_CANCELED),
 					 errmsg("gave up waiting for mesh worker %d: the sweep's time is up", w)));

@@ -113,9 +113,12 @@ extern int	mesh_worker_for_run(const char *run_id);
 /* caller side */
 extern void mesh_call(MeshOp op, const char *run_id, json_t *request,
 					  const char *blob, Size blob_len, MeshReply *reply);
+extern void mesh_call_until(MeshOp op, const char *run_id, json_t *request,
+							const char *blob, Size blob_len, TimestampTz deadline,
+							MeshReply *reply);
 extern void mesh_call_slot(int slot, MeshOp op, json_t *request,
-						   const char *blob, Size blob_len, MeshReply *reply);
-extern TimestampTz mesh_call_deadline;	/* 0: wait as long as it takes */
+						   const char *blob, Size blob_len, TimestampTz deadline,
+						   MeshReply *reply);
 extern void mesh_wait_for_embedded_daemon(TimestampTz deadline);
 extern void mesh_set_daemon_state(MeshDaemonState state);
 

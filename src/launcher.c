@@ -32,8 +32,6 @@
  */
 #include "postgres.h"
 
-#include "mesh_json.h"
-
 #include <signal.h>
 #include <fcntl.h>
 #include <sys/prctl.h>

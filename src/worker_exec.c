@@ -143,6 +143,7 @@ start_exec(WorkerCall *call)
 	ErrorData  *err;
 	size_t		i;
 	json_t	   *item;
+	bool		built;
 
 	if (!workspace_has_capability(call, "shell"))
 	{
@@ -178,10 +179,11 @@ start_exec(WorkerCall *call)
 	}
 	deliver_environment(call);
 	call->spec.exec_key = psprintf(INT64_FORMAT, call->exec_id);
-	call->be.driver->exec_request(&call->be, begin_op(call), call->ws.external_ref, &call->spec, &req);
+	built = call->be.driver->exec_request(&call->be, begin_op(call), call->ws.external_ref,
+										  &call->spec, &req, &call->run.err);
 	call->op_started = GetCurrentTimestamp();
-	start_transfer(call, &req, exec_response_limit(call));
-	call->step = STEP_OPERATING;
+	start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec, &call->out.exec,
+			 exec_response_limit(call));
 	/* put the request on the wire, then make the exec row durable meanwhile */
 	mesh_http_drive();
 	mesh_flush_to(call->exec_row_lsn);
@@ -267,18 +269,14 @@ notice_egress_denials(WorkerCall *call, const char *denials_text)
 }
 
 void
-finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
+finish_exec(WorkerCall *call)
 {
-	MeshExecResult result;
+	MeshExecResult result = call->out.exec;
 	MeshExecRecord rec = {0};
-	MeshError	merr = {0};
+	MeshError	merr = call->run.err;
 	ErrorData  *err;
 
-	MeshStepResult r = call->be.driver->exec_response(&call->be, &call->opstate, resp, &result, &merr);
-
-	if (continue_op(call, r, exec_response_limit(call)))
-		return;
-	if (r == MESH_STEP_FAILED)
+	if (call->run.result == MESH_STEP_FAILED)
 	{
 		rec.status = "error";
 		merr.message = redact_message(call, merr.message);
@@ -331,29 +329,25 @@ void
 cancel_exec(WorkerCall *call)
 {
 	MeshHttpRequest req;
+	bool		built;
 
-	mesh_http_free(call->transfer);
-	call->transfer = NULL;
-	call->be.driver->kill_request(&call->be, begin_op(call), call->ws.external_ref,
-								  call->spec.exec_key, &req);
-	start_transfer(call, &req, worker_small_response_limit(call));
-	call->step = STEP_KILLING;
+	/* the exec's own request is abandoned with the run: the daemon sees the disconnect */
+	built = call->be.driver->kill_request(&call->be, begin_op(call), call->ws.external_ref,
+										  call->spec.exec_key, &req, &call->run.err);
+	start_op(call, STEP_KILLING, built, &req, mesh_parse_kill, NULL,
+			 worker_small_response_limit(call));
 }
 
 void
-finish_cancel(WorkerCall *call, const MeshHttpResponse *resp)
+finish_cancel(WorkerCall *call)
 {
 	MeshExecRecord rec = {0};
 	ErrorData  *err;
-	MeshError	merr = {0};
-
-	if (continue_op(call, call->be.driver->kill_response(&call->be, &call->opstate, resp, &merr),
-					worker_small_response_limit(call)))
-		return;
+	const char *transport_error = call->run.resp.transport_error;
 
 	rec.status = "cancelled";
-	rec.error = resp->transport_error
-		? psprintf("cancelled by the caller; the kill request failed: %s", resp->transport_error)
+	rec.error = transport_error
+		? psprintf("cancelled by the caller; the kill request failed: %s", transport_error)
 		: "cancelled by the caller (interrupt or statement_timeout)";
 	rec.charged_seconds = seconds_since(call->op_started);
 	rec.charge_basis = "wall";
