@@ -38,7 +38,7 @@ awk -v t="$tps" -v r="$raw" 'BEGIN { printf "ratio     mesh_exec / fork+exec rat
 
 # CPU per warm exec: what the whole server (backend, mesh worker, embedded daemon, sandbox)
 # spends on one mesh_exec('true'), and the mesh workers' share, vs a bare fork+exec's own.
-pm=$(head -1 "$WORK/pg/postmaster.pid")
+pm=$(head -1 "$WORK/pg/data/postmaster.pid")
 workers=$(ps --ppid "$pm" -o pid=,args= | awk '/mesh worker/ {print $1}')
 psql -X -qAt -c "SELECT 1 FROM mesh_acquire('bench-cpu', 'bench', 'bench'); SELECT exit_code FROM mesh_exec('bench-cpu', ARRAY['true'])" >/dev/null
 cpu_before=$(tree_cpu_ms "$pm"); w_before=0

@@ -596,6 +596,43 @@ complete_run(WorkerCall *call)
 }
 
 /*
+ * WAL this turn of the loop must make durable before any message goes out:
+ * exec rows just started and exec results just recorded, committed
+ * asynchronously, so one flush covers every call of the turn.
+ */
+static XLogRecPtr durable_wanted = InvalidXLogRecPtr;
+
+/* What the call committed up to lsn must be on disk before the caller hears more. */
+void
+worker_want_durable(XLogRecPtr lsn)
+{
+	if (lsn > durable_wanted)
+		durable_wanted = lsn;
+}
+
+/*
+ * Make this turn's commits durable (one flush, whatever the number of
+ * calls), then send what the calls queued and free the calls that ended.
+ */
+static void
+send_all(void)
+{
+	dlist_mutable_iter iter;
+
+	if (durable_wanted != InvalidXLogRecPtr)
+		XLogFlush(durable_wanted);
+	durable_wanted = InvalidXLogRecPtr;
+	dlist_foreach_modify(iter, &calls)
+	{
+		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
+
+		flush_outbox(call);
+		if (call->step == STEP_FINISHED && (call->outbox == NIL || call->caller_gone))
+			free_call(call);
+	}
+}
+
+/*
  * One pass over all calls.  Returns true when some call can make progress
  * without waiting (so the loop should not sleep).
  */
@@ -628,13 +665,9 @@ advance_all(void)
 			call->step = STEP_START;
 		if (mesh_run_ready(&call->run))
 			complete_run(call);
-		flush_outbox(call);
 		if (call->step == STEP_START)
 			runnable = true;
 		MemoryContextSwitchTo(old);
-
-		if (call->step == STEP_FINISHED && (call->outbox == NIL || call->caller_gone))
-			free_call(call);
 	}
 	return runnable;
 }
@@ -819,6 +852,7 @@ mesh_worker_main(Datum arg)
 		long		timeout;
 		long		calls_wait;
 		bool		runnable;
+		int			completed;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -830,8 +864,11 @@ mesh_worker_main(Datum arg)
 		take_new_calls();
 		mesh_http_drive();
 		runnable = advance_all();
-		/* push new requests onto the wire; finished ones mean another pass */
-		if (mesh_http_drive() > 0 || runnable || any_call_ready() || queued_calls_fit())
+		/* push new requests onto the wire, then make the turn's commits durable and reply */
+		completed = mesh_http_drive();
+		send_all();
+		/* finished requests mean another pass */
+		if (completed > 0 || runnable || any_call_ready() || queued_calls_fit())
 			continue;
 
 		timeout = mesh_http_timeout();

@@ -184,9 +184,8 @@ start_exec(WorkerCall *call)
 	call->op_started = GetCurrentTimestamp();
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec, &call->out.exec,
 			 exec_response_limit(call));
-	/* put the request on the wire, then make the exec row durable meanwhile */
-	mesh_http_drive();
-	mesh_flush_to(call->exec_row_lsn);
+	/* the loop puts the request on the wire, then makes the exec row durable meanwhile */
+	worker_want_durable(call->exec_row_lsn);
 }
 
 /*
@@ -275,6 +274,7 @@ finish_exec(WorkerCall *call)
 	MeshExecRecord rec = {0};
 	MeshError	merr = call->run.err;
 	ErrorData  *err;
+	XLogRecPtr	lsn;
 
 	if (call->run.result == MESH_STEP_FAILED)
 	{
@@ -286,8 +286,10 @@ finish_exec(WorkerCall *call)
 			rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
 		rec.charged_seconds = seconds_since(call->op_started);
 		rec.charge_basis = "wall";
-		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
 			FreeErrorData(err);
+		else
+			worker_want_durable(lsn);
 		if (!wake_and_retry(call, &merr))
 			reply_backend_error(call, NULL, &merr);
 		return;
@@ -305,11 +307,12 @@ finish_exec(WorkerCall *call)
 		rec.charged_seconds = Max(rec.charged_seconds,
 								  call->ws.budget_seconds - call->ws.compute_seconds);
 	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
 	{
 		reply_txn_error(call, err);
 		return;
 	}
+	worker_want_durable(lsn);
 	charge_budget(call, rec.charged_seconds);
 	notice_egress_denials(call, result.egress_denials);
 	if (strcmp(rec.status, "oom") == 0)
@@ -343,6 +346,7 @@ finish_cancel(WorkerCall *call)
 {
 	MeshExecRecord rec = {0};
 	ErrorData  *err;
+	XLogRecPtr	lsn;
 	const char *transport_error = call->run.resp.transport_error;
 
 	rec.status = "cancelled";
@@ -351,9 +355,12 @@ finish_cancel(WorkerCall *call)
 		: "cancelled by the caller (interrupt or statement_timeout)";
 	rec.charged_seconds = seconds_since(call->op_started);
 	rec.charge_basis = "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
 		FreeErrorData(err);
 	else
+	{
+		worker_want_durable(lsn);
 		charge_budget(call, rec.charged_seconds);
+	}
 	call->step = STEP_FINISHED;
 }
