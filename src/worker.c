@@ -5,12 +5,15 @@
  *
  * Each worker owns the runs whose run_id hashes to it.  It takes calls from
  * its queue in shared memory (handoff.c), moves each through a small state
- * machine, and overlaps the HTTP waits of all of them with libcurl multi
- * (worker_http.c).  The operations themselves live in worker_acquire.c,
- * worker_exec.c, worker_files.c and worker_release.c, described by the table
- * of operations below (worker.h).  Between HTTP steps it commits the row changes in short
- * transactions of its own (store.c): the row before the backend call, the
- * outcome after it.
+ * machine, and overlaps the backend requests of all of them: each call's
+ * driver operation is a run of the driver runner (runner.c), whose sockets
+ * and timer this loop waits on.  The operations themselves live in
+ * worker_acquire.c, worker_exec.c, worker_files.c and worker_release.c,
+ * described by the table of operations below (worker.h).  Between requests
+ * it commits the row changes in short transactions of its own (store.c): the
+ * row before the backend call, the outcome after it.  Each turn of the loop
+ * ends with one WAL flush covering what its calls committed, before any of
+ * them replies (send_all): a result is durable before its caller sees it.
  *
  * Because one worker owns a run, the first exec-class calls of a run that
  * arrive together are serialised here: one materializes the workspace while

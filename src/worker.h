@@ -6,8 +6,8 @@
  * worker.c takes calls, runs the loop and sends replies; each operation
  * lives in a file of its own (worker_acquire.c, worker_exec.c,
  * worker_files.c, worker_release.c) and is described here by a WorkerOpDef:
- * how it starts, how its response is finished, and how large a response it
- * accepts.  Only the worker process includes this header.
+ * how it starts, how the end of its driver run is finished, and how large
+ * a response it accepts.  Only the worker process includes this header.
  *
  *-------------------------------------------------------------------------
  */
