@@ -7,21 +7,13 @@
 . "$(dirname "$0")/lib.sh"
 plan 4
 dir=$(mktemp -d /tmp/mesh-hung.XXXXXX); chmod 755 "$dir"
-/usr/bin/python3 - "$dir/hung.sock" <<'PY' &
-import os, socketserver, sys, time
+stand_in "$dir/hung.sock" <<'PY'
+import socketserver, time
 
-class Silent(socketserver.BaseRequestHandler):
+class Handler(socketserver.BaseRequestHandler):
     def handle(self):
         self.request.recv(65536)
         time.sleep(600)
-
-class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-path = sys.argv[1]
-server = Server(path, Silent)
-os.chmod(path, 0o777)
-server.serve_forever()
 PY
 fake=$!
 be=a-hung-$$
@@ -31,7 +23,6 @@ cleanup() {
   kill $fake 2>/dev/null; rm -rf "$dir"
 }
 trap cleanup EXIT
-for _ in $(seq 1 100); do [ -S "$dir/hung.sock" ] && break; sleep 0.1; done
 
 q "SELECT mesh.backend_add('$be', 'sandboxd', '{\"socket\": \"$dir/hung.sock\"}', catalog_order => 901)" >/dev/null
 ok $? "a backend that never answers is in the catalog"
