@@ -30,11 +30,14 @@ for c in $(seq 0 $((CLIENTS - 1))); do
   psql -X -qAt -c "SELECT 1 FROM mesh_acquire('bench-run-$c', 'bench', 'bench'); SELECT exit_code FROM mesh_exec('bench-run-$c', ARRAY['true'])" >/dev/null
 done
 raw=$(bench/out/forkexec "$ITER" "$CLIENTS" | awk '{print $4}')
+psql -X -qAt -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
 tps=$(pgbench -n -f bench/throughput.pgbench -c "$CLIENTS" -j "$CLIENTS" -t "$ITER" mesh_test 2>/dev/null \
       | awk '/^tps/ {print $3; exit}')
 echo "throughput fork+exec, $CLIENTS processes:    ${raw}/s"
 echo "throughput mesh_exec, $CLIENTS runs:          ${tps}/s"
 awk -v t="$tps" -v r="$raw" 'BEGIN { printf "ratio     mesh_exec / fork+exec rate: %.2f (target >= 0.5)\n", t / r }'
+# WAL fsyncs per exec (server-wide): the workers' one flush per loop turn shares them between calls
+psql -X -qAt -c "SELECT 'wal       fdatasyncs per exec, $CLIENTS runs:  ' || round(wal_sync::numeric / ($CLIENTS * $ITER), 2) FROM pg_stat_wal"
 
 # CPU per warm exec: what the whole server (backend, mesh worker, embedded daemon, sandbox)
 # spends on one mesh_exec('true'), and the mesh workers' share, vs a bare fork+exec's own.
