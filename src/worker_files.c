@@ -87,7 +87,7 @@ finish_read(WorkerCall *call)
 	/* the workspace had stopped: it is being woken for a retry */
 	if (!ok && wake_and_retry(call, &merr))
 		return;
-	if (!ok && call->run.resp.over_limit)
+	if (!ok && call->run.resp.too_large)
 		mesh_error_set(&merr, MESH_FAIL_TOO_LARGE, "file \"%s\" is larger than mesh.max_file_size (%d bytes)",
 					   path, mesh_max_file_bytes);
 	if (!store_file_event(&call->ws, "file_read", path, ok ? (int64) len : 0,

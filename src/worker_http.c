@@ -384,7 +384,7 @@ mesh_http_response(MeshTransfer *t, MeshHttpResponse *resp)
 	if (t->overflow || t->result == CURLE_FILESIZE_EXCEEDED)
 	{
 		resp->transport_error = "response larger than the configured limit";
-		resp->over_limit = true;
+		resp->too_large = true;
 		return;
 	}
 	if (t->result == CURLE_COULDNT_CONNECT && t->unix_socket)

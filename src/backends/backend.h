@@ -87,7 +87,7 @@ typedef struct MeshHttpResponse
 	const char *body;
 	size_t		body_len;
 	const char *transport_error;
-	bool		over_limit;		/* refused for being over the operation's response limit */
+	bool		too_large;		/* the response exceeded the operation's limit */
 } MeshHttpResponse;
 
 /*
