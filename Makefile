@@ -13,6 +13,7 @@ OBJS = \
 	src/worker_files.o \
 	src/worker_release.o \
 	src/worker_http.o \
+	src/runner.o \
 	src/store.o \
 	src/txn.o \
 	src/launcher.o \

@@ -109,7 +109,10 @@ CREATE TABLE mesh.workspaces (
     released_at         timestamptz,
     owner_role          regrole          -- the role that declared the run (current_user of mesh_acquire)
 );
-CREATE INDEX workspaces_live_idx ON mesh.workspaces (status, last_used_at)
+-- Not on last_used_at: every exec touches it, and an indexed column would make each of those
+-- updates a new index entry in every index (no HOT update); the reaper's idle test reads
+-- coalesce(last_used_at, ...), which no index serves anyway.
+CREATE INDEX workspaces_live_idx ON mesh.workspaces (status)
     WHERE status NOT IN ('pending', 'released');
 CREATE INDEX workspaces_agent_idx ON mesh.workspaces (agent_id, status);
 CREATE INDEX workspaces_backend_idx ON mesh.workspaces (backend_kind)

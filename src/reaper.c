@@ -54,9 +54,12 @@
 #include "mesh_exec.h"
 #include "store.h"
 #include "txn.h"
-#include "worker_http.h"
+#include "runner.h"
 
 PG_FUNCTION_INFO_V1(mesh_sweep);
+
+/* A backend's list of a whole install's workspaces can be long. */
+#define REAPER_MAX_RESPONSE (16 * 1024 * 1024)
 
 static char *install_id;
 
@@ -331,95 +334,18 @@ static const char orphan_event_sql[] =
 "VALUES ('orphan_released', $1, pg_catalog.jsonb_build_object('ref', $2, 'outcome', $3))";
 
 /*
- * One HTTP request, waited for on the latch and the socket, abandoned at
- * the deadline.  Returns the finished transfer (caller frees) or NULL.
- */
-static MeshTransfer *
-roundtrip(const MeshHttpRequest *req, TimestampTz deadline)
-{
-	MeshTransfer *t = mesh_http_start(req, 16 * 1024 * 1024, NULL);
-
-	for (;;)
-	{
-		WaitEventSet *set;
-		WaitEvent	events[8];
-		long		timeout;
-		long		left = (long) ((deadline - GetCurrentTimestamp()) / 1000);
-
-		mesh_http_drive();
-		if (mesh_http_is_done(t))
-			return t;
-		if (left <= 0)
-		{
-			mesh_http_free(t);
-			return NULL;
-		}
-		set = mesh_http_wait_set(&timeout);
-		if (timeout < 0 || timeout > left)
-			timeout = left;
-		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
-		FreeWaitEventSet(set);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-}
-
-/* Parses one response of a multi-step operation into 'out'. */
-typedef MeshStepResult (*StepParser) (const MeshBackend *be, MeshOpState *st,
-									  const MeshHttpResponse *resp, void *out, MeshError *err);
-
-typedef struct ListOut
-{
-	MeshListedWorkspace **items;
-	int		   *nitems;
-} ListOut;
-
-static MeshStepResult
-list_parser(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp, void *out,
-			MeshError *err)
-{
-	ListOut    *l = (ListOut *) out;
-
-	return be->driver->list_response(be, st, resp, l->items, l->nitems, err);
-}
-
-static MeshStepResult
-release_parser(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp, void *out,
-			   MeshError *err)
-{
-	return be->driver->release_response(be, st, resp, (MeshReleaseOutcome *) out, err);
-}
-
-/*
- * Drive one driver operation to its end: each request is a roundtrip, each
- * response goes to the parser, which may ask for the next request.
+ * Drive one driver operation to its end, at most until the sweep's
+ * deadline for this backend (the runner, runner.c).
  */
 static bool
-run_steps(const MeshBackend *be, MeshOpState *st, MeshHttpRequest *first, TimestampTz until,
-		  StepParser parse, void *out, MeshError *err)
+run_until(MeshDriverRun *run, bool built, const MeshHttpRequest *first, TimestampTz until,
+		  MeshResponseParser parse, void *out, MeshError *err)
 {
-	MeshHttpRequest req = *first;
-
-	for (;;)
-	{
-		MeshTransfer *t = roundtrip(&req, until);
-		MeshHttpResponse resp;
-		MeshStepResult r;
-
-		if (t == NULL)
-		{
-			mesh_error_set(err, MESH_FAIL_UNAVAILABLE,
-						   "backend \"%s\" did not answer before the sweep's deadline", be->name);
-			return false;
-		}
-		mesh_http_response(t, &resp);
-		r = parse(be, st, &resp, out, err);
-		mesh_http_free(t);
-		if (r != MESH_STEP_NEXT)
-			return r == MESH_STEP_DONE;
-		st->step++;
-		req = st->next;
-	}
+	mesh_run_start(run, built, first, parse, out, REAPER_MAX_RESPONSE);
+	if (mesh_run_until(run, until) == MESH_STEP_DONE)
+		return true;
+	*err = run->err;
+	return false;
 }
 
 /* The backend's entry for ref, or NULL when it lists none. */
@@ -448,17 +374,19 @@ static void
 release_orphan(json_t *rows, const MeshBackend *be, const char *ref, TimestampTz until)
 {
 	MeshHttpRequest req;
-	MeshOpState st = {0};
+	MeshDriverRun run = {0};
+	MeshOpState *st = mesh_run_begin(&run, be);
 	MeshReleaseOutcome outcome;
 	MeshError	merr = {0};
 	const char *result;
 	const char *args[3];
+	bool		built = be->driver->release_request(be, st, ref, false, &req, &run.err);
 
-	be->driver->release_request(be, &st, ref, false, &req);
-	if (!run_steps(be, &st, &req, until, release_parser, &outcome, &merr))
+	if (!run_until(&run, built, &req, until, mesh_parse_release, &outcome, &merr))
 		result = merr.message;
 	else
 		result = outcome == MESH_RELEASE_HIBERNATED ? "hibernated" : "destroyed";
+	mesh_run_end(&run);
 	args[0] = be->name;
 	args[1] = ref;
 	args[2] = result;
@@ -518,11 +446,13 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 {
 	MeshBackend be;
 	MeshHttpRequest req;
-	MeshOpState st = {0};
-	ListOut		list_out;
-	MeshListedWorkspace *items = NULL;
-	int			nitems = 0;
+	MeshDriverRun run = {0};
+	MeshOpState *st;
+	MeshListing listing = {NULL, 0};
+	MeshListedWorkspace *items;
+	int			nitems;
 	MeshError	merr = {0};
+	bool		built;
 	List	   *explained;
 	List	   *live;
 	ListCell   *lc;
@@ -540,17 +470,20 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 		return;
 	}
 	live = reaper_query(live_rows_sql, 1, &name, 3);
-	be.driver->list_request(&be, &st, install_id, &req);
-	list_out.items = &items;
-	list_out.nitems = &nitems;
-	if (!run_steps(&be, &st, &req, until, list_parser, &list_out, &merr))
+	st = mesh_run_begin(&run, &be);
+	built = be.driver->list_request(&be, st, install_id, &req, &run.err);
+	if (!run_until(&run, built, &req, until, mesh_parse_list, &listing, &merr))
 	{
+		mesh_run_end(&run);
 		note(rows, "backend_unreachable", NULL, name,
 			 psprintf("%s; its rows stay as evidence and must be released by hand if it does not come back",
 					  merr.message));
 		json_decref(be.config);
 		return;
 	}
+	mesh_run_end(&run);
+	items = listing.items;
+	nitems = listing.nitems;
 
 	/* read after the list: every listed sandbox's row was committed before it was asked for */
 	explained = reaper_query(explained_sql, 1, &name, 3);

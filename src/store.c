@@ -840,15 +840,21 @@ exec_finish_body(void *arg)
 }
 
 /*
- * Record how an exec ended and charge the run, durably.  stdout and stderr
- * in rec->result must already be sanitized text.
+ * Record how an exec ended and charge the run.  Committed asynchronously:
+ * the worker flushes the WAL up to *commit_lsn before the caller hears of
+ * it, once for all the results of a turn of its loop (worker_want_durable).
+ * stdout and stderr in rec->result must already be sanitized text.
  */
 bool
-store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec, ErrorData **err)
+store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
+					XLogRecPtr *commit_lsn, ErrorData **err)
 {
 	ExecFinishArgs a = {ws, exec_id, rec};
 
-	return mesh_txn("mesh worker: exec finished", exec_finish_body, &a, true, err);
+	if (!mesh_txn("mesh worker: exec finished", exec_finish_body, &a, false, err))
+		return false;
+	*commit_lsn = XactLastCommitEnd;
+	return true;
 }
 
 /*--------------------------------------------------------------------------

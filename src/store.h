@@ -70,7 +70,7 @@ extern bool store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int6
 extern bool store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err);
 extern void mesh_flush_to(XLogRecPtr lsn);
 extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
-								ErrorData **err);
+								XLogRecPtr *commit_lsn, ErrorData **err);
 extern bool store_tier_climb_on_oom(int64 exec_id, char **notice, ErrorData **err);
 extern bool store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
 							 const char *failure, ErrorData **err);

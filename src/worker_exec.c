@@ -174,6 +174,7 @@ start_exec(WorkerCall *call)
 {
 	MeshHttpRequest req;
 	ErrorData  *err;
+	bool		built;
 
 	if (!workspace_has_capability(call, "shell"))
 	{
@@ -195,13 +196,13 @@ start_exec(WorkerCall *call)
 	}
 	deliver_environment(call);
 	call->spec.exec_key = psprintf(INT64_FORMAT, call->exec_id);
-	call->be.driver->exec_request(&call->be, begin_op(call), call->ws.external_ref, &call->spec, &req);
+	built = call->be.driver->exec_request(&call->be, begin_op(call), call->ws.external_ref,
+										  &call->spec, &req, &call->run.err);
 	call->op_started = GetCurrentTimestamp();
-	start_transfer(call, &req, exec_response_limit(call));
-	call->step = STEP_OPERATING;
-	/* put the request on the wire, then make the exec row durable meanwhile */
-	mesh_http_drive();
-	mesh_flush_to(call->exec_row_lsn);
+	start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec, &call->out.exec,
+			 exec_response_limit(call));
+	/* the loop puts the request on the wire, then makes the exec row durable meanwhile */
+	worker_want_durable(call->exec_row_lsn);
 }
 
 /*
@@ -301,18 +302,15 @@ reply_exec(WorkerCall *call, const MeshExecResult *result, const char *status)
 }
 
 void
-finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
+finish_exec(WorkerCall *call)
 {
-	MeshExecResult result;
+	MeshExecResult result = call->out.exec;
 	MeshExecRecord rec = {0};
-	MeshError	merr = {0};
+	MeshError	merr = call->run.err;
 	ErrorData  *err;
+	XLogRecPtr	lsn;
 
-	MeshStepResult r = call->be.driver->exec_response(&call->be, &call->opstate, resp, &result, &merr);
-
-	if (continue_op(call, r, exec_response_limit(call)))
-		return;
-	if (r == MESH_STEP_FAILED)
+	if (call->run.result == MESH_STEP_FAILED)
 	{
 		rec.status = "error";
 		merr.message = redact_message(call, merr.message);
@@ -322,8 +320,10 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 			rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
 		rec.charged_seconds = seconds_since(call->op_started);
 		rec.charge_basis = "wall";
-		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
 			FreeErrorData(err);
+		else
+			worker_want_durable(lsn);
 		if (!wake_and_retry(call, &merr))
 			reply_backend_error(call, NULL, &merr);
 		return;
@@ -341,11 +341,12 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 		rec.charged_seconds = Max(rec.charged_seconds,
 								  call->ws.budget_seconds - call->ws.compute_seconds);
 	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
 	{
 		reply_txn_error(call, err);
 		return;
 	}
+	worker_want_durable(lsn);
 	charge_budget(call, rec.charged_seconds);
 	notice_egress_denials(call, result.egress_denials);
 	if (strcmp(rec.status, "oom") == 0)
@@ -358,35 +359,35 @@ void
 cancel_exec(WorkerCall *call)
 {
 	MeshHttpRequest req;
+	bool		built;
 
-	mesh_http_free(call->transfer);
-	call->transfer = NULL;
-	call->be.driver->kill_request(&call->be, begin_op(call), call->ws.external_ref,
-								  call->spec.exec_key, &req);
-	start_transfer(call, &req, worker_small_response_limit(call));
-	call->step = STEP_KILLING;
+	/* the exec's own request is abandoned with the run: the daemon sees the disconnect */
+	built = call->be.driver->kill_request(&call->be, begin_op(call), call->ws.external_ref,
+										  call->spec.exec_key, &req, &call->run.err);
+	start_op(call, STEP_KILLING, built, &req, mesh_parse_kill, NULL,
+			 worker_small_response_limit(call));
 }
 
 void
-finish_cancel(WorkerCall *call, const MeshHttpResponse *resp)
+finish_cancel(WorkerCall *call)
 {
 	MeshExecRecord rec = {0};
 	ErrorData  *err;
-	MeshError	merr = {0};
-
-	if (continue_op(call, call->be.driver->kill_response(&call->be, &call->opstate, resp, &merr),
-					worker_small_response_limit(call)))
-		return;
+	XLogRecPtr	lsn;
+	const char *transport_error = call->run.resp.transport_error;
 
 	rec.status = "cancelled";
-	rec.error = resp->transport_error
-		? psprintf("cancelled by the caller; the kill request failed: %s", resp->transport_error)
+	rec.error = transport_error
+		? psprintf("cancelled by the caller; the kill request failed: %s", transport_error)
 		: "cancelled by the caller (interrupt or statement_timeout)";
 	rec.charged_seconds = seconds_since(call->op_started);
 	rec.charge_basis = "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
 		FreeErrorData(err);
 	else
+	{
+		worker_want_durable(lsn);
 		charge_budget(call, rec.charged_seconds);
+	}
 	call->step = STEP_FINISHED;
 }

@@ -52,17 +52,6 @@ reply_file_error(WorkerCall *call, const char *path, const MeshError *err)
 				failure_hint(err->failure));
 }
 
-/*
- * The file operation is not over yet: the driver asked for another request,
- * or the workspace had stopped and is being woken for a retry.
- */
-static bool
-op_continues(WorkerCall *call, MeshStepResult r, const MeshError *merr, size_t max_response)
-{
-	return continue_op(call, r, max_response) ||
-		(r == MESH_STEP_FAILED && wake_and_retry(call, merr));
-}
-
 /* A file of mesh.max_file_size fits; one byte more shows it is larger. */
 size_t
 read_response_limit(WorkerCall *call)
@@ -90,28 +79,29 @@ void
 start_read(WorkerCall *call)
 {
 	MeshHttpRequest req;
+	bool		built;
 
-	call->be.driver->read_request(&call->be, begin_op(call), call->ws.external_ref,
-								  mesh_msg_string(&call->msg, call->req.file.path), &req);
-	start_transfer(call, &req, read_response_limit(call));
-	call->step = STEP_OPERATING;
+	built = call->be.driver->read_request(&call->be, begin_op(call), call->ws.external_ref,
+										  mesh_msg_string(&call->msg, call->req.file.path),
+										  &req, &call->run.err);
+	start_op(call, STEP_OPERATING, built, &req, mesh_parse_read, &call->out.file,
+			 read_response_limit(call));
 }
 
 void
-finish_read(WorkerCall *call, const MeshHttpResponse *resp)
+finish_read(WorkerCall *call)
 {
 	const char *path = mesh_msg_string(&call->msg, call->req.file.path);
-	MeshError	merr = {0};
+	MeshError	merr = call->run.err;
 	ErrorData  *err;
-	const char *data = NULL;
-	size_t		len = 0;
-	MeshStepResult r = call->be.driver->read_response(&call->be, &call->opstate, resp, &data, &len, &merr);
-	bool		ok = r == MESH_STEP_DONE;
+	const char *data = call->out.file.data;
+	size_t		len = call->out.file.len;
+	bool		ok = call->run.result == MESH_STEP_DONE;
 
-	if (op_continues(call, r, &merr, read_response_limit(call)))
+	/* the workspace had stopped: it is being woken for a retry */
+	if (!ok && wake_and_retry(call, &merr))
 		return;
-	if (!ok && resp->transport_error && resp->status == 0 &&
-		strstr(resp->transport_error, "limit") != NULL)
+	if (!ok && call->run.resp.too_large)
 		mesh_error_set(&merr, MESH_FAIL_TOO_LARGE, "file \"%s\" is larger than mesh.max_file_size (%d bytes)",
 					   path, mesh_max_file_bytes);
 	if (!store_file_event(&call->ws, "file_read", path, ok ? (int64) len : 0,
@@ -130,25 +120,26 @@ void
 start_write(WorkerCall *call)
 {
 	MeshHttpRequest req;
+	bool		built;
 
-	call->be.driver->write_request(&call->be, begin_op(call), call->ws.external_ref,
-								   mesh_msg_string(&call->msg, call->req.file.path),
-								   call->req.file.mode,
-								   call->blob, call->blob_len, &req);
-	start_transfer(call, &req, worker_small_response_limit(call));
-	call->step = STEP_OPERATING;
+	built = call->be.driver->write_request(&call->be, begin_op(call), call->ws.external_ref,
+										   mesh_msg_string(&call->msg, call->req.file.path),
+										   call->req.file.mode,
+										   call->blob, call->blob_len, &req, &call->run.err);
+	start_op(call, STEP_OPERATING, built, &req, mesh_parse_write, NULL,
+			 worker_small_response_limit(call));
 }
 
 void
-finish_write(WorkerCall *call, const MeshHttpResponse *resp)
+finish_write(WorkerCall *call)
 {
 	const char *path = mesh_msg_string(&call->msg, call->req.file.path);
-	MeshError	merr = {0};
+	MeshError	merr = call->run.err;
 	ErrorData  *err;
-	MeshStepResult r = call->be.driver->write_response(&call->be, &call->opstate, resp, &merr);
-	bool		ok = r == MESH_STEP_DONE;
+	bool		ok = call->run.result == MESH_STEP_DONE;
 
-	if (op_continues(call, r, &merr, worker_small_response_limit(call)))
+	/* the workspace had stopped: it is being woken for a retry */
+	if (!ok && wake_and_retry(call, &merr))
 		return;
 	if (!store_file_event(&call->ws, "file_write", path, (int64) call->blob_len,
 						  ok ? NULL : merr.message, &err))
