@@ -34,6 +34,7 @@
 #include "utils/memutils.h"
 
 #include "credentials.h"
+#include "handoff.h"
 #include "store.h"
 #include "txn.h"
 
@@ -87,17 +88,35 @@ col_reason(const MeshRows *rows, uint64 row, const char *name)
  *--------------------------------------------------------------------------
  */
 static const char declare_sql[] =
-"SELECT pg_catalog.row_to_json(d)::text AS row FROM mesh.workspace_declare($1, $2, $3, $4, $5, $6) d";
+"SELECT d AS row, 'mesh.workspaces'::pg_catalog.regtype::pg_catalog.oid AS row_type "
+"  FROM mesh.workspace_declare($1, $2, $3, $4, $5, $6) d";
 
 /*
- * Declare the run; *row_json is its row.  A plain declaration is intent and
+ * The declared mesh.workspaces row as one composite datum the caller's
+ * backend can return as is: detoasted, with a plain header, in the caller's
+ * memory (it outlives the transaction's).
+ */
+static Datum
+workspace_row_copy(const MeshRows *rows)
+{
+	bool		isnull;
+	Oid			type = DatumGetObjectId(mesh_col_datum(rows, 0, "row_type", OIDOID, &isnull));
+	Datum		row = mesh_col_datum(rows, 0, "row", type, &isnull);
+
+	if (isnull)
+		elog(ERROR, "mesh: mesh.workspace_declare returned no row");
+	return PointerGetDatum(PG_DETOAST_DATUM_COPY(row));
+}
+
+/*
+ * Declare the run; *row is its row.  A plain declaration is intent and
  * commits deferred (losing one in a crash loses nothing real); with an
  * environment it carries grants, and commits durably.
  */
 bool
 store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 			  const char *parent_run_id, const char *environment, const char *owner_role,
-			  char **row_json, ErrorData **err)
+			  Datum *row, ErrorData **err)
 {
 	MeshParam	p[6] = {mesh_text_param(run_id), mesh_text_param(agent_id), mesh_text_param(actor_id),
 		mesh_text_param(parent_run_id), mesh_text_param(environment),
@@ -107,7 +126,7 @@ store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 	if (!mesh_txn_sql("mesh worker: declare run", environment ? MESH_COMMIT_DURABLE : MESH_COMMIT_DEFERRED,
 					  declare_sql, 6, p, &rows, err))
 		return false;
-	*row_json = mesh_col_text(rows, 0, "row");
+	*row = workspace_row_copy(rows);
 	return true;
 }
 
@@ -302,9 +321,10 @@ materialize_body(void *arg)
 
 /*
  * Record the choice of backend and the move to acquiring, before the
- * backend is called.  commit says how: the worker that defers it flushes
- * to mesh_txn_commit_lsn() once the request is on its way (docs/design.md,
- * invariant 4: the row is durable before the caller hears of a sandbox).
+ * backend is called.  commit says how: the worker that defers it makes
+ * mesh_txn_commit_lsn() durable before its loop's turn sends anything
+ * (worker_want_durable; docs/design.md, invariant 4: the row is durable
+ * before the caller hears of a sandbox).
  */
 bool
 store_begin_materialize(MeshWorkspace *ws, const char *install_id, MeshCommit commit, ErrorData **err)
@@ -511,9 +531,10 @@ exec_start_body(void *arg)
 
 /*
  * The exec row, committed before the command is sent.  The commit does not
- * wait for its WAL flush: the worker flushes to *commit_lsn right after the
- * request is on the wire (mesh_flush_to), so the fsync overlaps the command
- * instead of adding to every exec's latency.
+ * wait for its WAL flush: the worker flushes to *commit_lsn at the end of
+ * the turn of its loop that put the request on the wire
+ * (worker_want_durable), so the fsync overlaps the command instead of
+ * adding to every exec's latency.
  */
 bool
 store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
@@ -572,12 +593,15 @@ mesh_sanitize_text(const char *data, size_t len)
 }
 
 /*
- * Record how an exec ended and charge the run, durably, with each outbound
- * connection the backend refused during it (mesh.exec_finish).  stdout and
- * stderr in rec->result must already be sanitized text.
+ * Record how an exec ended and charge the run, with each outbound connection
+ * the backend refused during it (mesh.exec_finish).  Committed
+ * asynchronously: the worker flushes the WAL up to *commit_lsn before the
+ * caller hears of it, once for all the results of a turn of its loop
+ * (worker_want_durable).  stdout and stderr in rec->result must already be
+ * sanitized text.
  */
 bool
-store_exec_finished(int64 exec_id, const MeshExecRecord *rec, ErrorData **err)
+store_exec_finished(int64 exec_id, const MeshExecRecord *rec, XLogRecPtr *commit_lsn, ErrorData **err)
 {
 	const MeshExecResult *r = rec->result;
 	MeshParam	p[13] = {
@@ -596,7 +620,10 @@ store_exec_finished(int64 exec_id, const MeshExecRecord *rec, ErrorData **err)
 		mesh_text_param(r ? r->egress_denials : NULL)
 	};
 
-	return mesh_txn_sql("mesh worker: exec finished", MESH_COMMIT_DURABLE, exec_finish_sql, 13, p, NULL, err);
+	if (!mesh_txn_sql("mesh worker: exec finished", MESH_COMMIT_DEFERRED, exec_finish_sql, 13, p, NULL, err))
+		return false;
+	*commit_lsn = mesh_txn_commit_lsn();
+	return true;
 }
 
 /*--------------------------------------------------------------------------

@@ -125,7 +125,7 @@ extern char *mesh_sanitize_text(const char *data, size_t len);
 
 extern bool store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 						  const char *parent_run_id, const char *environment,
-						  const char *owner_role, char **row_json, ErrorData **err);
+						  const char *owner_role, Datum *row, ErrorData **err);
 extern bool store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, ErrorData **err);
 extern bool store_begin_materialize(MeshWorkspace *ws, const char *install_id, MeshCommit commit,
 									ErrorData **err);
@@ -136,7 +136,8 @@ extern bool store_materialize_failed(MeshWorkspace *ws, bool retryable, const ch
 extern bool store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
 							   XLogRecPtr *commit_lsn, List **delivered, ErrorData **err);
 extern bool store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err);
-extern bool store_exec_finished(int64 exec_id, const MeshExecRecord *rec, ErrorData **err);
+extern bool store_exec_finished(int64 exec_id, const MeshExecRecord *rec, XLogRecPtr *commit_lsn,
+								ErrorData **err);
 extern bool store_tier_climb_on_oom(int64 exec_id, char **notice, ErrorData **err);
 extern bool store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
 							 const char *failure, ErrorData **err);

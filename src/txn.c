@@ -32,6 +32,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "handoff.h"
 #include "mesh_exec.h"
 #include "txn.h"
 
@@ -47,6 +48,9 @@ typedef struct MeshPlan
 } MeshPlan;
 
 static HTAB *plans = NULL;
+
+/* Nanoseconds this process spent in mesh_txn and WAL flushes (mesh.call_stages()). */
+uint64		mesh_txn_time_ns = 0;
 
 /* Where rows of the running transaction are copied to. */
 static MemoryContext result_cxt = NULL;
@@ -98,6 +102,7 @@ mesh_txn(const char *what, MeshCommit commit, MeshTxnBody body, void *arg, Error
 {
 	MemoryContext outer = CurrentMemoryContext;
 	volatile bool ok = true;
+	uint64		started = mesh_clock_ns();
 
 	result_cxt = outer;
 	PG_TRY();
@@ -134,6 +139,7 @@ mesh_txn(const char *what, MeshCommit commit, MeshTxnBody body, void *arg, Error
 	MemoryContextSwitchTo(outer);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	pgstat_report_stat(false);
+	mesh_txn_time_ns += mesh_clock_ns() - started;
 	return ok;
 }
 
@@ -266,12 +272,23 @@ mesh_txn_commit_lsn(void)
 	return XactLastCommitEnd;
 }
 
-/* Make a deferred commit durable (no-op for InvalidXLogRecPtr). */
-void
+/*
+ * Make deferred commits up to lsn durable (nothing for InvalidXLogRecPtr).
+ * Returns the nanoseconds it took, which count as transaction time.
+ */
+uint64
 mesh_flush_to(XLogRecPtr lsn)
 {
-	if (lsn != InvalidXLogRecPtr)
-		XLogFlush(lsn);
+	uint64		started;
+	uint64		took;
+
+	if (lsn == InvalidXLogRecPtr)
+		return 0;
+	started = mesh_clock_ns();
+	XLogFlush(lsn);
+	took = mesh_clock_ns() - started;
+	mesh_txn_time_ns += took;
+	return took;
 }
 
 /* Where mesh_sql copies rows: the caller's context at mesh_txn. */

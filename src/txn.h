@@ -25,8 +25,9 @@
 /*
  * How a transaction commits.  MESH_COMMIT_DEFERRED does not wait for its WAL
  * flush: for intent whose loss in a crash loses nothing real, or for rows
- * the worker makes durable later with mesh_flush_to(mesh_txn_commit_lsn()),
- * overlapping the fsync with a backend's work.  A read-only transaction
+ * the worker makes durable later: the pool once per turn of its loop for
+ * all its calls (worker_want_durable(mesh_txn_commit_lsn()), flushed by
+ * mesh_flush_to before any reply is sent).  A read-only transaction
  * writes no commit record, so MESH_COMMIT_DURABLE costs it nothing.
  */
 typedef enum MeshCommit
@@ -59,8 +60,9 @@ extern bool mesh_txn_sql(const char *what, MeshCommit commit, const char *sql, i
 						 const MeshParam *params, MeshRows **rows, ErrorData **err);
 extern MeshRows *mesh_sql(const char *sql, int nargs, const MeshParam *params);
 extern XLogRecPtr mesh_txn_commit_lsn(void);
-extern void mesh_flush_to(XLogRecPtr lsn);
+extern uint64 mesh_flush_to(XLogRecPtr lsn);
 extern MemoryContext mesh_txn_result_cxt(void);
+extern uint64 mesh_txn_time_ns;
 
 /* A parameter of type type holding value (a Datum of that type). */
 static inline MeshParam
