@@ -713,6 +713,17 @@ send_all(void)
 	}
 }
 
+/* Start (or go on with) a call at STEP_START, unless its caller left. */
+static void
+start_if_due(WorkerCall *call)
+{
+	/* a caller that left while its workspace was being set up gets no command run */
+	if (call->step == STEP_START && call->hdr != NULL && call->caller_gone)
+		call->step = STEP_FINISHED;
+	if (call->step == STEP_START)
+		advance_call(call);
+}
+
 /*
  * One pass over all calls.  Returns true when some call can make progress
  * without waiting (so the loop should not sleep).
@@ -738,15 +749,15 @@ advance_all(void)
 			else if (call->step == STEP_PARKED || call->step == STEP_START)
 				call->step = STEP_FINISHED;
 		}
-		/* a caller that left while its workspace was being set up gets no command run */
-		if (call->step == STEP_START && call->hdr != NULL && call->caller_gone)
-			call->step = STEP_FINISHED;
-		if (call->step == STEP_START)
-			advance_call(call);
+		start_if_due(call);
 		if (call->step == STEP_AWAITING_BROKER && broker_listening(call))
 			call->step = STEP_START;
 		if (mesh_run_ready(&call->run))
+		{
 			complete_run(call);
+			/* a workspace just set up: the command starts in this turn, under its one flush */
+			start_if_due(call);
+		}
 		settle_txn_time(call);
 		if (call->step == STEP_START)
 			runnable = true;
