@@ -34,7 +34,6 @@
 #include "utils/memutils.h"
 
 #include "credentials.h"
-#include "handoff.h"
 #include "store.h"
 #include "txn.h"
 
