@@ -2,10 +2,11 @@
  * sandboxd.h - shared declarations of mesh-sandboxd, the sandbox host daemon.
  *
  * The daemon serves docs/protocol.md over HTTP. Each workspace is a directory under the state
- * dir plus a long-lived bubblewrap "holder" whose namespaces every exec joins (setns), so a
- * warm exec costs about one process creation. This header is the one place where the modules
- * (http, route, workspace, sandbox, exec, seccomp, files, egress, cgroup, capabilities, json,
- * log) meet.
+ * dir plus a long-lived bubblewrap "holder", whose process is the workspace's exec agent
+ * (agent.c, a binary of its own): every exec is one message to it, and it starts the command
+ * inside the sandbox, so a warm exec costs about one process creation. This header is the one
+ * place where the daemon's modules (http, route, workspace, sandbox, exec, seccomp, files,
+ * egress, cgroup, capabilities, json, log) meet; agent_proto.h is the agent's.
  *
  * Threads and what they may touch
  * -------------------------------
@@ -13,9 +14,8 @@
  *   other thread exists, then only waits for signals, reaps orphans and drains.
  * - libmicrohttpd runs one thread per connection (request threads); each egress proxy has an
  *   accept thread and one thread per proxied connection.
- * - Exec helpers (exec.c) are processes that share the daemon's memory (CLONE_VM); they read
- *   their exec_run and the workspace's descriptors, and write only their exec_run. Holder and
- *   egress-listener children borrow it the same way (spawn_borrowing) until they exec or exit.
+ * - Holder and egress-listener children share the daemon's memory (CLONE_VM, spawn_borrowing)
+ *   until they exec or exit; they read what their spawner prepared and make system calls only.
  *
  * Shared mutable data and its lock: the registry list, every workspace's refcount and the
  * count of running workspaces under registry_lock (workspace.c); requests in flight under
@@ -23,15 +23,14 @@
  * as struct workspace says; each egress proxy's denial ring and counts under its lock.
  *
  * Data written only before the listeners start, read-only afterwards (no lock): g_config,
- * g_caps, the tier table, the curated /etc path, the cgroup controller table, egress test
- * names, the exec helpers' last_capability.
+ * g_caps, the tier table, the curated /etc path, the exec agent's binary, the cgroup
+ * controller table, egress test names.
  *
  * Rules for request threads:
  * - No libc call with hidden static state: no strtok (route.c splits paths re-entrantly), no
  *   localtime, gmtime or ctime (gmtime_r), no getpwnam or getpwuid (users are resolved once at
  *   start), no getenv/setenv, no rand, no readdir on a shared stream (only at start). strerror
- *   is thread-safe in glibc >= 2.32 (unknown codes use a per-thread buffer); the exec helpers,
- *   which run on another task's stack, use strerrordesc_np. jansson's reference counts are
+ *   is thread-safe in glibc >= 2.32 (unknown codes use a per-thread buffer). jansson's reference counts are
  *   atomic (JSON_HAVE_ATOMIC_BUILTINS), so a shared read-only document (labels, allow) may be
  *   packed into responses by several threads at once; no thread modifies a shared document.
  * - log_event writes one stdio call per line (stdio locks the stream).
@@ -167,7 +166,7 @@ struct exec_run;
  * - state, removed: written by the thread holding lifecycle, under lock (and registry_lock
  *   for removed); read under lock (workspace_state), or by the lifecycle holder.
  * - fresh: set before publication, then read and cleared only by the lifecycle holder.
- * - holder_pid, bwrap_pid, holder_start, ns_fds, root_fd, cgroup_fds: written only by the
+ * - holder_pid, bwrap_pid, holder_start, agent_fd, ns_fds, root_fd, cgroup_fds: written only by the
  *   lifecycle holder, and only while no exec is registered (workspace_stop waits for
  *   execs_done first); read by the lifecycle holder and by an exec between exec_register and
  *   exec_unregister, which pins them. File calls dup root_fd under lock.
@@ -182,14 +181,15 @@ struct workspace {
     json_t *labels;
     time_t created_at;
     enum ws_state state;
-    /* holder: the bubblewrap sandbox whose namespaces execs join */
+    /* holder: the bubblewrap sandbox, whose process is the exec agent */
     pid_t holder_pid;
     pid_t bwrap_pid;                  /* bwrap's outer process if this daemon started it */
     unsigned long long holder_start;  /* /proc/PID/stat field 22, to detect pid reuse */
     int ns_fds[8];                    /* user (bwrap's outer), ipc, uts, net, mnt, pid, the
                                          holder's own user ns when bwrap nested one, and its
                                          cgroup ns when it has its own; -1 = none */
-    int root_fd;                      /* the holder's / (for chroot after setns) */
+    int root_fd;                      /* the holder's / (file calls resolve in it) */
+    int agent_fd;                     /* the agent's request channel (agent_proto.h), -1 */
     int cgroup_fds[CG_COUNT];         /* cgroup.procs of each controller, -1 if none */
     int refcount;                     /* registry + in-flight requests */
     bool removed;                     /* released: unreachable by id */
@@ -229,7 +229,6 @@ bool holder_running(struct workspace *ws);
 void sandbox_kill_strays(bool (*registered)(const char *id, pid_t holder_pid));
 
 /* ---- exec (exec.c) ---- */
-void exec_init(void);
 json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *err);
 bool exec_kill_by_key(struct workspace *ws, const char *key);
 void exec_kill_all(struct workspace *ws);
@@ -283,11 +282,10 @@ extern int g_shutting_down;   /* __atomic_load_n / __atomic_store_n */
 /* ---- small utilities (util.c) ---- */
 
 /*
- * Children that borrow the daemon's memory (exec helpers, holder and listener spawns) are
- * created with CLONE_VM: no page tables are copied, so their cost does not grow with the
- * daemon's threads and mappings. Sanitizer builds (make tsan, make asan) give them a copy
- * instead (slower, same results; what exec helpers write back then lives in a shared
- * mapping): ThreadSanitizer models every clone() as a fork() and corrupts its own state when
+ * Children that borrow the daemon's memory (holder and listener spawns) are created with
+ * CLONE_VM: no page tables are copied, so their cost does not grow with the daemon's threads
+ * and mappings. Sanitizer builds (make tsan, make asan) give them a copy instead (slower, same
+ * results): ThreadSanitizer models every clone() as a fork() and corrupts its own state when
  * the child shares memory, and a child running AddressSanitizer's instrumented code can exit
  * holding one of its locks, which then deadlocks every thread of the daemon.
  */

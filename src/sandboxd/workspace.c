@@ -111,6 +111,7 @@ static struct workspace *workspace_new(const char *id)
     for (int i = 0; i < 8; i++)
         ws->ns_fds[i] = -1;
     ws->root_fd = -1;
+    ws->agent_fd = -1;
     for (int c = 0; c < CG_COUNT; c++)
         ws->cgroup_fds[c] = -1;
     pthread_mutex_init(&ws->lock, NULL);
@@ -291,8 +292,8 @@ static void workspace_stop(struct workspace *ws)
     ws->state = WS_STOPPING;
     pthread_mutex_unlock(&ws->lock);
     exec_kill_all(ws);
-    /* Execs unregister once their helpers are reaped. Only then may the descriptors they
-     * join through be closed: a closed number can be reused by another workspace's. */
+    /* Execs unregister once their answers are in. Only then may the descriptors they use
+     * (the agent's channel) be closed: a closed number can be reused by another workspace's. */
     pthread_mutex_lock(&ws->lock);
     while (ws->execs) {
         struct timespec until = realtime_in_ms(10000);
