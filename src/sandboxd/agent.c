@@ -7,7 +7,8 @@
  * namespace of its own; its bounding, inheritable and ambient sets are empty, so nothing it
  * starts can regain anything. It is not dumpable. Its descriptors and protocol: agent_proto.h.
  *
- * Process chain of one exec (agent_proto.h has the messages):
+ * Process chain of one exec (agent_proto.h has the messages; the exec's socket ending or
+ * carrying anything from the daemon SIGKILLs its init):
  *
  *   agent --clone(VM|NEWPID|PIDFD)--> init: pid 1 of a fresh pid namespace; joins the exec's
  *     cpuacct group, wires stdio, enters the working directory, drops the last capability
@@ -50,13 +51,14 @@
 struct agent_exec {
     int fds[AGENT_MAX_FDS];          /* as received; -1 when absent */
     int nfds;
-    int cpu_fd, memory_fd;           /* among fds, -1 when absent */
+    int payload_fd, cpu_fd, memory_fd;  /* among fds, -1 when absent */
     char *payload;
     struct agent_payload p;
     const char *path_env;
     char *stacks;                    /* init's and the command's */
     pid_t init;
     int init_pidfd;
+    bool killed;                     /* SIGKILL sent: the exec's socket is no longer watched */
     /* written by init and the command (shared memory) */
     int command_done;
     int command_status;
@@ -66,6 +68,11 @@ struct agent_exec {
 
 static struct agent_exec **running;
 static size_t running_count, running_cap;
+
+/* Stacks of finished execs, kept for the next ones (no mapping and no page faults per exec). */
+#define SPARE_STACKS 8
+static char *spare_stacks[SPARE_STACKS];
+static int spare_count;
 
 /* Writes "mesh-exec-agent: MESSAGE" to stderr (the holder's log). */
 static void agent_log(const char *message)
@@ -204,29 +211,13 @@ static int init_stage(void *arg)
     }
 }
 
-/* Sends REPLY on the exec's reply socket, with FD attached when >= 0. The daemon may have
- * gone (its end closed): no SIGPIPE, the exec goes on. */
-static void send_reply(struct agent_exec *ex, struct agent_reply *reply, int fd)
+/* Sends REPLY on the exec's socket. The daemon may have gone (its end closed): no SIGPIPE. */
+static void send_reply(struct agent_exec *ex, struct agent_reply *reply)
 {
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } control;
-    struct iovec iov = {.iov_base = reply, .iov_len = sizeof *reply};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
     reply->magic = AGENT_MAGIC;
     reply->version = AGENT_PROTOCOL;
-    if (fd >= 0) {
-        memset(&control, 0, sizeof control);
-        msg.msg_control = control.buf;
-        msg.msg_controllen = sizeof control.buf;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    }
-    while (sendmsg(ex->fds[AGENT_FD_REPLY], &msg, MSG_NOSIGNAL) < 0 && errno == EINTR)
+    while (send(ex->fds[AGENT_FD_REPLY], reply, sizeof *reply, MSG_NOSIGNAL) < 0 &&
+           errno == EINTR)
         ;
 }
 
@@ -238,7 +229,9 @@ static void exec_free(struct agent_exec *ex)
             close(ex->fds[i]);
     if (ex->init_pidfd >= 0)
         close(ex->init_pidfd);
-    if (ex->stacks)
+    if (ex->stacks && spare_count < SPARE_STACKS)
+        spare_stacks[spare_count++] = ex->stacks;
+    else if (ex->stacks)
         munmap(ex->stacks, 2 * STACK_BYTES);
     free(ex->p.argv);
     free(ex->p.envp);
@@ -251,17 +244,22 @@ static void exec_fail(struct agent_exec *ex, enum agent_step step, int error)
 {
     struct agent_reply reply = {.kind = AGENT_FAILED, .failed_step = step, .failed_errno = error};
     if (ex->nfds > AGENT_FD_REPLY)
-        send_reply(ex, &reply, -1);
+        send_reply(ex, &reply);
     exec_free(ex);
 }
 
-/* Reads the payload memfd whole (pread: the daemon wrote it from offset 0). */
-static bool read_payload(struct agent_exec *ex, size_t len)
+/* The payload: copied from the request message (INLINE, LEN bytes) or read whole from its
+ * memfd (pread: the daemon wrote it from offset 0). */
+static bool read_payload(struct agent_exec *ex, const char *inline_bytes, size_t len)
 {
     size_t done = 0;
     ex->payload = malloc(len ? len : 1);
+    if (ex->payload && inline_bytes) {
+        memcpy(ex->payload, inline_bytes, len);
+        return true;
+    }
     while (ex->payload && done < len) {
-        ssize_t n = pread(ex->fds[AGENT_FD_PAYLOAD], ex->payload + done, len - done, (off_t)done);
+        ssize_t n = pread(ex->payload_fd, ex->payload + done, len - done, (off_t)done);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
@@ -271,16 +269,18 @@ static bool read_payload(struct agent_exec *ex, size_t len)
     return ex->payload != NULL;
 }
 
-/* Receives one request with its descriptors; NULL when the message was not one (its
- * descriptors are closed, and answered AGENT_FAILED when a reply socket came with it). */
-static struct agent_exec *receive_request(struct agent_request *req)
+/* Receives one request with its descriptors (and its payload into INLINE_BYTES when it came
+ * inline); NULL when the message was not one (its descriptors are closed, and answered
+ * AGENT_FAILED when a reply socket came with it). */
+static struct agent_exec *receive_request(struct agent_request *req, char *inline_bytes)
 {
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(AGENT_MAX_FDS * sizeof(int))];
     } control;
-    struct iovec iov = {.iov_base = req, .iov_len = sizeof *req};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+    struct iovec iov[2] = {{.iov_base = req, .iov_len = sizeof *req},
+                           {.iov_base = inline_bytes, .iov_len = AGENT_INLINE_MAX}};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2, .msg_control = control.buf,
                          .msg_controllen = sizeof control.buf};
     ssize_t n = recvmsg(AGENT_RECEIVE_FD, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (n < 0)
@@ -293,7 +293,7 @@ static struct agent_exec *receive_request(struct agent_request *req)
                     close(((int *)CMSG_DATA(c))[i]);
         return NULL;
     }
-    ex->init_pidfd = ex->cpu_fd = ex->memory_fd = -1;
+    ex->init_pidfd = ex->payload_fd = ex->cpu_fd = ex->memory_fd = -1;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
             for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
@@ -310,6 +310,8 @@ static struct agent_exec *receive_request(struct agent_request *req)
         return NULL;
     }
     int next = AGENT_FIXED_FDS;
+    if (!(req->flags & AGENT_INLINE))
+        ex->payload_fd = ex->fds[next++];
     if (req->flags & AGENT_CPU_GROUP)
         ex->cpu_fd = ex->fds[next++];
     if (req->flags & AGENT_MEMORY_GROUP)
@@ -332,14 +334,16 @@ static bool track(struct agent_exec *ex)
     return true;
 }
 
-/* One request: payload, stacks, init; answers AGENT_STARTED or AGENT_FAILED. */
+/* One request: payload, stacks, init (or AGENT_FAILED). */
 static void start_exec(void)
 {
+    static char inline_bytes[AGENT_INLINE_MAX];
     struct agent_request req;
-    struct agent_exec *ex = receive_request(&req);
+    struct agent_exec *ex = receive_request(&req, inline_bytes);
     if (!ex)
         return;
-    if (!read_payload(ex, (size_t)req.payload_len) ||
+    if (!read_payload(ex, req.flags & AGENT_INLINE ? inline_bytes : NULL,
+                      (size_t)req.payload_len) ||
         !agent_payload_parse(ex->payload, (size_t)req.payload_len, req.argc, req.envc, &ex->p)) {
         exec_fail(ex, AGENT_STEP_PAYLOAD, EINVAL);
         return;
@@ -347,8 +351,9 @@ static void start_exec(void)
     for (char **e = ex->p.envp; *e; e++)
         if (strncmp(*e, "PATH=", 5) == 0)
             ex->path_env = *e + 5;
-    ex->stacks = mmap(NULL, 2 * STACK_BYTES, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    ex->stacks = spare_count > 0 ? spare_stacks[--spare_count]
+                 : mmap(NULL, 2 * STACK_BYTES, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (ex->stacks == MAP_FAILED || !track(ex)) {
         int error = ex->stacks == MAP_FAILED ? errno : ENOMEM;
         if (ex->stacks == MAP_FAILED)
@@ -363,8 +368,17 @@ static void start_exec(void)
         exec_fail(ex, AGENT_STEP_CLONE, errno);
         return;
     }
-    struct agent_reply reply = {.kind = AGENT_STARTED};
-    send_reply(ex, &reply, ex->init_pidfd);
+}
+
+/* The daemon wrote to the exec's socket or closed it: SIGKILL its init, which ends the tree
+ * (the kernel kills every process of the exec's pid namespace with it). */
+static void kill_exec(struct agent_exec *ex)
+{
+    char byte;
+    while (recv(ex->fds[AGENT_FD_REPLY], &byte, 1, MSG_DONTWAIT) > 0)
+        ;
+    syscall(SYS_pidfd_send_signal, ex->init_pidfd, SIGKILL, NULL, 0);
+    ex->killed = true;
 }
 
 /* Reaps the exec at index I (its init exited) and answers AGENT_DONE. */
@@ -382,36 +396,45 @@ static void finish_exec(size_t i)
         .spawn_in_dir = (uint8_t)ex->spawn_in_dir,
         .cpu_us = (int64_t)usage.ru_utime.tv_sec * 1000000 + usage.ru_utime.tv_usec +
                   (int64_t)usage.ru_stime.tv_sec * 1000000 + usage.ru_stime.tv_usec};
-    send_reply(ex, &reply, -1);
+    send_reply(ex, &reply);
     running[i] = running[--running_count];
     exec_free(ex);
 }
 
-/* Serves requests and reaps inits until killed (the holder's end is its SIGKILL). */
+/* Serves requests, kills and reaps inits until killed (the holder's end is its SIGKILL). Each
+ * running exec has two entries in the poll set: its init's pidfd and its socket (dropped from
+ * the set once the exec is killed, as a closed socket stays readable). */
 static void serve(void)
 {
     struct pollfd *fds = NULL;
     size_t fds_cap = 0;
     for (;;) {
-        if (fds_cap < running_count + 1) {
-            struct pollfd *grown = realloc(fds, (running_count + 1) * 2 * sizeof *grown);
+        size_t need = 2 * running_count + 1;
+        if (fds_cap < need) {
+            struct pollfd *grown = realloc(fds, 2 * need * sizeof *grown);
             if (!grown) {
                 agent_log("out of memory");
                 sleep(1);
                 continue;
             }
             fds = grown;
-            fds_cap = (running_count + 1) * 2;
+            fds_cap = 2 * need;
         }
         size_t n = running_count;
         fds[0] = (struct pollfd){.fd = AGENT_RECEIVE_FD, .events = POLLIN};
-        for (size_t i = 0; i < n; i++)
-            fds[i + 1] = (struct pollfd){.fd = running[i]->init_pidfd, .events = POLLIN};
-        if (poll(fds, n + 1, -1) < 0)
+        for (size_t i = 0; i < n; i++) {
+            fds[2 * i + 1] = (struct pollfd){.fd = running[i]->init_pidfd, .events = POLLIN};
+            fds[2 * i + 2] = (struct pollfd){
+                .fd = running[i]->killed ? -1 : running[i]->fds[AGENT_FD_REPLY], .events = POLLIN};
+        }
+        if (poll(fds, 2 * n + 1, -1) < 0)
             continue;
-        for (size_t i = n; i > 0; i--)   /* backwards: finishing moves the last one into i-1 */
-            if (fds[i].revents)
+        for (size_t i = n; i > 0; i--) {   /* backwards: finishing moves the last one into i-1 */
+            if (fds[2 * i].revents && !running[i - 1]->killed)
+                kill_exec(running[i - 1]);
+            if (fds[2 * i - 1].revents)
                 finish_exec(i - 1);
+        }
         if (fds[0].revents & POLLIN)
             start_exec();
     }
@@ -447,6 +470,7 @@ int main(int argc, char **argv)
         agent_log("usage: mesh-exec-agent READY_FD");
         return 2;
     }
+    prctl(PR_SET_NAME, "mesh-exec-agent", 0, 0, 0);   /* its name in ps, not "5" */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 || !keep_only_sys_admin()) {
         agent_log("cannot set up privileges");
         return 1;

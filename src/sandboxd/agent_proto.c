@@ -8,20 +8,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* True when LEN bytes hold a request of this protocol that came with the NFDS descriptors
- * its flags call for. */
+/* True when a message of LEN bytes holds a request of this protocol (with its payload when
+ * inline) and came with the NFDS descriptors its flags call for. */
 bool agent_request_valid(const struct agent_request *req, size_t len, int nfds)
 {
-    return len == sizeof *req && req->magic == AGENT_MAGIC && req->version == AGENT_PROTOCOL &&
-           (req->flags & ~(AGENT_CPU_GROUP | AGENT_MEMORY_GROUP)) == 0 && req->argc >= 1 &&
-           req->argc <= AGENT_MAX_ARGS && req->envc <= AGENT_MAX_ARGS - req->argc &&
-           req->payload_len <= AGENT_MAX_PAYLOAD && nfds == agent_request_fds(req);
+    bool inline_payload = req->flags & AGENT_INLINE;
+    return len >= sizeof *req && req->magic == AGENT_MAGIC && req->version == AGENT_PROTOCOL &&
+           (req->flags & ~(AGENT_INLINE | AGENT_CPU_GROUP | AGENT_MEMORY_GROUP)) == 0 &&
+           req->argc >= 1 && req->argc <= AGENT_MAX_ARGS &&
+           req->envc <= AGENT_MAX_ARGS - req->argc && req->payload_len <= AGENT_MAX_PAYLOAD &&
+           (inline_payload ? req->payload_len <= AGENT_INLINE_MAX &&
+                             len - sizeof *req == req->payload_len
+                           : len == sizeof *req) &&
+           nfds == agent_request_fds(req);
 }
 
 /* How many descriptors a request with these flags carries. */
 int agent_request_fds(const struct agent_request *req)
 {
-    return AGENT_FIXED_FDS + !!(req->flags & AGENT_CPU_GROUP) + !!(req->flags & AGENT_MEMORY_GROUP);
+    return AGENT_FIXED_FDS + !(req->flags & AGENT_INLINE) + !!(req->flags & AGENT_CPU_GROUP) +
+           !!(req->flags & AGENT_MEMORY_GROUP);
 }
 
 /* Splits BYTES (LEN of them) into the working directory, ARGC argv and ENVC envp strings,
@@ -61,7 +67,7 @@ bool agent_payload_parse(char *bytes, size_t len, uint32_t argc, uint32_t envc,
 bool agent_reply_valid(const struct agent_reply *reply, size_t len)
 {
     return len == sizeof *reply && reply->magic == AGENT_MAGIC &&
-           reply->version == AGENT_PROTOCOL && reply->kind >= AGENT_STARTED &&
+           reply->version == AGENT_PROTOCOL && reply->kind >= AGENT_DONE &&
            reply->kind <= AGENT_FAILED && reply->failed_step < AGENT_STEP_COUNT &&
            reply->failed_errno >= 0 && reply->spawn_errno >= 0 && reply->spawn_errno < 4096 &&
            reply->failed_errno < 4096 && reply->command_done <= 1 && reply->spawn_in_dir <= 1 &&

@@ -10,12 +10,14 @@
  * and the commands run in pid namespaces below the agent's, where it has no pid.
  *
  * One exec: the daemon sends an agent_request with descriptors (SCM_RIGHTS, in this order):
- * the exec's reply socket, a memfd with the payload, stdin, stdout, stderr, and the exec's own
- * cpuacct and memory groups' cgroup.procs when the flags say so. The payload is the working
- * directory, argv and envp as NUL-terminated strings, in that order. The agent answers on the
- * reply socket: AGENT_STARTED with the pidfd of the exec's init (the daemon kills the tree
- * through it), later AGENT_DONE; or AGENT_FAILED when the exec could not be started. The reply
- * socket closing without AGENT_DONE means the agent is gone.
+ * the exec's own socket, stdin, stdout, stderr, a memfd with the payload unless it follows
+ * the request in the same message (AGENT_INLINE, up to AGENT_INLINE_MAX bytes), and the exec's
+ * own cpuacct and memory groups' cgroup.procs when the flags say so. The payload is the
+ * working directory, argv and envp as NUL-terminated strings, in that order. The agent
+ * answers on the exec's socket once, when the exec's init is reaped (AGENT_DONE) or when the exec could not
+ * be started (AGENT_FAILED); the socket closing before that means the agent is gone. The
+ * daemon ends an exec (timeout, kill call, release) by writing anything to the exec's socket,
+ * or by closing it: the agent then SIGKILLs the exec's init, which ends the whole tree.
  */
 #ifndef MESH_AGENT_PROTO_H
 #define MESH_AGENT_PROTO_H
@@ -30,16 +32,18 @@
 #define AGENT_CONTROL_FD 11               /* the sending end the daemon copies */
 #define AGENT_MAX_ARGS (1u << 20)         /* strings in one payload, argv and envp together */
 #define AGENT_MAX_PAYLOAD (256u << 20)    /* bytes in one payload */
+#define AGENT_INLINE_MAX (32u << 10)      /* bytes of payload sent inside the request */
 
 enum agent_request_flags {
-    AGENT_CPU_GROUP = 1,                  /* a cpuacct group's cgroup.procs follows stderr */
-    AGENT_MEMORY_GROUP = 2                /* a memory group's cgroup.procs comes last */
+    AGENT_INLINE = 1,                     /* the payload follows the request, no memfd */
+    AGENT_CPU_GROUP = 2,                  /* a cpuacct group's cgroup.procs comes next */
+    AGENT_MEMORY_GROUP = 4                /* a memory group's cgroup.procs comes last */
 };
 
-/* Fixed descriptors of every request, before the optional groups. */
-enum agent_request_fd { AGENT_FD_REPLY, AGENT_FD_PAYLOAD, AGENT_FD_STDIN, AGENT_FD_STDOUT,
-                        AGENT_FD_STDERR, AGENT_FIXED_FDS };
-#define AGENT_MAX_FDS (AGENT_FIXED_FDS + 2)
+/* Fixed descriptors of every request, before the optional ones. */
+enum agent_request_fd { AGENT_FD_REPLY, AGENT_FD_STDIN, AGENT_FD_STDOUT, AGENT_FD_STDERR,
+                        AGENT_FIXED_FDS };
+#define AGENT_MAX_FDS (AGENT_FIXED_FDS + 3)
 
 struct agent_request {
     uint32_t magic;
@@ -50,7 +54,7 @@ struct agent_request {
     uint64_t payload_len;                 /* bytes in the payload memfd */
 };
 
-enum agent_reply_kind { AGENT_STARTED = 1, AGENT_DONE = 2, AGENT_FAILED = 3 };
+enum agent_reply_kind { AGENT_DONE = 1, AGENT_FAILED = 2 };
 
 /* Steps that can fail before the command runs, named in AGENT_FAILED. */
 enum agent_step { AGENT_STEP_NONE, AGENT_STEP_REQUEST, AGENT_STEP_PAYLOAD, AGENT_STEP_MEMORY,

@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,21 +166,28 @@ void cgroup_workspace_remove(const char *id)
     }
 }
 
+/* Reads control file DIR/FILE into BUF (NUL-terminated) with plain system calls: these are
+ * read several times per exec. False when it cannot be read. */
+static bool read_control(const char *dir, const char *file, char *buf, size_t size)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, size - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return n > 0;
+}
+
 /* The oom_kill counter of the memory group DIR (0 when unreadable). In cgroup v1 a kill is
  * counted only in the group of the killed process, not in its ancestors. */
 static uint64_t oom_kills_in(const char *dir)
 {
-    char *path = xasprintf("%s/memory.oom_control", dir);
-    FILE *f = fopen(path, "re");
-    char key[64];
-    unsigned long long value, kills = 0;
-    free(path);
-    while (f && fscanf(f, "%63s %llu", key, &value) == 2)
-        if (strcmp(key, "oom_kill") == 0)
-            kills = value;
-    if (f)
-        fclose(f);
-    return kills;
+    char buf[512];
+    const char *line = read_control(dir, "memory.oom_control", buf, sizeof buf)
+                           ? strstr(buf, "\noom_kill ") : NULL;
+    return line ? strtoull(line + 10, NULL, 10) : 0;
 }
 
 /* Directory of exec slot SLOT's group inside workspace ID in CONTROLLER's hierarchy. */
@@ -194,14 +202,11 @@ static char *exec_group_path(int controller, const char *id, int slot)
 /* Reads the unsigned number at the start of DIR/FILE; -1 when there is none. */
 static long long read_number(const char *dir, const char *file)
 {
-    char *path = xasprintf("%s/%s", dir, file);
-    FILE *f = fopen(path, "re");
-    unsigned long long value;
-    long long result = f && fscanf(f, "%llu", &value) == 1 ? (long long)value : -1;
-    if (f)
-        fclose(f);
-    free(path);
-    return result;
+    char buf[64], *end;
+    if (!read_control(dir, file, buf, sizeof buf))
+        return -1;
+    unsigned long long value = strtoull(buf, &end, 10);
+    return end == buf ? -1 : (long long)value;
 }
 
 /* What an exec's own group is kept for: the OOM kills of its memory group, the CPU time (ns)
@@ -213,20 +218,18 @@ static uint64_t exec_group_counter(int controller, const char *dir)
     return controller == CG_MEMORY ? oom_kills_in(dir) : ns > 0 ? (uint64_t)ns : 0;
 }
 
-/* Opens (creating it the first time) exec slot SLOT's group below workspace ID's in
- * CONTROLLER's hierarchy (memory or cpuacct) and returns its cgroup.procs, with its counter so
- * far in *COUNTER; -1 without the controller. Slots are kept until the workspace stops:
+/* Opens exec slot SLOT's group below workspace ID's in CONTROLLER's hierarchy (memory or
+ * cpuacct), creating it when CREATE (its first use since the workspace started), and returns
+ * its cgroup.procs; -1 without the controller. Slots are kept until the workspace stops:
  * creating and removing a group per exec would cost more than the exec itself. */
-int cgroup_exec_group_open(int controller, const char *id, int slot, uint64_t *counter)
+int cgroup_exec_group_open(int controller, const char *id, int slot, bool create)
 {
-    *counter = 0;
     if (!controller_ok[controller])
         return -1;
     char *dir = exec_group_path(controller, id, slot);
     char *procs = xasprintf("%s/cgroup.procs", dir);
-    int fd = mkdir(dir, 0755) == 0 || errno == EEXIST ? open(procs, O_WRONLY | O_CLOEXEC) : -1;
-    if (fd >= 0)
-        *counter = exec_group_counter(controller, dir);
+    int fd = !create || mkdir(dir, 0755) == 0 || errno == EEXIST
+                 ? open(procs, O_WRONLY | O_CLOEXEC) : -1;
     free(procs);
     free(dir);
     return fd;
@@ -235,6 +238,8 @@ int cgroup_exec_group_open(int controller, const char *id, int slot, uint64_t *c
 /* The counter of exec slot SLOT's group of CONTROLLER in workspace ID (see above). */
 uint64_t cgroup_exec_group_counter(int controller, const char *id, int slot)
 {
+    if (!controller_ok[controller])
+        return 0;
     char *dir = exec_group_path(controller, id, slot);
     uint64_t value = exec_group_counter(controller, dir);
     free(dir);

@@ -3,15 +3,15 @@
  *
  * Every workspace's holder is its exec agent (agent.c), resident inside all of the
  * workspace's namespaces, cgroups and system-call filter. An exec is one message to it
- * (agent_proto.h): the request with the command's pipes, its payload in a memfd and its own
- * cgroups; the agent starts the command in a fresh pid namespace below its own and answers on
- * the exec's reply socket, first with the pidfd of the namespace's init, through which the
- * daemon kills the whole tree (timeout, kill call, release), then with the statuses once the
- * init is reaped. The per-exec pid namespace gives the protocol's tree semantics for free:
- * when its init exits (right after the command) or is SIGKILLed, the kernel kills everything
- * left in the namespace, double-forked daemons included.
+ * (agent_proto.h): the request with the exec's own socket, the command's pipes, its payload
+ * and its own cgroups; the agent starts the command in a fresh pid namespace below its own and
+ * answers on the exec's socket with the statuses once the namespace's init is reaped. Writing
+ * to that socket (timeout, kill call, release) makes the agent SIGKILL the init. The per-exec
+ * pid namespace gives the protocol's tree semantics for free: when its init exits (right
+ * after the command) or is killed, the kernel kills everything left in the namespace,
+ * double-forked daemons included.
  *
- * The reply socket closing before the last answer means the agent is gone, which happens only
+ * The exec's socket closing before the answer means the agent is gone, which happens only
  * with the whole sandbox (it is the sandbox's pid 1): the exec is answered at once, never
  * waited for.
  */
@@ -26,7 +26,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,8 +53,8 @@ struct exec_run {
     char **argv, **envp;
     const char *dir;
     int child_stdin, child_stdout, child_stderr;  /* the command's ends, sent to the agent */
-    int reply_fd;                    /* the daemon's end of the exec's reply socket */
-    int init_pidfd;                  /* from AGENT_STARTED, -1 before (atomic) */
+    int socket_fd;                   /* the daemon's end of the exec's socket */
+    int agent_end;                   /* the other end, until it is sent to the agent */
     int slot;                        /* the exec's own groups (exec-<slot>), -1 if none */
     int memory_group_fd;             /* their cgroup.procs, -1 without the controller */
     int cpu_group_fd;
@@ -73,17 +72,15 @@ static bool kill_requested(struct exec_run *run)
     return __atomic_load_n(&run->kill_reason, __ATOMIC_SEQ_CST) != KILL_NONE;
 }
 
-/* SIGKILLs the exec's tree through its init (pid 1 of the exec's namespace); before the agent
- * reported the init, the reason alone is recorded and the exec's own thread kills it as soon
- * as the pidfd arrives (exec_take_answer). */
+/* Has the agent SIGKILL the exec's tree (its init, pid 1 of the exec's namespace): one byte
+ * on the exec's socket, which exists from before the exec is registered until after it is
+ * unregistered. A request the agent has not read yet is killed as soon as it starts. */
 static void exec_kill_tree(struct exec_run *run, enum kill_reason reason)
 {
     int expected = KILL_NONE;
     __atomic_compare_exchange_n(&run->kill_reason, &expected, reason, false, __ATOMIC_SEQ_CST,
                                 __ATOMIC_SEQ_CST);
-    int init_pidfd = __atomic_load_n(&run->init_pidfd, __ATOMIC_SEQ_CST);
-    if (init_pidfd >= 0)
-        syscall(SYS_pidfd_send_signal, init_pidfd, SIGKILL, NULL, 0);
+    send(run->socket_fd, "K", 1, MSG_NOSIGNAL | MSG_DONTWAIT);   /* fails: agent and tree gone */
 }
 
 /* ---- output capture ---- */
@@ -94,13 +91,15 @@ static void capture_init(struct capture *cap, size_t limit)
     memset(cap, 0, sizeof *cap);
     cap->head_cap = (limit + 1) / 2;
     cap->tail_cap = limit - cap->head_cap;
-    cap->head = malloc(cap->head_cap + 1);
-    cap->tail = malloc(cap->tail_cap + 1);
 }
 
 /* Adds bytes: the head fills first, then the tail ring keeps the most recent bytes. */
 static void capture_append(struct capture *cap, const unsigned char *data, size_t len)
 {
+    if (!cap->head) {   /* the first bytes: most commands write none */
+        cap->head = malloc(cap->head_cap + 1);
+        cap->tail = malloc(cap->tail_cap + 1);
+    }
     cap->total += len;
     size_t to_head = cap->head_cap - cap->head_len < len ? cap->head_cap - cap->head_len : len;
     memcpy(cap->head + cap->head_len, data, to_head);
@@ -128,7 +127,8 @@ static char *capture_finish(struct capture *cap, bool *truncated)
     size_t len = cap->head_len + strlen(marker) + cap->tail_len;
     unsigned char *flat = malloc(len + 1);
     size_t o = cap->head_len;
-    memcpy(flat, cap->head, cap->head_len);
+    if (cap->head_len)
+        memcpy(flat, cap->head, cap->head_len);
     memcpy(flat + o, marker, strlen(marker));
     o += strlen(marker);
     for (size_t i = 0; i < cap->tail_len; i++)
@@ -290,22 +290,27 @@ static bool exec_parse(struct workspace *ws, json_t *body, struct exec_request *
 /* Gives RUN groups of its own, a free slot of the workspace's: memory (so an OOM kill is
  * attributed to this exec only) and cpuacct (so its CPU counts every process, also those
  * killed unreaped). Past 64 concurrent execs they share the workspace's groups, are never
- * told oom and are metered by what their init reaped. When no other exec of the workspace
- * runs, starts a new peak-memory window: the reported peak is the workspace's since the
- * oldest exec still running began. */
+ * told oom and are metered by what their init reaped. A slot's counters are read when its
+ * groups are first used and at the end of every exec in it (nothing runs in them between
+ * execs), so an exec begins without reading them. When no other exec of the workspace runs,
+ * starts a new peak-memory window: the reported peak is the workspace's since the oldest exec
+ * still running began. */
 static void exec_own_groups(struct workspace *ws, struct exec_run *run)
 {
     pthread_mutex_lock(&ws->lock);
     run->slot = ~ws->exec_slots ? __builtin_ctzll(~ws->exec_slots) : -1;
+    bool known = run->slot >= 0 && (ws->exec_slots_known & (1ull << run->slot));
     if (run->slot >= 0)
         ws->exec_slots |= 1ull << run->slot;
     bool alone = ws->execs == run && run->next == NULL;
     pthread_mutex_unlock(&ws->lock);
     if (run->slot >= 0) {
-        run->memory_group_fd = cgroup_exec_group_open(CG_MEMORY, ws->id, run->slot,
-                                                      &run->oom_kills_before);
-        run->cpu_group_fd = cgroup_exec_group_open(CG_CPUACCT, ws->id, run->slot,
-                                                   &run->cpu_ns_before);
+        run->memory_group_fd = cgroup_exec_group_open(CG_MEMORY, ws->id, run->slot, !known);
+        run->cpu_group_fd = cgroup_exec_group_open(CG_CPUACCT, ws->id, run->slot, !known);
+        run->oom_kills_before = known ? ws->slot_oom_kills[run->slot]
+                              : cgroup_exec_group_counter(CG_MEMORY, ws->id, run->slot);
+        run->cpu_ns_before = known ? ws->slot_cpu_ns[run->slot]
+                           : cgroup_exec_group_counter(CG_CPUACCT, ws->id, run->slot);
     }
     if (run->memory_group_fd < 0 && ws->cgroup_fds[CG_MEMORY] >= 0)
         run->memory_group_fd = fcntl(ws->cgroup_fds[CG_MEMORY], F_DUPFD_CLOEXEC, 0);
@@ -316,20 +321,25 @@ static void exec_own_groups(struct workspace *ws, struct exec_run *run)
 
 /* After the exec's processes are reaped: its CPU time (run->cpu_ns) and whether the kernel
  * OOM-killed one of them, or the workspace's holder, which ends every process of the
- * workspace (the workspace's memory is then full of tmpfs pages); frees its slot. */
+ * workspace (the workspace's memory is then full of tmpfs pages); keeps the slot's counters
+ * for its next exec and frees it. */
 static bool exec_own_groups_end(struct workspace *ws, struct exec_run *run)
 {
     if (run->slot < 0)
         return false;
+    uint64_t oom_kills = cgroup_exec_group_counter(CG_MEMORY, ws->id, run->slot);
+    uint64_t cpu_ns = cgroup_exec_group_counter(CG_CPUACCT, ws->id, run->slot);
     bool oom = cgroup_available(CG_MEMORY) &&
-               (cgroup_exec_group_counter(CG_MEMORY, ws->id, run->slot) > run->oom_kills_before ||
+               (oom_kills > run->oom_kills_before ||
                 (cgroup_workspace_oom_kills(ws->id) > run->holder_oom_kills_before &&
                  !holder_running(ws)));
     if (run->cpu_group_fd >= 0)
-        run->cpu_ns = (long long)(cgroup_exec_group_counter(CG_CPUACCT, ws->id, run->slot) -
-                                  run->cpu_ns_before);
+        run->cpu_ns = (long long)(cpu_ns - run->cpu_ns_before);
+    ws->slot_oom_kills[run->slot] = oom_kills;
+    ws->slot_cpu_ns[run->slot] = cpu_ns;
     pthread_mutex_lock(&ws->lock);
     ws->exec_slots &= ~(1ull << run->slot);
+    ws->exec_slots_known |= 1ull << run->slot;
     pthread_mutex_unlock(&ws->lock);
     run->slot = -1;
     return oom;
@@ -417,68 +427,74 @@ static void payload_put(char *buf, size_t *pos, char **list)
     }
 }
 
-/* The payload (working directory, argv, envp as NUL-terminated strings) in a memfd the agent
- * reads; counts and length go into REQ. -1 with errno on failure. */
-static int exec_payload_fd(struct exec_run *run, struct agent_request *req)
+/* The payload (working directory, argv, envp as NUL-terminated strings) in one allocation;
+ * counts and length go into REQ. NULL when out of memory. */
+static char *exec_payload(struct exec_run *run, struct agent_request *req)
 {
-    size_t total = strlen(run->dir) + 1, done = 0;
+    size_t total = strlen(run->dir) + 1, pos = total;
     for (char **a = run->argv; *a; a++, req->argc++)
         total += strlen(*a) + 1;
     for (char **e = run->envp; *e; e++, req->envc++)
         total += strlen(*e) + 1;
     char *buf = malloc(total);
-    int fd = buf ? memfd_create("mesh-exec", MFD_CLOEXEC) : -1;
-    if (fd >= 0) {
-        size_t pos = strlen(run->dir) + 1;
+    if (buf) {
         memcpy(buf, run->dir, pos);
         payload_put(buf, &pos, run->argv);
         payload_put(buf, &pos, run->envp);
+        req->payload_len = total;
     }
-    while (fd >= 0 && done < total) {
-        ssize_t w = write(fd, buf + done, total - done);
+    return buf;
+}
+
+/* A memfd holding the LEN bytes of a payload too large to travel inside the request; -1 with
+ * errno on failure. */
+static int exec_payload_fd(const char *payload, size_t len)
+{
+    int fd = memfd_create("mesh-exec", MFD_CLOEXEC);
+    size_t done = 0;
+    while (fd >= 0 && done < len) {
+        ssize_t w = write(fd, payload + done, len - done);
         if (w < 0 && errno == EINTR)
             continue;
-        if (w <= 0)
-            break;
-        done += (size_t)w;
+        if (w <= 0) {
+            int error = w < 0 ? errno : EIO;
+            close_fd(&fd);
+            errno = error;
+        } else {
+            done += (size_t)w;
+        }
     }
-    int error = !buf ? ENOMEM : fd < 0 || done < total ? (errno ? errno : EIO) : 0;
-    free(buf);
-    if (error) {
-        close_fd(&fd);
-        errno = error;
-        return -1;
-    }
-    req->payload_len = total;
     return fd;
 }
 
-/* Sends the exec to the workspace's agent: the request, the reply socket's other end, the
- * payload and the command's pipes and groups (agent_proto.h). False with errno when the agent
- * cannot take it (gone: EPIPE or ECONNREFUSED). */
+/* Sends the exec to the workspace's agent: the request, the exec socket's other end, the
+ * payload (inside the message, or in a memfd when large) and the command's pipes and groups
+ * (agent_proto.h). False with errno when the agent cannot take it (gone: EPIPE or
+ * ECONNREFUSED). */
 static bool exec_send(struct workspace *ws, struct exec_run *run)
 {
     struct agent_request req = {.magic = AGENT_MAGIC, .version = AGENT_PROTOCOL};
-    int pair[2], fds[AGENT_MAX_FDS], nfds = 0;
+    int payload_fd = -1, fds[AGENT_MAX_FDS], nfds = 0;
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(AGENT_MAX_FDS * sizeof(int))];
     } control;
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
-        return false;
-    run->reply_fd = pair[0];
-    int payload = exec_payload_fd(run, &req);
-    if (payload < 0) {
-        int error = errno;
-        close(pair[1]);
+    char *payload = exec_payload(run, &req);
+    bool inline_payload = req.payload_len <= AGENT_INLINE_MAX;
+    if (!payload || (!inline_payload && (payload_fd = exec_payload_fd(payload, req.payload_len)) < 0)) {
+        int error = payload ? errno : ENOMEM;
+        free(payload);
         errno = error;
         return false;
     }
-    fds[nfds++] = pair[1];
-    fds[nfds++] = payload;
+    fds[nfds++] = run->agent_end;
     fds[nfds++] = run->child_stdin;
     fds[nfds++] = run->child_stdout;
     fds[nfds++] = run->child_stderr;
+    if (inline_payload)
+        req.flags |= AGENT_INLINE;
+    else
+        fds[nfds++] = payload_fd;
     if (run->cpu_group_fd >= 0) {
         req.flags |= AGENT_CPU_GROUP;
         fds[nfds++] = run->cpu_group_fd;
@@ -488,8 +504,9 @@ static bool exec_send(struct workspace *ws, struct exec_run *run)
         fds[nfds++] = run->memory_group_fd;
     }
     memset(&control, 0, sizeof control);
-    struct iovec iov = {.iov_base = &req, .iov_len = sizeof req};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+    struct iovec iov[2] = {{.iov_base = &req, .iov_len = sizeof req},
+                           {.iov_base = payload, .iov_len = inline_payload ? req.payload_len : 0}};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2, .msg_control = control.buf,
                          .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
@@ -499,62 +516,36 @@ static bool exec_send(struct workspace *ws, struct exec_run *run)
     ssize_t sent;
     while ((sent = sendmsg(ws->agent_fd, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR)
         ;
-    int error = errno;
-    close(pair[1]);   /* the agent has its own copies now */
-    close(payload);
+    int error = sent < 0 ? errno : EPROTO;
+    size_t expected = sizeof req + (inline_payload ? req.payload_len : 0);
+    free(payload);
+    close_fd(&run->agent_end);   /* the agent has its own copies now */
+    close_fd(&payload_fd);
     close_fd(&run->child_stdin);
     close_fd(&run->child_stdout);
     close_fd(&run->child_stderr);
     errno = error;
-    return sent == (ssize_t)sizeof req;
+    return sent == (ssize_t)expected;
 }
 
-/* Reads one answer of the agent from the reply socket into RUN; sets run->outcome when it
- * ends the exec. An answer that does not parse counts as the agent being gone. */
+/* Reads the agent's answer from the exec's socket into RUN and sets run->outcome. An answer
+ * that does not parse counts as the agent being gone. */
 static void exec_take_answer(struct exec_run *run)
 {
     struct agent_reply reply;
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(4 * sizeof(int))];
-    } control;
-    struct iovec iov = {.iov_base = &reply, .iov_len = sizeof reply};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                         .msg_controllen = sizeof control.buf};
-    ssize_t n = recvmsg(run->reply_fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    /* MSG_TRUNC: the whole message's length; descriptors sent along are dropped */
+    ssize_t n = recv(run->socket_fd, &reply, sizeof reply, MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
-    int pidfd = -1;
-    for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL; c; c = CMSG_NXTHDR(&msg, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-                if (pidfd < 0)
-                    pidfd = fd;
-                else
-                    close(fd);
-            }
-    bool valid = n > 0 && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
-                 agent_reply_valid(&reply, (size_t)n) &&
-                 (reply.kind == AGENT_STARTED) == (pidfd >= 0) &&
-                 (reply.kind != AGENT_STARTED ||
-                  __atomic_load_n(&run->init_pidfd, __ATOMIC_SEQ_CST) < 0);
-    if (!valid) {
-        if (pidfd >= 0)
-            close(pidfd);
+    if (n <= 0 || !agent_reply_valid(&reply, (size_t)n)) {
         run->outcome = OUTCOME_AGENT_LOST;
-    } else if (reply.kind == AGENT_STARTED) {
-        __atomic_store_n(&run->init_pidfd, pidfd, __ATOMIC_SEQ_CST);
-        if (kill_requested(run))   /* a kill that came before the pidfd */
-            syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
     } else {
         run->answer = reply;
         run->outcome = reply.kind == AGENT_DONE ? OUTCOME_DONE : OUTCOME_FAILED;
     }
 }
 
-/* Pumps stdin, collects stdout/stderr and enforces the timeout until the agent's last answer
+/* Pumps stdin, collects stdout/stderr and enforces the timeout until the agent's answer
  * (after AGENT_DONE everything in the exec's namespace is gone and the pipes hold the final
  * bytes), or until the agent is gone. */
 static void exec_supervise(struct exec_run *run, struct exec_request *req, int stdin_w, int out_r,
@@ -564,7 +555,7 @@ static void exec_supervise(struct exec_run *run, struct exec_request *req, int s
     size_t stdin_done = 0;
     bool timed_out = false;
     while (run->outcome == OUTCOME_PENDING) {
-        struct pollfd p[4] = {{.fd = run->reply_fd, .events = POLLIN},
+        struct pollfd p[4] = {{.fd = run->socket_fd, .events = POLLIN},
                               {.fd = out_r, .events = POLLIN},
                               {.fd = err_r, .events = POLLIN},
                               {.fd = stdin_w, .events = POLLOUT}};
@@ -751,7 +742,6 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     close_fd(&run->child_stdin);
     close_fd(&run->child_stdout);
     close_fd(&run->child_stderr);
-    close_fd(&run->reply_fd);
     exec_own_groups_end(ws, run);
     return resp;
 }
@@ -779,12 +769,16 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
     run->argv = req.argv;
     run->envp = req.envp;
     run->dir = req.dir;
-    run->reply_fd = run->init_pidfd = -1;
     run->child_stdin = run->child_stdout = run->child_stderr = -1;
     eg = egress_mark(ws, &denial_seq);
     run->memory_group_fd = run->cpu_group_fd = run->slot = -1;
     run->cpu_ns = -1;
-    if (exec_register(ws, run, err)) {
+    int pair[2] = {-1, -1};
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
+        api_error_from_errno(err, errno, "cannot start the exec");
+    run->socket_fd = pair[0];
+    run->agent_end = pair[1];
+    if (run->socket_fd >= 0 && exec_register(ws, run, err)) {
         exec_own_groups(ws, run);
         resp = exec_spawn_and_wait(ws, run, &req, err);
         close_fd(&run->memory_group_fd);
@@ -796,7 +790,8 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
     if (resp)
         json_object_set(resp, "egress_denials", denials);
     json_decref(denials);
-    close_fd(&run->init_pidfd);
+    close_fd(&run->socket_fd);
+    close_fd(&run->agent_end);
     free(run->key);
     free(run);
     exec_request_free(&req);

@@ -138,7 +138,7 @@ bool cgroup_available(int controller);
 bool cgroup_workspace_create(const char *id, const struct size_tier *tier, int procs_fds[CG_COUNT]);
 void cgroup_workspace_remove(const char *id);
 void cgroup_close_fds(int procs_fds[CG_COUNT]);
-int cgroup_exec_group_open(int controller, const char *id, int slot, uint64_t *counter);
+int cgroup_exec_group_open(int controller, const char *id, int slot, bool create);
 uint64_t cgroup_exec_group_counter(int controller, const char *id, int slot);
 uint64_t cgroup_workspace_oom_kills(const char *id);
 void cgroup_peak_reset(const char *id);
@@ -170,7 +170,8 @@ struct exec_run;
  *   lifecycle holder, and only while no exec is registered (workspace_stop waits for
  *   execs_done first); read by the lifecycle holder and by an exec between exec_register and
  *   exec_unregister, which pins them. File calls dup root_fd under lock.
- * - execs, egress: under lock.
+ * - execs, egress, exec_slots, exec_slots_known: under lock; slot_oom_kills[n] and
+ *   slot_cpu_ns[n] by the exec holding slot n.
  */
 struct workspace {
     char id[WORKSPACE_ID_MAX + 1];
@@ -201,6 +202,10 @@ struct workspace {
     struct workspace *next;           /* registry list */
     struct exec_run *execs;           /* running execs, for kill-by-key and release */
     uint64_t exec_slots;              /* busy per-exec groups (bit n: exec-n) */
+    uint64_t exec_slots_known;        /* groups made since the workspace started, whose
+                                         counters below are what their last exec left */
+    uint64_t slot_oom_kills[64];      /* per slot: its memory group's oom_kill counter */
+    uint64_t slot_cpu_ns[64];         /* per slot: its cpuacct group's usage */
 };
 
 void workspaces_init(void);

@@ -279,6 +279,7 @@ static bool workspace_start(struct workspace *ws, struct api_error *err)
     }
     pthread_mutex_lock(&ws->lock);
     ws->state = WS_RUNNING;
+    ws->exec_slots_known = 0;   /* the groups may be new: their counters are read again */
     pthread_mutex_unlock(&ws->lock);
     return true;
 }

@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct agent_reply reply;
         memcpy(&reply, data, size < sizeof reply ? size : sizeof reply);
         if (agent_reply_valid(&reply, size) &&
-            (reply.kind < AGENT_STARTED || reply.kind > AGENT_FAILED ||
+            (reply.kind < AGENT_DONE || reply.kind > AGENT_FAILED ||
              agent_step_name(reply.failed_step) == NULL))
             abort();
     } else if (kind == 1 && size >= 1) {
