@@ -10,11 +10,11 @@
  * and the commands run in pid namespaces below the agent's, where it has no pid.
  *
  * One exec: the daemon sends an agent_request with descriptors (SCM_RIGHTS, in this order):
- * the exec's own socket, stdin, stdout, stderr, a memfd with the payload unless it follows
- * the request in the same message (AGENT_INLINE, up to AGENT_INLINE_MAX bytes), and the exec's
- * own cpuacct and memory groups' cgroup.procs when the flags say so. The payload is the
- * working directory, argv and envp as NUL-terminated strings, in that order. The agent
- * answers on the exec's socket once, when the exec's init is reaped (AGENT_DONE) or when the exec could not
+ * the exec's own socket, stdin, stdout, stderr, a memfd with the payload unless it follows the
+ * request in the same message (AGENT_INLINE, up to AGENT_INLINE_MAX bytes), and the exec's own
+ * cpuacct and memory groups' cgroup.procs when the flags say so. The payload is the working
+ * directory, argv and envp as NUL-terminated strings, in that order. The agent answers on the
+ * exec's socket once, when the exec's init is reaped (AGENT_DONE) or when the exec could not
  * be started (AGENT_FAILED); the socket closing before that means the agent is gone. The
  * daemon ends an exec (timeout, kill call, release) by writing anything to the exec's socket,
  * or by closing it: the agent then SIGKILLs the exec's init, which ends the whole tree.

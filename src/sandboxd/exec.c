@@ -314,9 +314,9 @@ static void exec_own_groups(struct workspace *ws, struct exec_run *run)
     }
     if (run->memory_group_fd < 0 && ws->cgroup_fds[CG_MEMORY] >= 0)
         run->memory_group_fd = fcntl(ws->cgroup_fds[CG_MEMORY], F_DUPFD_CLOEXEC, 0);
-    run->holder_oom_kills_before = cgroup_workspace_oom_kills(ws->id);
+    run->holder_oom_kills_before = cgroup_workspace_oom_kills(ws->cgroup_fds);
     if (alone)
-        cgroup_peak_reset(ws->id);
+        cgroup_peak_reset(ws->cgroup_fds);
 }
 
 /* After the exec's processes are reaped: its CPU time (run->cpu_ns) and whether the kernel
@@ -331,7 +331,7 @@ static bool exec_own_groups_end(struct workspace *ws, struct exec_run *run)
     uint64_t cpu_ns = cgroup_exec_group_counter(CG_CPUACCT, ws->id, run->slot);
     bool oom = cgroup_available(CG_MEMORY) &&
                (oom_kills > run->oom_kills_before ||
-                (cgroup_workspace_oom_kills(ws->id) > run->holder_oom_kills_before &&
+                (cgroup_workspace_oom_kills(ws->cgroup_fds) > run->holder_oom_kills_before &&
                  !holder_running(ws)));
     if (run->cpu_group_fd >= 0)
         run->cpu_ns = (long long)(cpu_ns - run->cpu_ns_before);
@@ -409,14 +409,6 @@ static bool open_stdio(struct exec_run *run, bool has_stdin, int *stdin_w, int *
     return run->child_stdin >= 0;
 }
 
-/* Closes a descriptor if open and marks it closed. */
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
-}
-
 /* Appends the NUL-terminated strings of LIST to BUF at *POS. */
 static void payload_put(char *buf, size_t *pos, char **list)
 {
@@ -481,7 +473,9 @@ static bool exec_send(struct workspace *ws, struct exec_run *run)
     } control;
     char *payload = exec_payload(run, &req);
     bool inline_payload = req.payload_len <= AGENT_INLINE_MAX;
-    if (!payload || (!inline_payload && (payload_fd = exec_payload_fd(payload, req.payload_len)) < 0)) {
+    if (!inline_payload && payload)
+        payload_fd = exec_payload_fd(payload, req.payload_len);
+    if (!payload || (!inline_payload && payload_fd < 0)) {
         int error = payload ? errno : ENOMEM;
         free(payload);
         errno = error;
@@ -682,9 +676,12 @@ static void log_exec_end(struct workspace *ws, struct exec_run *run, bool oom, d
 static void exec_failure(struct workspace *ws, struct exec_run *run, int send_errno,
                          struct api_error *err)
 {
-    if (!holder_running(ws)) {
-        api_error_set(err, 409, "workspace_not_running",
-                      "workspace \"%s\" lost its sandbox; acquire restarts it", ws->id);
+    bool gone = run->outcome == OUTCOME_AGENT_LOST ? holder_ends_within(ws, 2000)
+                                                   : !holder_running(ws);
+    if (gone) {
+        api_error_set(err, 409, "workspace_not_running", "workspace \"%s\" lost its sandbox%s; "
+                      "acquire restarts it", ws->id,
+                      run->outcome == OUTCOME_AGENT_LOST ? " while the command ran" : "");
         log_event("workspace %s: holder is gone", ws->id);
     } else if (send_errno) {
         api_error_set(err, 500, "spawn_failed", "cannot reach the workspace's exec agent: %s",
@@ -724,12 +721,17 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
             send_errno = errno;
         stdin_w = -1;
         double wall = monotonic_ms() - start;
-        bool ended = run->outcome == OUTCOME_DONE ||
+        /* the sandbox OOM-killed under the command ends it like a kill: oom_killed, 137 */
+        bool holder_oom =
+            run->outcome == OUTCOME_AGENT_LOST && cgroup_available(CG_MEMORY) &&
+            cgroup_workspace_oom_kills(ws->cgroup_fds) > run->holder_oom_kills_before &&
+            holder_ends_within(ws, 2000);
+        bool ended = run->outcome == OUTCOME_DONE || holder_oom ||
                      (run->outcome != OUTCOME_PENDING && kill_requested(run));
         if (ended) {
             bool oom = exec_own_groups_end(ws, run);
             log_exec_end(ws, run, oom, wall);
-            resp = exec_response(run, &out, &errc, wall, oom, cgroup_peak_bytes(ws->id));
+            resp = exec_response(run, &out, &errc, wall, oom, cgroup_peak_bytes(ws->cgroup_fds));
         } else {
             exec_failure(ws, run, send_errno, err);
             free(capture_finish(&out, &(bool){false}));

@@ -474,15 +474,15 @@ static ino_t ns_inode(int fd)
 }
 
 /* bwrap may nest a second user namespace (it does with --dev: it is uid 0 in the first one
- * to mount devpts, then drops into a second one). The other namespaces belong to the outer
- * one, so execs must join the outer user namespace first, then the others, then the
- * holder's. Replaces ns_fds[0] by the outermost sandbox user namespace (child of ours) and
- * keeps the holder's own in ns_fds[6]. */
+ * to mount devpts, then drops into a second one). The network namespace belongs to the outer
+ * one, so the egress listener joins that (a non-root daemon needs it to enter the network
+ * namespace). Replaces user_ns_fd, the holder's own, by the outermost sandbox user namespace
+ * (a child of ours). */
 static bool find_outer_user_ns(struct workspace *ws)
 {
     int self = open("/proc/self/ns/user", O_RDONLY | O_CLOEXEC);
     ino_t own = self >= 0 ? ns_inode(self) : 0;
-    int current = dup(ws->ns_fds[0]);
+    int current = dup(ws->user_ns_fd);
     if (self >= 0)
         close(self);
     for (int depth = 0; current >= 0 && depth < 8; depth++) {
@@ -497,65 +497,35 @@ static bool find_outer_user_ns(struct workspace *ws)
     }
     if (current < 0)
         return false;
-    if (ns_inode(current) == ns_inode(ws->ns_fds[0])) {
-        close(current);
-        return true;
-    }
     fcntl(current, F_SETFD, FD_CLOEXEC);
-    ws->ns_fds[6] = ws->ns_fds[0];
-    ws->ns_fds[0] = current;
+    close(ws->user_ns_fd);
+    ws->user_ns_fd = current;
     return true;
 }
 
-/* Keeps the holder's cgroup namespace (rooted at the workspace's cgroups) in ns_fds[7] when
- * bwrap could create one, so execs see "/" in /proc/self/cgroup, not the host's layout. */
-static bool open_cgroup_ns(struct workspace *ws)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/ns/cgroup", (int)ws->holder_pid);
-    int holder = open(path, O_RDONLY | O_CLOEXEC);
-    int self = open("/proc/self/ns/cgroup", O_RDONLY | O_CLOEXEC);
-    bool own = holder >= 0 && self >= 0 && ns_inode(holder) != ns_inode(self);
-    if (self >= 0)
-        close(self);
-    if (own)
-        ws->ns_fds[7] = holder;
-    else if (holder >= 0)
-        close(holder);
-    return holder >= 0;
-}
-
-/* Opens the namespace and root descriptors of the holder so execs can join it. */
+/* Opens what the daemon keeps of the holder: the user and network namespaces (the egress
+ * listener joins them) and its root (file calls resolve in it). */
 static bool open_holder_fds(struct workspace *ws)
 {
-    static const char *ns_names[6] = {"user", "ipc", "uts", "net", "mnt", "pid"};
     char path[64];
-    for (int i = 0; i < 6; i++) {
-        snprintf(path, sizeof path, "/proc/%d/ns/%s", (int)ws->holder_pid, ns_names[i]);
-        ws->ns_fds[i] = open(path, O_RDONLY | O_CLOEXEC);
-        if (ws->ns_fds[i] < 0)
-            return false;
-    }
+    snprintf(path, sizeof path, "/proc/%d/ns/user", (int)ws->holder_pid);
+    ws->user_ns_fd = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof path, "/proc/%d/ns/net", (int)ws->holder_pid);
+    ws->net_ns_fd = open(path, O_RDONLY | O_CLOEXEC);
     snprintf(path, sizeof path, "/proc/%d/root", (int)ws->holder_pid);
     ws->root_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    return ws->root_fd >= 0 && find_outer_user_ns(ws) && open_cgroup_ns(ws);
+    return ws->user_ns_fd >= 0 && ws->net_ns_fd >= 0 && ws->root_fd >= 0 &&
+           find_outer_user_ns(ws);
 }
 
-/* Closes the namespace and root descriptors (workspace stopped or freed). */
+/* Closes the holder's namespace, root and agent descriptors (workspace stopped or freed). */
 void sandbox_close_fds(struct workspace *ws)
 {
     egress_stop(ws);   /* its listener lives in the namespace these fds name */
-    for (int i = 0; i < 8; i++) {
-        if (ws->ns_fds[i] >= 0)
-            close(ws->ns_fds[i]);
-        ws->ns_fds[i] = -1;
-    }
-    if (ws->root_fd >= 0)
-        close(ws->root_fd);
-    ws->root_fd = -1;
-    if (ws->agent_fd >= 0)
-        close(ws->agent_fd);
-    ws->agent_fd = -1;
+    close_fd(&ws->user_ns_fd);
+    close_fd(&ws->net_ns_fd);
+    close_fd(&ws->root_fd);
+    close_fd(&ws->agent_fd);
 }
 
 /* Keeps the OOM killer off the holder so a memory hog cannot take the workspace down. */
@@ -683,6 +653,23 @@ bool holder_running(struct workspace *ws)
     char state;
     return ws->holder_pid > 0 && process_start_time(ws->holder_pid, &start, &state) &&
            start == ws->holder_start && state != 'Z';
+}
+
+/* After the agent's channel closed: waits (bounded by MS) for the holder to finish dying,
+ * which takes as long as the kernel needs to end every process of its pid namespace; true
+ * when it is gone. */
+bool holder_ends_within(struct workspace *ws, int ms)
+{
+    int pidfd = ws->holder_pid > 0 ? (int)syscall(SYS_pidfd_open, ws->holder_pid, 0) : -1;
+    if (pidfd < 0 || !holder_running(ws)) {   /* after the open: no pid reuse in between */
+        if (pidfd >= 0)
+            close(pidfd);
+        return !holder_running(ws);
+    }
+    struct pollfd p = {.fd = pidfd, .events = POLLIN};
+    bool gone = poll(&p, 1, ms) == 1;
+    close(pidfd);
+    return gone || !holder_running(ws);
 }
 
 /* Kills the holder (SIGKILL: bwrap's pid 1 ignores SIGTERM), which tears down its pid

@@ -30,9 +30,10 @@
  * - No libc call with hidden static state: no strtok (route.c splits paths re-entrantly), no
  *   localtime, gmtime or ctime (gmtime_r), no getpwnam or getpwuid (users are resolved once at
  *   start), no getenv/setenv, no rand, no readdir on a shared stream (only at start). strerror
- *   is thread-safe in glibc >= 2.32 (unknown codes use a per-thread buffer). jansson's reference counts are
- *   atomic (JSON_HAVE_ATOMIC_BUILTINS), so a shared read-only document (labels, allow) may be
- *   packed into responses by several threads at once; no thread modifies a shared document.
+ *   is thread-safe in glibc >= 2.32 (unknown codes use a per-thread buffer). jansson's
+ *   reference counts are atomic (JSON_HAVE_ATOMIC_BUILTINS), so a shared read-only document
+ *   (labels, allow) may be packed into responses by several threads at once; no thread
+ *   modifies a shared document.
  * - log_event writes one stdio call per line (stdio locks the stream).
  * - Lock order: lifecycle, then registry_lock (workspace.c), then workspace lock, then an
  *   egress lock; in_flight_lock (http.c) is taken alone. No lock is held across an exec.
@@ -134,15 +135,18 @@ json_t *json_number_or_null(bool present, double value);
 
 /* ---- cgroups v1 (cgroup.c) ---- */
 enum { CG_MEMORY, CG_PIDS, CG_CPU, CG_CPUACCT, CG_COUNT };
+/* A running workspace's open cgroup files: cgroup.procs of each controller, then two memory
+ * control files read or written by every exec. */
+enum { CG_OOM_CONTROL = CG_COUNT, CG_PEAK, CG_FILES };
 bool cgroup_available(int controller);
-bool cgroup_workspace_create(const char *id, const struct size_tier *tier, int procs_fds[CG_COUNT]);
+bool cgroup_workspace_create(const char *id, const struct size_tier *tier, int fds[CG_FILES]);
 void cgroup_workspace_remove(const char *id);
-void cgroup_close_fds(int procs_fds[CG_COUNT]);
+void cgroup_close_fds(int fds[CG_FILES]);
 int cgroup_exec_group_open(int controller, const char *id, int slot, bool create);
 uint64_t cgroup_exec_group_counter(int controller, const char *id, int slot);
-uint64_t cgroup_workspace_oom_kills(const char *id);
-void cgroup_peak_reset(const char *id);
-long long cgroup_peak_bytes(const char *id);
+uint64_t cgroup_workspace_oom_kills(const int fds[CG_FILES]);
+void cgroup_peak_reset(const int fds[CG_FILES]);
+long long cgroup_peak_bytes(const int fds[CG_FILES]);
 bool cgroup_delegate(const char *name, uid_t uid, gid_t gid);
 void cgroup_init(void);
 
@@ -166,10 +170,11 @@ struct exec_run;
  * - state, removed: written by the thread holding lifecycle, under lock (and registry_lock
  *   for removed); read under lock (workspace_state), or by the lifecycle holder.
  * - fresh: set before publication, then read and cleared only by the lifecycle holder.
- * - holder_pid, bwrap_pid, holder_start, agent_fd, ns_fds, root_fd, cgroup_fds: written only by the
- *   lifecycle holder, and only while no exec is registered (workspace_stop waits for
- *   execs_done first); read by the lifecycle holder and by an exec between exec_register and
- *   exec_unregister, which pins them. File calls dup root_fd under lock.
+ * - holder_pid, bwrap_pid, holder_start, agent_fd, user_ns_fd, net_ns_fd, root_fd, cgroup_fds:
+ *   written only by the lifecycle holder, and only while no exec is registered
+ *   (workspace_stop waits for execs_done first); read by the lifecycle holder and by an exec
+ *   between exec_register and exec_unregister, which pins them. File calls dup root_fd under
+ *   lock.
  * - execs, egress, exec_slots, exec_slots_known: under lock; slot_oom_kills[n] and
  *   slot_cpu_ns[n] by the exec holding slot n.
  */
@@ -186,12 +191,12 @@ struct workspace {
     pid_t holder_pid;
     pid_t bwrap_pid;                  /* bwrap's outer process if this daemon started it */
     unsigned long long holder_start;  /* /proc/PID/stat field 22, to detect pid reuse */
-    int ns_fds[8];                    /* user (bwrap's outer), ipc, uts, net, mnt, pid, the
-                                         holder's own user ns when bwrap nested one, and its
-                                         cgroup ns when it has its own; -1 = none */
+    int user_ns_fd;                   /* bwrap's outer user namespace, -1 = none */
+    int net_ns_fd;                    /* the sandbox's network namespace (egress listener) */
     int root_fd;                      /* the holder's / (file calls resolve in it) */
     int agent_fd;                     /* the agent's request channel (agent_proto.h), -1 */
-    int cgroup_fds[CG_COUNT];         /* cgroup.procs of each controller, -1 if none */
+    int cgroup_fds[CG_FILES];         /* cgroup.procs of each controller and the memory
+                                         control files, -1 if none */
     int refcount;                     /* registry + in-flight requests */
     bool removed;                     /* released: unreachable by id */
     bool fresh;                       /* registered, never started: the next acquire makes it
@@ -231,6 +236,7 @@ void sandbox_close_fds(struct workspace *ws);
 bool run_host_command(char *const argv[]);
 bool process_start_time(pid_t pid, unsigned long long *start, char *state);
 bool holder_running(struct workspace *ws);
+bool holder_ends_within(struct workspace *ws, int ms);
 void sandbox_kill_strays(bool (*registered)(const char *id, pid_t holder_pid));
 
 /* ---- exec (exec.c) ---- */
@@ -314,5 +320,6 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool write_file_atomic(const char *path, const char *data, size_t len, mode_t mode);
 bool remove_tree(const char *path);
 bool mkdir_p(const char *path, mode_t mode);
+void close_fd(int *fd);
 
 #endif
