@@ -585,6 +585,8 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
         close(info[1]);
         close(ready[1]);
         info[1] = ready[1] = -1;
+        if (child > 0)   /* meanwhile, bwrap builds the sandbox */
+            cgroup_exec_slot_prepare(ws->id, 0);
         ws->holder_pid = child > 0 ? read_holder_pid(info[0]) : -1;
         ws->bwrap_pid = child;
     }

@@ -144,6 +144,7 @@ void cgroup_workspace_remove(const char *id);
 void cgroup_close_fds(int fds[CG_FILES]);
 int cgroup_exec_group_open(int controller, const char *id, int slot, bool create);
 uint64_t cgroup_exec_group_counter(int controller, const char *id, int slot);
+void cgroup_exec_slot_prepare(const char *id, int slot);
 uint64_t cgroup_workspace_oom_kills(const int fds[CG_FILES]);
 void cgroup_peak_reset(const int fds[CG_FILES]);
 long long cgroup_peak_bytes(const int fds[CG_FILES]);
