@@ -238,7 +238,7 @@ static void raise_open_files_limit(void)
 }
 
 /* Reaps children of the main thread: orphans re-parented to us as subreaper and holders
- * whose starting thread has exited. Exec helpers belong to their request threads. */
+ * whose starting thread has exited. */
 static void reap_children(void)
 {
     while (waitpid(-1, NULL, WNOHANG | __WALL | __WNOTHREAD) > 0)
@@ -271,7 +271,7 @@ int main(int argc, char **argv)
     chmod(g_config.state_dir, 0711);
     lock_state_dir();
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);   /* exec helpers share our memory: no ptrace */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);   /* spawned children share our memory: no ptrace */
     signal(SIGPIPE, SIG_IGN);
     sigemptyset(&handled);
     sigaddset(&handled, SIGTERM);
@@ -281,7 +281,6 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &handled, NULL);   /* every thread inherits the block */
     cgroup_init();
     caps_detect();
-    exec_init();
     sandbox_init();
     workspaces_init();
     if (!http_start())
