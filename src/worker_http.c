@@ -117,6 +117,12 @@ mesh_http_start(const MeshHttpRequest *req, size_t max_response, void *owner)
 		curl_easy_setopt(easy, CURLOPT_UNIX_SOCKET_PATH, req->unix_socket);
 		t->unix_socket = strdup(req->unix_socket);
 	}
+	if (req->ca_pem)
+	{
+		struct curl_blob ca = {(void *) req->ca_pem, strlen(req->ca_pem), CURL_BLOB_COPY};
+
+		curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, &ca);
+	}
 	curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, req->method);
 	if (strcmp(req->method, "GET") == 0)
 		curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
