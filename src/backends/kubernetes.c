@@ -33,6 +33,7 @@
 
 #include "common/hmac.h"
 #include "lib/stringinfo.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "backends/backend.h"
@@ -316,16 +317,33 @@ k8s_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method, const
 static char *
 daemon_key(const MeshBackend *be, const char *ref)
 {
-	pg_hmac_ctx *ctx = pg_hmac_create(PG_SHA256);
+	ResourceOwner saved = CurrentResourceOwner;
+	pg_hmac_ctx *ctx;
 	uint8		mac[32];
 	char	   *hex = palloc(sizeof(mac) * 2 + 1);
 	const char *secret = be->credential ? be->credential : "";
+	bool		ok;
 
-	if (ctx == NULL || pg_hmac_init(ctx, (const uint8 *) secret, strlen(secret)) < 0 ||
-		pg_hmac_update(ctx, (const uint8 *) ref, strlen(ref)) < 0 ||
-		pg_hmac_final(ctx, mac, sizeof(mac)) < 0)
-		elog(ERROR, "mesh: could not derive a workspace key");
+	/* OpenSSL contexts are tracked by a resource owner; workers build requests outside one */
+	if (saved == NULL)
+		CurrentResourceOwner = ResourceOwnerCreate(NULL, "mesh workspace key");
+	ctx = pg_hmac_create(PG_SHA256);
+	ok = ctx != NULL && pg_hmac_init(ctx, (const uint8 *) secret, strlen(secret)) == 0 &&
+		pg_hmac_update(ctx, (const uint8 *) ref, strlen(ref)) == 0 &&
+		pg_hmac_final(ctx, mac, sizeof(mac)) == 0;
 	pg_hmac_free(ctx);
+	if (saved == NULL)
+	{
+		ResourceOwner mine = CurrentResourceOwner;
+
+		CurrentResourceOwner = NULL;
+		ResourceOwnerRelease(mine, RESOURCE_RELEASE_BEFORE_LOCKS, false, true);
+		ResourceOwnerRelease(mine, RESOURCE_RELEASE_LOCKS, false, true);
+		ResourceOwnerRelease(mine, RESOURCE_RELEASE_AFTER_LOCKS, false, true);
+		ResourceOwnerDelete(mine);
+	}
+	if (!ok)
+		elog(ERROR, "mesh: could not derive a workspace key");
 	for (size_t i = 0; i < sizeof(mac); i++)
 		sprintf(hex + 2 * i, "%02x", mac[i]);
 	return hex;
