@@ -450,7 +450,12 @@ api_error(const MeshBackend *be, const MeshHttpResponse *resp, const char *doing
 		mesh_error_set(err, failure_for_status(resp->status),
 					   "backend \"%s\" (Kubernetes) could not %s: HTTP %ld %s%s%s", be->name, doing,
 					   resp->status, status.reason, status.message[0] ? ": " : "", status.message);
-	err->reason = pstrdup(status.message[0] ? status.message : (status.reason[0] ? status.reason : "no reason given"));
+	if (resp->status == 401)
+		err->reason = pstrdup("the Kubernetes API server refused the service-account token (HTTP 401)");
+	else if (resp->status == 403)
+		err->reason = psprintf("the service account may not %s (HTTP 403)", doing);
+	else
+		err->reason = pstrdup(status.message[0] ? status.message : (status.reason[0] ? status.reason : "no reason given"));
 	if (doc)
 		json_decref(doc);
 }

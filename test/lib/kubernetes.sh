@@ -7,7 +7,8 @@
 #                        point is deploy/kubernetes/entrypoint.sh over the installed
 #                        mesh-sandboxd).  Exports MESH_K8S_URL, MESH_K8S_CA (the CA's PEM),
 #                        MESH_K8S_CA_JSON (the same as a JSON string), MESH_K8S_TOKEN_FILE
-#                        (readable by postgres, for pg_read_file) and MESH_K8S_CONFIG (a
+#                        (readable by postgres, for pg_read_file), MESH_K8S_CA_FILE and
+#                        MESH_K8S_CONFIG (a
 #                        complete driver config).  Non-zero (and why, on stderr) on failure.
 #   mesh_k8s_mode MODE   normal | error500 | hang (the double's test-only control)
 #   mesh_k8s_api ARGS    curl to the double as the service account (e.g. -X DELETE PATH)
@@ -39,17 +40,17 @@ mesh_k8s_start() {
   export MESH_K8S_URL="https://127.0.0.1:$(cat "$dir/port")"
   export MESH_K8S_CA; MESH_K8S_CA=$(cat "$dir/ca.pem")
   export MESH_K8S_CA_JSON; MESH_K8S_CA_JSON=$(python3 -c 'import json,sys;print(json.dumps(open(sys.argv[1]).read()))' "$dir/ca.pem")
-  export MESH_K8S_TOKEN_FILE="$dir/token"
+  export MESH_K8S_TOKEN_FILE="$dir/token" MESH_K8S_CA_FILE="$dir/ca.pem"
   export MESH_K8S_CONFIG="{\"api_server\": \"$MESH_K8S_URL\", \"namespace\": \"mesh\", \"ca_bundle\": $MESH_K8S_CA_JSON, \"image\": \"mesh-sandboxd:test\"}"
 }
 
 mesh_k8s_api() {
-  curl -s -m 10 --cacert "$MESH_K8S_DIR/ca.pem" -H "Authorization: Bearer $(cat "$MESH_K8S_DIR/token")" \
+  curl -s -m 10 --cacert "$MESH_K8S_CA_FILE" -H "Authorization: Bearer $(cat "$MESH_K8S_TOKEN_FILE")" \
     "${@:1:$#-1}" "$MESH_K8S_URL${!#}"
 }
 
 mesh_k8s_mode() {
-  curl -sf -m 5 --cacert "$MESH_K8S_DIR/ca.pem" -X POST --data "$1" "$MESH_K8S_URL/_double/mode" >/dev/null
+  curl -sf -m 5 --cacert "$MESH_K8S_CA_FILE" -X POST --data "$1" "$MESH_K8S_URL/_double/mode" >/dev/null
 }
 
 mesh_k8s_stop() {

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The kubernetes backend when its API server misbehaves, against the API-server TEST DOUBLE
+# (test/lib/kubernetes.sh; its pods are real mesh-sandboxd processes).  500s, a hang and a
+# refused token each fail the run with an error an operator can act on, naming the backend
+# and never the token; nothing is leaked; once the server is back the run's next call works
+# (a pod the hung create left behind is adopted: 409 AlreadyExists) and the reaper reconciles:
+# a pod with this install's labels and no row is deleted, and a pod deleted behind mesh's
+# back marks its row failed.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/kubernetes.sh"
+if [ -z "${MESH_K8S_URL:-}" ]; then
+  echo "1..0 # SKIP ${MESH_K8S_URL_SKIP:-MESH_K8S_URL is not set (test/run.sh starts the double)}"; exit 0
+fi
+plan 20
+tag="kf$$"
+token=$(cat "$MESH_K8S_TOKEN_FILE")
+cfg=$(python3 -c 'import json,sys;c=json.loads(sys.argv[1]);c["request_timeout_ms"]=2000;print(json.dumps(c))' "$MESH_K8S_CONFIG")
+trap 'mesh_k8s_mode normal' EXIT
+row() { q "SELECT status FROM mesh.workspaces WHERE run_id = '$1'"; }
+ref_of() { q "SELECT external_ref FROM mesh.workspaces WHERE run_id = '$1'"; }
+run_err() { psql -X -qAt -c "SELECT exit_code FROM mesh_exec('$1', ARRAY['true'])" 2>&1 | grep -v '^NOTICE:'; }
+# this backend's pods that are not on their way out
+alive_pods() {
+  mesh_k8s_api "/api/v1/namespaces/mesh/pods?labelSelector=mesh.backend%3D$tag" |
+    python3 -c 'import json,sys;print(" ".join(sorted(p["metadata"]["name"] for p in json.load(sys.stdin)["items"] if "deletionTimestamp" not in p["metadata"])))'
+}
+pod_code() { mesh_k8s_api -o /dev/null -w '%{http_code}' "/api/v1/namespaces/mesh/pods/$1"; }
+
+q "SELECT mesh.backend_add('$tag', 'kubernetes', '$cfg', catalog_order => 1000)" >/dev/null
+q "SELECT mesh.backend_set_credential('$tag', trim(pg_read_file('$MESH_K8S_TOKEN_FILE'), E'\\n'))" >/dev/null
+q "SELECT mesh.agent_set('$tag-a', backend => '$tag')" >/dev/null
+
+# 1. the API server answers 500
+mesh_k8s_mode error500
+q "SELECT 1 FROM mesh_acquire('$tag-1', '$tag-a', 'kim')" >/dev/null
+err=$(run_err "$tag-1")
+echo "$err" | grep -q "backend \"$tag\" (Kubernetes) could not create a pod: HTTP 500 InternalError"
+ok $? "500: the error names the backend, the step and the server's reason: $(echo "$err" | head -1)"
+is "$(row "$tag-1")" pending "the row is back to pending (the run's next call tries again)"
+mesh_k8s_mode normal
+is "$(alive_pods)" "" "no pod was left behind"
+
+# 2. the API server hangs: the request's deadline ends it; the held create lands later
+mesh_k8s_mode hang
+q "SELECT 1 FROM mesh_acquire('$tag-2', '$tag-a', 'kim')" >/dev/null
+err=$(run_err "$tag-2")
+echo "$err" | grep -q "backend \"$tag\" cannot be reached: .*[Tt]imed out"
+ok $? "hang: the error names the backend and the timeout: $(echo "$err" | head -1)"
+is "$(row "$tag-2")" pending "the row is back to pending"
+mesh_k8s_mode normal
+for _ in $(seq 1 50); do [ "$(pod_code "$(ref_of "$tag-2")")" = 200 ] && break; sleep 0.1; done
+is "$(pod_code "$(ref_of "$tag-2")")" 200 "the held create reached the server after all: a pod exists with no acquire waiting for it"
+is "$(q "SELECT stdout FROM mesh_exec('$tag-2', ARRAY['echo', 'adopted'])" 2>/dev/null)" adopted \
+   "once the server is back, the run's next call adopts that pod (409 AlreadyExists) and runs"
+is "$(alive_pods)" "$(ref_of "$tag-2")" "one pod for the run, not two"
+
+# 3. the token is refused
+q "SELECT mesh.backend_set_credential('$tag', 'not-the-token-$$')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('$tag-3', '$tag-a', 'kim')" >/dev/null
+err=$(run_err "$tag-3")
+echo "$err" | grep -q "backend \"$tag\" (Kubernetes) refused the service-account token .*mesh.backend_set_credential"
+ok $? "401: the error says the token was refused and how to set one: $(echo "$err" | head -1)"
+echo "$err" | grep -q "not-the-token-$$"; ok $((! $?)) "and does not show the token"
+err=$(psql -X -qAt -c "SELECT stdout FROM mesh_exec('$tag-2', ARRAY['echo', 'x'])" 2>&1)
+echo "$err" | grep -q "refused the service-account token"
+ok $? "a ready workspace's exec through the proxy reports the same refusal"
+q "SELECT mesh.backend_set_credential('$tag', trim(pg_read_file('$MESH_K8S_TOKEN_FILE'), E'\\n'))" >/dev/null
+is "$(q "SELECT stdout FROM mesh_exec('$tag-3', ARRAY['echo', 'back'])" 2>/dev/null)" back "with the token restored, the run works"
+
+# 4. the reaper reconciles with the recovered server: a labelled pod without a row is deleted
+install=$(q "SELECT system_identifier FROM pg_control_system()")
+orphan="mesh-$install-999999$$"
+manifest="{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$orphan\",\"labels\":{\"mesh.install\":\"$install\",\"mesh.backend\":\"$tag\"}},\"spec\":{\"restartPolicy\":\"Never\",\"containers\":[{\"name\":\"sandboxd\",\"image\":\"mesh-sandboxd:test\",\"args\":[\"--single-workspace\",\"$orphan\"],\"env\":[{\"name\":\"MESH_SANDBOXD_TOKEN\",\"value\":\"x$$\"}]}]}}"
+is "$(mesh_k8s_api -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' --data "$manifest" /api/v1/namespaces/mesh/pods)" 201 \
+   "an orphan pod with this install's labels is created behind mesh's back"
+actions=$(q "SELECT string_agg(action || ':' || coalesce(backend, ''), ' ') FROM mesh.sweep()")
+echo "$actions" | grep -q "reconciled:$tag"; ok $? "a sweep reconciles the backend"
+case $(pod_code "$orphan") in 404) r=0 ;; 200) mesh_k8s_api "/api/v1/namespaces/mesh/pods/$orphan" | grep -q deletionTimestamp; r=$? ;; *) r=1 ;; esac
+ok $r "and deletes the orphan pod"
+
+# 5. a pod deleted behind mesh's back: the sweep marks its row failed
+ref2=$(ref_of "$tag-2")
+mesh_k8s_api -o /dev/null -X DELETE "/api/v1/namespaces/mesh/pods/$ref2"
+for _ in $(seq 1 100); do [ "$(pod_code "$ref2")" = 404 ] && break; sleep 0.1; done
+is "$(pod_code "$ref2")" 404 "the pod is deleted with the API"
+did=$(q "SELECT string_agg(action, ',') FROM mesh.sweep() WHERE run_id = '$tag-2'")
+echo "$did" | grep -q workspace_lost; ok $? "the sweep reports the workspace lost ($did)"
+is "$(row "$tag-2")" failed "and marks its row failed"
+
+# nothing leaked
+for r in "$tag-1" "$tag-2" "$tag-3"; do q "SELECT mesh_release('$r')" >/dev/null 2>&1; done
+for _ in $(seq 1 50); do [ -z "$(alive_pods)" ] && break; sleep 0.1; done
+is "$(alive_pods)" "" "every pod of the backend is gone after release"
+is "$(grep -c "$token" "$PGDIR/server.log") $(q "SELECT count(*) FROM mesh.events WHERE detail::text LIKE '%$token%'")" "0 0" \
+   "the service-account token is in no log line and no event"
+q "SELECT mesh.backend_disable('$tag')" >/dev/null
+done_testing
