@@ -346,14 +346,36 @@ def stop_container(key):
         except OSError:
             pass
     rt["proc"].wait()
-    for hierarchy in os.listdir("/sys/fs/cgroup") if os.path.isdir("/sys/fs/cgroup") else []:
-        top = os.path.join("/sys/fs/cgroup", hierarchy, rt["cgroup"])
-        for root, dirs, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
-            try:
-                os.rmdir(root)
-            except OSError:
-                pass
+    remove_cgroups(rt["cgroup"])
     shutil.rmtree(rt["dir"], ignore_errors=True)
+
+
+def remove_cgroups(name):
+    """What the container runtime does at a container's end: every process left in the
+    container's cgroups (sandboxes outlive their daemon by design) is killed, then the
+    groups are removed, deepest first, once their processes are gone."""
+    tops = [os.path.join("/sys/fs/cgroup", h, name) for h in
+            (os.listdir("/sys/fs/cgroup") if os.path.isdir("/sys/fs/cgroup") else [])]
+    tops = [t for t in tops if os.path.isdir(t)]
+    for _ in range(100):
+        left = False
+        for top in tops:
+            for root, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
+                try:
+                    with open(os.path.join(root, "cgroup.procs")) as f:
+                        for pid in f.read().split():
+                            os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+                try:
+                    os.rmdir(root)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    left = True
+        if not left:
+            return
+        time.sleep(0.1)
 
 
 def delete_pod(key, grace):
