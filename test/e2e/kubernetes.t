@@ -11,7 +11,7 @@
 if [ -z "${MESH_K8S_URL:-}" ]; then
   echo "1..0 # SKIP ${MESH_K8S_URL_SKIP:-MESH_K8S_URL is not set (test/run.sh starts the double)}"; exit 0
 fi
-plan 20
+plan 27
 tag="kf$$"
 token=$(cat "$MESH_K8S_TOKEN_FILE")
 cfg=$(python3 -c 'import json,sys;c=json.loads(sys.argv[1]);c["request_timeout_ms"]=2000;print(json.dumps(c))' "$MESH_K8S_CONFIG")
@@ -87,8 +87,30 @@ did=$(q "SELECT string_agg(action, ',') FROM mesh.sweep() WHERE run_id = '$tag-2
 echo "$did" | grep -q workspace_lost; ok $? "the sweep reports the workspace lost ($did)"
 is "$(row "$tag-2")" failed "and marks its row failed"
 
+# 6. the driver checks the API server's certificate against its ca_bundle, not the system's
+other=$(mktemp -d /tmp/mesh-k8s-ca.XXXXXX)
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=another-ca" -keyout "$other/key" -out "$other/ca.pem" 2>/dev/null
+wrong_ca=$(python3 -c 'import json,sys;c=json.loads(sys.argv[1]);c["ca_bundle"]=open(sys.argv[2]).read();print(json.dumps(c))' "$cfg" "$other/ca.pem")
+rm -rf "$other"
+q "SELECT mesh.backend_configure('$tag', '$wrong_ca')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('$tag-4', '$tag-a', 'kim')" >/dev/null
+err=$(run_err "$tag-4")
+echo "$err" | grep -q "backend \"$tag\" cannot be reached: .*certificate"
+ok $? "a server whose certificate the configured CA did not sign is refused: $(echo "$err" | head -1)"
+q "SELECT mesh.backend_configure('$tag', '$cfg')" >/dev/null
+
+# 7. the double refuses what a real API server refuses (so the driver's requests are checked)
+post() { mesh_k8s_api -o /dev/null -w '%{http_code}' -X POST -H "Content-Type: $1" --data "$2" "/api/v1/namespaces/mesh/pods${3:-?fieldValidation=Strict}"; }
+pod_json() { echo "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$1\"},\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"none\"$2}]$3}}"; }
+is "$(post application/json "$(pod_json "probe-$$" ',"imagePullPolice":"Always"')")" 400 "an unknown field under strict validation: 400"
+is "$(post text/plain "$(pod_json "probe-$$")")" 415 "a body that is not JSON by its content type: 415"
+is "$(post application/json "$(pod_json "probe-$$" ',"env":[{"name":"A","value":1}]')")" 400 "a number where a string belongs: 400"
+is "$(post application/json "$(pod_json "Probe_$$")")" 422 "an invalid pod name: 422 Invalid"
+is "$(post application/json "$(pod_json "probe-$$" '' ',"runtimeClassName":"gvisor"')")" 403 "a RuntimeClass the cluster lacks: 403 from admission"
+is "$(curl -s -m 10 -o /dev/null -w '%{http_code}' --cacert "$MESH_K8S_CA_FILE" "$MESH_K8S_URL/api/v1/namespaces/mesh/pods")" 401 "no token: 401"
+
 # nothing leaked
-for r in "$tag-1" "$tag-2" "$tag-3"; do q "SELECT mesh_release('$r')" >/dev/null 2>&1; done
+for r in "$tag-1" "$tag-2" "$tag-3" "$tag-4"; do q "SELECT mesh_release('$r')" >/dev/null 2>&1; done
 for _ in $(seq 1 50); do [ -z "$(alive_pods)" ] && break; sleep 0.1; done
 is "$(alive_pods)" "" "every pod of the backend is gone after release"
 is "$(grep -c "$token" "$PGDIR/server.log") $(q "SELECT count(*) FROM mesh.events WHERE detail::text LIKE '%$token%'")" "0 0" \
