@@ -16,17 +16,10 @@ cd "$(dirname "$0")/.."
 WARM=${1:-50}
 COLD=${2:-5}
 export MESH_PORT=${MESH_PORT:-5512}
-bash test/lib/deps.sh
-make -s >/dev/null && make -s install >/dev/null
-. test/lib/cluster.sh
-. test/lib/kubernetes.sh
 . bench/lib.sh
-WORK=$(mktemp -d /tmp/mesh-bench-k8s.XXXXXX); chmod 755 "$WORK"
+bench_cluster 2
+. test/lib/kubernetes.sh
 trap 'mesh_k8s_stop; mesh_cluster_stop "$WORK/pg"; rm -rf "$WORK"' EXIT
-mesh_cluster_start "$WORK/pg" "mesh.embedded_sandboxd = on" "mesh.workers = 2"
-mesh_wait_embedded "$WORK/pg"
-psql -X -q -c "CREATE EXTENSION mesh_exec"
-mesh_wait_workers
 mesh_k8s_start "$WORK/k8s"
 psql -X -q -v cfg="$MESH_K8S_CONFIG" -v tok="$MESH_K8S_TOKEN_FILE" >/dev/null <<'SQL'
 SET client_min_messages = warning;

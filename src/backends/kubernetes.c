@@ -594,7 +594,7 @@ watch_request(const MeshBackend *be, K8sOp *op, MeshHttpRequest *req)
 {
 	op->phase = PH_WATCH;
 	k8s_begin(be, req, "GET",
-			  psprintf("/pods?watch=1&timeoutSeconds=%d&fieldSelector=%s", K8S_WATCH_SECONDS,
+			  psprintf("/pods?watch=true&timeoutSeconds=%d&fieldSelector=%s", K8S_WATCH_SECONDS,
 					   mesh_url_encode(psprintf("metadata.name=%s", op->ref))));
 	req->timeout_ms += K8S_WATCH_SECONDS * 1000;
 }

@@ -9,7 +9,7 @@ and errors of the Kubernetes API reference (v1.28):
   GET    /api/v1/namespaces/{ns}/pods/{name}                     Pod | 404 NotFound
   DELETE /api/v1/namespaces/{ns}/pods/{name}                     Pod (deletionTimestamp) | 404
   GET    /api/v1/namespaces/{ns}/pods?labelSelector=&fieldSelector=   PodList
-  GET    /api/v1/namespaces/{ns}/pods?watch=1&timeoutSeconds=N&...    WatchEvent stream
+  GET    /api/v1/namespaces/{ns}/pods?watch=true&timeoutSeconds=N&...    WatchEvent stream
   *      /api/v1/namespaces/{ns}/pods/{name}[:port]/proxy/{path}      forwarded to the pod
 
 Errors are meta/v1 Status objects (kind, status Failure, reason, code, message, details).
