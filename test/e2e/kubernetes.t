@@ -5,13 +5,13 @@
 # and never the token; nothing is leaked; once the server is back the run's next call works
 # (a pod the hung create left behind is adopted: 409 AlreadyExists) and the reaper reconciles:
 # a pod with this install's labels and no row is deleted, and a pod deleted behind mesh's
-# back marks its row failed.
+# back marks its row failed. Four runs at once get a pod each, and one pod's key opens no other.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../lib/kubernetes.sh"
 if [ -z "${MESH_K8S_URL:-}" ]; then
   echo "1..0 # SKIP ${MESH_K8S_URL_SKIP:-MESH_K8S_URL is not set (test/run.sh starts the double)}"; exit 0
 fi
-plan 27
+plan 31
 tag="kf$$"
 token=$(cat "$MESH_K8S_TOKEN_FILE")
 cfg=$(python3 -c 'import json,sys;c=json.loads(sys.argv[1]);c["request_timeout_ms"]=2000;print(json.dumps(c))' "$MESH_K8S_CONFIG")
@@ -87,7 +87,27 @@ did=$(q "SELECT string_agg(action, ',') FROM mesh.sweep() WHERE run_id = '$tag-2
 echo "$did" | grep -q workspace_lost; ok $? "the sweep reports the workspace lost ($did)"
 is "$(row "$tag-2")" failed "and marks its row failed"
 
-# 6. the driver checks the API server's certificate against its ca_bundle, not the system's
+# 6. many runs at once: one pod each; one pod's key opens no other pod's daemon
+for i in 1 2 3 4; do
+  ( q "SELECT 1 FROM mesh_acquire('$tag-c$i', '$tag-a', 'kim')" >/dev/null
+    q "SELECT stdout FROM mesh_exec('$tag-c$i', ARRAY['echo', 'c$i'])" 2>/dev/null > "$PGDIR/../$tag-c$i.out" ) &
+done
+wait
+is "$(cat "$PGDIR/../$tag-c"{1,2,3,4}.out | tr -s '\n' ' ')" "c1 c2 c3 c4 " "four runs acquire and exec concurrently"
+rm -f "$PGDIR/../$tag-c"{1,2,3,4}.out
+pods=$(alive_pods)
+n=0; for i in 1 2 3 4; do [[ " $pods " == *" $(ref_of "$tag-c$i") "* ]] && n=$((n + 1)); done
+is "$n $(for i in 1 2 3 4; do ref_of "$tag-c$i"; done | sort -u | wc -l)" "4 4" "each in a pod of its own"
+ref1=$(ref_of "$tag-c1"); ref2=$(ref_of "$tag-c2")
+key1=$(mesh_k8s_api "/api/v1/namespaces/mesh/pods/$ref1" | python3 -c 'import json,sys;print(next(e["value"] for e in json.load(sys.stdin)["spec"]["containers"][0]["env"] if e["name"]=="MESH_SANDBOXD_TOKEN"))')
+port2=$(curl -sf -m 5 --cacert "$MESH_K8S_CA_FILE" "$MESH_K8S_URL/_double/pods" | python3 -c "import json,sys;print(json.load(sys.stdin)['mesh/$ref2']['port'])")
+is "$(curl -s -m 5 -o /dev/null -w '%{http_code}' -H "X-Mesh-Sandboxd-Token: $key1" "http://127.0.0.1:$port2/v1/workspaces/$ref2")" 401 \
+   "the key of one pod's daemon is refused by another's"
+is "$(mesh_k8s_api -o /dev/null -w '%{http_code}' -H "X-Mesh-Sandboxd-Token: $key1" "/api/v1/namespaces/mesh/pods/$ref2:7070/proxy/v1/workspaces/$ref1")" 401 \
+   "and through the API server's proxy too"
+for i in 1 2 3 4; do q "SELECT mesh_release('$tag-c$i')" >/dev/null; done
+
+# 7. the driver checks the API server's certificate against its ca_bundle, not the system's
 other=$(mktemp -d /tmp/mesh-k8s-ca.XXXXXX)
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=another-ca" -keyout "$other/key" -out "$other/ca.pem" 2>/dev/null
 wrong_ca=$(python3 -c 'import json,sys;c=json.loads(sys.argv[1]);c["ca_bundle"]=open(sys.argv[2]).read();print(json.dumps(c))' "$cfg" "$other/ca.pem")
@@ -99,7 +119,7 @@ echo "$err" | grep -q "backend \"$tag\" cannot be reached: .*certificate"
 ok $? "a server whose certificate the configured CA did not sign is refused: $(echo "$err" | head -1)"
 q "SELECT mesh.backend_configure('$tag', '$cfg')" >/dev/null
 
-# 7. the double refuses what a real API server refuses (so the driver's requests are checked)
+# 8. the double refuses what a real API server refuses (so the driver's requests are checked)
 post() { mesh_k8s_api -o /dev/null -w '%{http_code}' -X POST -H "Content-Type: $1" --data "$2" "/api/v1/namespaces/mesh/pods${3:-?fieldValidation=Strict}"; }
 pod_json() { echo "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$1\"},\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"none\"$2}]$3}}"; }
 is "$(post application/json "$(pod_json "probe-$$" ',"imagePullPolice":"Always"')")" 400 "an unknown field under strict validation: 400"
