@@ -11,7 +11,7 @@
 if [ -z "${MESH_K8S_URL:-}" ]; then
   echo "1..0 # SKIP ${MESH_K8S_URL_SKIP:-MESH_K8S_URL is not set (test/run.sh starts the double)}"; exit 0
 fi
-plan 31
+plan 32
 tag="kf$$"
 token=$(cat "$MESH_K8S_TOKEN_FILE")
 cfg=$(python3 -c 'import json,sys;c=json.loads(sys.argv[1]);c["request_timeout_ms"]=2000;print(json.dumps(c))' "$MESH_K8S_CONFIG")
@@ -105,6 +105,15 @@ is "$(curl -s -m 5 -o /dev/null -w '%{http_code}' -H "X-Mesh-Sandboxd-Token: $ke
    "the key of one pod's daemon is refused by another's"
 is "$(mesh_k8s_api -o /dev/null -w '%{http_code}' -H "X-Mesh-Sandboxd-Token: $key1" "/api/v1/namespaces/mesh/pods/$ref2:7070/proxy/v1/workspaces/$ref1")" 401 \
    "and through the API server's proxy too"
+# a pod whose container dies (phase Failed) holds no workspace: the sweep marks the row failed
+pid1=$(curl -sf -m 5 --cacert "$MESH_K8S_CA_FILE" "$MESH_K8S_URL/_double/pods" | python3 -c "import json,sys;print(json.load(sys.stdin)['mesh/$ref1']['pid'])")
+kill -KILL "$pid1"
+for _ in $(seq 1 100); do
+  [ "$(mesh_k8s_api "/api/v1/namespaces/mesh/pods/$ref1" | python3 -c 'import json,sys;print(json.load(sys.stdin)["status"]["phase"])')" = Failed ] && break
+  sleep 0.1
+done
+did=$(q "SELECT string_agg(action, ',') FROM mesh.sweep() WHERE run_id = '$tag-c1'")
+is "$(row "$tag-c1")" failed "a pod whose container died: the sweep marks its row failed ($did)"
 for i in 1 2 3 4; do q "SELECT mesh_release('$tag-c$i')" >/dev/null; done
 
 # 7. the driver checks the API server's certificate against its ca_bundle, not the system's
