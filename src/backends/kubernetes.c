@@ -562,6 +562,16 @@ pod_manifest(const MeshBackend *be, const char *ref, MeshSize size, const char *
 					 "spec", spec);
 }
 
+/* Delete a pod with a grace period in seconds (0: a failed pod, nothing to drain). */
+static void
+delete_request(const MeshBackend *be, const char *ref, int grace, MeshHttpRequest *req)
+{
+	k8s_begin(be, req, "DELETE", psprintf("/pods/%s", ref));
+	mesh_http_json_body(req, json_pack("{s:s,s:s,s:i,s:s}", "apiVersion", "v1",
+									   "kind", "DeleteOptions", "gracePeriodSeconds", grace,
+									   "propagationPolicy", "Background"));
+}
+
 static void
 create_request(const MeshBackend *be, K8sOp *op, MeshHttpRequest *req)
 {
@@ -726,9 +736,7 @@ inspected(const MeshBackend *be, MeshOpState *st, K8sOp *op, const MeshHttpRespo
 	{
 		json_decref(pod);
 		op->phase = PH_REMOVE_STALE;
-		k8s_begin(be, &st->next, "DELETE", psprintf("/pods/%s", op->ref));
-		mesh_http_json_body(&st->next, json_pack("{s:s,s:s,s:i}", "apiVersion", "v1",
-												 "kind", "DeleteOptions", "gracePeriodSeconds", 0));
+		delete_request(be, op->ref, 0, &st->next);
 		return MESH_STEP_NEXT;
 	}
 	step = from_pod(be, st, op, pod, err);
@@ -947,10 +955,7 @@ k8s_release_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 					bool prefer_hibernate, MeshHttpRequest *req)
 {
 	op_new(st, ref);
-	k8s_begin(be, req, "DELETE", psprintf("/pods/%s", ref));
-	mesh_http_json_body(req, json_pack("{s:s,s:s,s:i,s:s}", "apiVersion", "v1",
-									   "kind", "DeleteOptions", "gracePeriodSeconds", 1,
-									   "propagationPolicy", "Background"));
+	delete_request(be, ref, 1, req);
 }
 
 /* A pod that is already gone counts as released. */
