@@ -3,7 +3,8 @@
 # (test/lib/kubernetes.sh; its pods are real mesh-sandboxd processes).  500s, a hang and a
 # refused token each fail the run with an error an operator can act on, naming the backend
 # and never the token; nothing is leaked; once the server is back the run's next call works
-# (a pod the hung create left behind is adopted: 409 AlreadyExists) and the reaper reconciles:
+# (a pod the hung create left behind is adopted, or replaced if it failed: 409 AlreadyExists)
+# and the reaper reconciles:
 # a pod with this install's labels and no row is deleted, and a pod deleted behind mesh's
 # back marks its row failed. Four runs at once get a pod each, and one pod's key opens no other.
 . "$(dirname "$0")/lib.sh"
@@ -11,7 +12,7 @@
 if [ -z "${MESH_K8S_URL:-}" ]; then
   echo "1..0 # SKIP ${MESH_K8S_URL_SKIP:-MESH_K8S_URL is not set (test/run.sh starts the double)}"; exit 0
 fi
-plan 32
+plan 34
 tag="kf$$"
 token=$(cat "$MESH_K8S_TOKEN_FILE")
 cfg=$(python3 -c 'import json,sys;c=json.loads(sys.argv[1]);c["request_timeout_ms"]=2000;print(json.dumps(c))' "$MESH_K8S_CONFIG")
@@ -43,6 +44,8 @@ is "$(alive_pods)" "" "no pod was left behind"
 # 2. the API server hangs: the request's deadline ends it; the held create lands later
 mesh_k8s_mode hang
 q "SELECT 1 FROM mesh_acquire('$tag-2', '$tag-a', 'kim')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('$tag-5', '$tag-a', 'kim')" >/dev/null
+run_err "$tag-5" >/dev/null
 err=$(run_err "$tag-2")
 echo "$err" | grep -q "backend \"$tag\" cannot be reached: .*[Tt]imed out"
 ok $? "hang: the error names the backend and the timeout: $(echo "$err" | head -1)"
@@ -52,7 +55,18 @@ for _ in $(seq 1 50); do [ "$(pod_code "$(ref_of "$tag-2")")" = 200 ] && break; 
 is "$(pod_code "$(ref_of "$tag-2")")" 200 "the held create reached the server after all: a pod exists with no acquire waiting for it"
 is "$(q "SELECT stdout FROM mesh_exec('$tag-2', ARRAY['echo', 'adopted'])" 2>/dev/null)" adopted \
    "once the server is back, the run's next call adopts that pod (409 AlreadyExists) and runs"
-is "$(alive_pods)" "$(ref_of "$tag-2")" "one pod for the run, not two"
+# the other held create's pod dies before its run comes back: the next call replaces it
+ref5=$(ref_of "$tag-5")
+pod_field() { mesh_k8s_api "/api/v1/namespaces/mesh/pods/$1" | python3 -c "import json,sys;p=json.load(sys.stdin);print($2)" 2>/dev/null; }
+for _ in $(seq 1 100); do [ "$(pod_field "$ref5" 'p["status"]["phase"]')" = Running ] && break; sleep 0.1; done
+uid5=$(pod_field "$ref5" 'p["metadata"]["uid"]')
+kill -KILL "$(curl -sf -m 5 --cacert "$MESH_K8S_CA_FILE" "$MESH_K8S_URL/_double/pods" | python3 -c "import json,sys;print(json.load(sys.stdin)['mesh/$ref5']['pid'])")"
+for _ in $(seq 1 100); do [ "$(pod_field "$ref5" 'p["status"]["phase"]')" = Failed ] && break; sleep 0.1; done
+is "$(q "SELECT stdout FROM mesh_exec('$tag-5', ARRAY['echo', 'replaced'])" 2>/dev/null)" replaced \
+   "a failed pod of ours in the way (409) is deleted and made again, and the run goes on"
+uid=$(pod_field "$ref5" 'p["metadata"]["uid"]')
+[ -n "$uid" ] && [ "$uid" != "$uid5" ]; ok $? "in a new pod"
+is "$(alive_pods)" "$(printf '%s\n' "$(ref_of "$tag-2")" "$ref5" | sort | paste -sd ' ')" "one pod per run, not two"
 
 # 3. the token is refused
 q "SELECT mesh.backend_set_credential('$tag', 'not-the-token-$$')" >/dev/null
@@ -139,7 +153,7 @@ is "$(post application/json "$(pod_json "probe-$$" '' ',"runtimeClassName":"gvis
 is "$(curl -s -m 10 -o /dev/null -w '%{http_code}' --cacert "$MESH_K8S_CA_FILE" "$MESH_K8S_URL/api/v1/namespaces/mesh/pods")" 401 "no token: 401"
 
 # nothing leaked
-for r in "$tag-1" "$tag-2" "$tag-3" "$tag-4"; do q "SELECT mesh_release('$r')" >/dev/null 2>&1; done
+for r in "$tag-1" "$tag-2" "$tag-3" "$tag-4" "$tag-5"; do q "SELECT mesh_release('$r')" >/dev/null 2>&1; done
 for _ in $(seq 1 50); do [ -z "$(alive_pods)" ] && break; sleep 0.1; done
 is "$(alive_pods)" "" "every pod of the backend is gone after release"
 is "$(grep -c "$token" "$PGDIR/server.log") $(q "SELECT count(*) FROM mesh.events WHERE detail::text LIKE '%$token%'")" "0 0" \
