@@ -66,7 +66,7 @@ is "$(q "SELECT stdout FROM mesh_exec('$tag-5', ARRAY['echo', 'replaced'])" 2>/d
    "a failed pod of ours in the way (409) is deleted and made again, and the run goes on"
 uid=$(pod_field "$ref5" 'p["metadata"]["uid"]')
 [ -n "$uid" ] && [ "$uid" != "$uid5" ]; ok $? "in a new pod"
-is "$(alive_pods)" "$(printf '%s\n' "$(ref_of "$tag-2")" "$ref5" | sort | paste -sd ' ')" "one pod per run, not two"
+is "$(alive_pods)" "$(printf '%s\n' "$(ref_of "$tag-2")" "$ref5" | LC_ALL=C sort | paste -sd ' ')" "one pod per run, not two"
 
 # 3. the token is refused
 q "SELECT mesh.backend_set_credential('$tag', 'not-the-token-$$')" >/dev/null
