@@ -67,7 +67,8 @@ typedef enum K8sPhase
 	PH_INSPECT,					/* GET the pod after AlreadyExists */
 	PH_REMOVE_STALE,			/* DELETE a pod of ours that will not serve */
 	PH_WATCH,					/* a watch window on the pod */
-	PH_DAEMON					/* the daemon's own acquire, through the proxy */
+	PH_DAEMON,					/* the daemon's own acquire, through the proxy */
+	PH_DISCARD					/* DELETE of a pod that will not serve, then fail */
 } K8sPhase;
 
 /* The driver's state for one operation (MeshOpState.data). */
@@ -80,6 +81,7 @@ typedef struct K8sOp
 	TimestampTz deadline;		/* acquire: the pod must serve by then */
 	bool		recreate;		/* after the watch window, create again */
 	const char *last_state;		/* for the deadline's message */
+	MeshError	failure;		/* what the acquire fails with once the pod is discarded */
 } K8sOp;
 
 /*--------------------------------------------------------------------------
@@ -620,20 +622,35 @@ daemon_acquire_request(const MeshBackend *be, MeshOpState *st, K8sOp *op, MeshHt
 	pod_daemon_done(be, &inner, op->ref, req);
 }
 
+/*
+ * A pod that will not serve is deleted before the acquire fails with err,
+ * so a failed acquire leaves nothing pending in the cluster (and the run's
+ * next call starts afresh).
+ */
 static MeshStepResult
-past_deadline(const MeshBackend *be, K8sOp *op, MeshError *err)
+discard_pod(const MeshBackend *be, MeshOpState *st, K8sOp *op, MeshError *err)
+{
+	op->failure = *err;
+	op->phase = PH_DISCARD;
+	delete_request(be, op->ref, 0, &st->next);
+	return MESH_STEP_NEXT;
+}
+
+static MeshStepResult
+past_deadline(const MeshBackend *be, MeshOpState *st, K8sOp *op, MeshError *err)
 {
 	mesh_error_set(err, MESH_FAIL_UNAVAILABLE,
 				   "backend \"%s\" (Kubernetes): pod \"%s\" did not become Ready within %ld ms (%s); "
 				   "see kubectl describe pod -n %s %s",
 				   be->name, op->ref, config_int(be, "ready_timeout_ms", K8S_DEFAULT_READY_TIMEOUT_MS),
 				   op->last_state, config_namespace(be), op->ref);
-	return MESH_STEP_FAILED;
+	return discard_pod(be, st, op, err);
 }
 
 /*
  * Go on from a pod's state: Ready -> the daemon's acquire; starting -> watch;
- * broken -> a clear error; terminating (or replaced) -> watch, then create.
+ * broken -> deleted, then a clear error; terminating (or replaced) -> watch,
+ * then create.
  */
 static MeshStepResult
 from_pod(const MeshBackend *be, MeshOpState *st, K8sOp *op, json_t *pod, MeshError *err)
@@ -650,7 +667,7 @@ from_pod(const MeshBackend *be, MeshOpState *st, K8sOp *op, json_t *pod, MeshErr
 						   "backend \"%s\" (Kubernetes): pod \"%s\" will not start: %s; "
 						   "see kubectl describe pod -n %s %s",
 						   be->name, op->ref, why, config_namespace(be), op->ref);
-			return MESH_STEP_FAILED;
+			return discard_pod(be, st, op, err);
 		case K8S_POD_TERMINATING:
 			op->recreate = true;
 			op->last_state = "an earlier pod of the same name is still terminating";
@@ -660,7 +677,7 @@ from_pod(const MeshBackend *be, MeshOpState *st, K8sOp *op, json_t *pod, MeshErr
 			break;
 	}
 	if (GetCurrentTimestamp() >= op->deadline)
-		return past_deadline(be, op, err);
+		return past_deadline(be, st, op, err);
 	watch_request(be, op, &st->next);
 	return MESH_STEP_NEXT;
 }
@@ -776,7 +793,7 @@ watched(const MeshBackend *be, MeshOpState *st, K8sOp *op, const MeshHttpRespons
 	{
 		/* an ERROR event (e.g. 410 Gone): watch again from now */
 		if (GetCurrentTimestamp() >= op->deadline)
-			return past_deadline(be, op, err);
+			return past_deadline(be, st, op, err);
 		watch_request(be, op, &st->next);
 		return MESH_STEP_NEXT;
 	}
@@ -835,6 +852,9 @@ k8s_acquire_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 			return watched(be, st, op, resp, err);
 		case PH_DAEMON:
 			return daemon_acquired(be, st, resp, caps, err);
+		case PH_DISCARD:
+			*err = op->failure;
+			return MESH_STEP_FAILED;
 	}
 	return MESH_STEP_FAILED;
 }

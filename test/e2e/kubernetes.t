@@ -12,7 +12,7 @@
 if [ -z "${MESH_K8S_URL:-}" ]; then
   echo "1..0 # SKIP ${MESH_K8S_URL_SKIP:-MESH_K8S_URL is not set (test/run.sh starts the double)}"; exit 0
 fi
-plan 34
+plan 36
 tag="kf$$"
 token=$(cat "$MESH_K8S_TOKEN_FILE")
 cfg=$(python3 -c 'import json,sys;c=json.loads(sys.argv[1]);c["request_timeout_ms"]=2000;print(json.dumps(c))' "$MESH_K8S_CONFIG")
@@ -80,6 +80,15 @@ echo "$err" | grep -q "refused the service-account token"
 ok $? "a ready workspace's exec through the proxy reports the same refusal"
 q "SELECT mesh.backend_set_credential('$tag', trim(pg_read_file('$MESH_K8S_TOKEN_FILE'), E'\\n'))" >/dev/null
 is "$(q "SELECT stdout FROM mesh_exec('$tag-3', ARRAY['echo', 'back'])" 2>/dev/null)" back "with the token restored, the run works"
+
+# 3b. an image the cluster cannot pull: the acquire fails at once, with the reason, and its pod is removed
+q "SELECT mesh.backend_configure('$tag', '$(python3 -c 'import json,sys;c=json.loads(sys.argv[1]);c["image"]="mesh-sandboxd:missing";print(json.dumps(c))' "$cfg")')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('$tag-6', '$tag-a', 'kim')" >/dev/null
+err=$(psql -X -qAt -v VERBOSITY=verbose -c "SELECT exit_code FROM mesh_exec('$tag-6', ARRAY['true'])" 2>&1 | grep -v '^NOTICE:')
+echo "$err" | grep -q "backend \"$tag\" (Kubernetes): pod \"$(ref_of "$tag-6")\" will not start: \(ErrImagePull\|ImagePullBackOff\); see kubectl describe pod"
+ok $? "an image that cannot be pulled: the error says so and how to look: $(echo "$err" | grep ERROR | head -1)"
+is "$(alive_pods | grep -cw "$(ref_of "$tag-6")")" 0 "and the pod that will not start is deleted"
+q "SELECT mesh.backend_configure('$tag', '$cfg')" >/dev/null
 
 # 4. the reaper reconciles with the recovered server: a labelled pod without a row is deleted
 install=$(q "SELECT system_identifier FROM pg_control_system()")
@@ -153,7 +162,7 @@ is "$(post application/json "$(pod_json "probe-$$" '' ',"runtimeClassName":"gvis
 is "$(curl -s -m 10 -o /dev/null -w '%{http_code}' --cacert "$MESH_K8S_CA_FILE" "$MESH_K8S_URL/api/v1/namespaces/mesh/pods")" 401 "no token: 401"
 
 # nothing leaked
-for r in "$tag-1" "$tag-2" "$tag-3" "$tag-4" "$tag-5"; do q "SELECT mesh_release('$r')" >/dev/null 2>&1; done
+for r in "$tag-1" "$tag-2" "$tag-3" "$tag-4" "$tag-5" "$tag-6"; do q "SELECT mesh_release('$r')" >/dev/null 2>&1; done
 for _ in $(seq 1 50); do [ -z "$(alive_pods)" ] && break; sleep 0.1; done
 is "$(alive_pods)" "" "every pod of the backend is gone after release"
 is "$(grep -c "$token" "$PGDIR/server.log") $(q "SELECT count(*) FROM mesh.events WHERE detail::text LIKE '%$token%'")" "0 0" \
