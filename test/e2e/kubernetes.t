@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kubernetes backend when its API server misbehaves, against the API-server TEST DOUBLE
 # (test/lib/kubernetes.sh; its pods are real mesh-sandboxd processes).  500s, a hang and a
-# refused token each fail the run with an error an operator can act on, naming the backend
+# refused or unauthorized token each fail the run with an error an operator can act on, naming the backend
 # and never the token; nothing is leaked; once the server is back the run's next call works
 # (a pod the hung create left behind is adopted, or replaced if it failed: 409 AlreadyExists)
 # and the reaper reconciles:
@@ -12,7 +12,7 @@
 if [ -z "${MESH_K8S_URL:-}" ]; then
   echo "1..0 # SKIP ${MESH_K8S_URL_SKIP:-MESH_K8S_URL is not set (test/run.sh starts the double)}"; exit 0
 fi
-plan 36
+plan 37
 tag="kf$$"
 token=$(cat "$MESH_K8S_TOKEN_FILE")
 cfg=$(python3 -c 'import json,sys;c=json.loads(sys.argv[1]);c["request_timeout_ms"]=2000;print(json.dumps(c))' "$MESH_K8S_CONFIG")
@@ -78,6 +78,10 @@ echo "$err" | grep -q "not-the-token-$$"; ok $((! $?)) "and does not show the to
 err=$(psql -X -qAt -c "SELECT stdout FROM mesh_exec('$tag-2', ARRAY['echo', 'x'])" 2>&1)
 echo "$err" | grep -q "refused the service-account token"
 ok $? "a ready workspace's exec through the proxy reports the same refusal"
+q "SELECT mesh.backend_set_credential('$tag', trim(pg_read_file('$MESH_K8S_DENIED_TOKEN_FILE'), E'\\n'))" >/dev/null
+err=$(run_err "$tag-3")
+echo "$err" | grep -q "backend \"$tag\" (Kubernetes): the service account may not create a pod in namespace \"mesh\" (HTTP 403: .*); bind it to the Role in deploy/kubernetes/"
+ok $? "403: a token the cluster does not authorize: the error says which permission is missing and where it is granted"
 q "SELECT mesh.backend_set_credential('$tag', trim(pg_read_file('$MESH_K8S_TOKEN_FILE'), E'\\n'))" >/dev/null
 is "$(q "SELECT stdout FROM mesh_exec('$tag-3', ARRAY['echo', 'back'])" 2>/dev/null)" back "with the token restored, the run works"
 

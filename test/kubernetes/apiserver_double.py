@@ -13,7 +13,8 @@ and errors of the Kubernetes API reference (v1.28):
   *      /api/v1/namespaces/{ns}/pods/{name}[:port]/proxy/{path}      forwarded to the pod
 
 Errors are meta/v1 Status objects (kind, status Failure, reason, code, message, details).
-A missing or wrong bearer token is 401 Unauthorized; a pod naming a RuntimeClass the double
+A missing or wrong bearer token is 401 Unauthorized; the --denied-token-file token authenticates
+but no Role binds it (403 Forbidden on everything); a pod naming a RuntimeClass the double
 does not have is 403 Forbidden (admission); unknown fields under fieldValidation=Strict and
 wrong JSON types are 400 BadRequest; semantic errors 422 Invalid; a body that is not
 application/json is 415 UnsupportedMediaType.  Pods take time: Pending (scheduled) first, then
@@ -502,8 +503,14 @@ class Handler(BaseHTTPRequestHandler):
         self.send(404, status_object(404, "NotFound", "no such control"))
 
     def authenticate(self):
+        """401 for an unknown token; the denied one authenticates but RBAC allows it nothing."""
         auth = self.headers.get("Authorization", "")
-        if not auth.startswith("Bearer ") or not secrets.compare_digest(auth[7:].encode(), ARGS.token.encode()):
+        presented = auth[7:].encode() if auth.startswith("Bearer ") else b""
+        if ARGS.denied and secrets.compare_digest(presented, ARGS.denied.encode()):
+            verb = {"POST": "create", "DELETE": "delete"}.get(self.command, "get")
+            raise Reject(403, "Forbidden", f'pods is forbidden: User "system:serviceaccount:mesh:unbound" '
+                         f'cannot {verb} resource "pods" in API group "" in the namespace "mesh"', {"kind": "pods"})
+        if not presented or not secrets.compare_digest(presented, ARGS.token.encode()):
             raise Reject(401, "Unauthorized", "Unauthorized")
         del self.headers["Authorization"]   # consumed, as the real server does
 
@@ -668,6 +675,7 @@ def main():
     ap.add_argument("--cert", required=True)
     ap.add_argument("--key", required=True)
     ap.add_argument("--token-file", required=True)
+    ap.add_argument("--denied-token-file", help="a token that authenticates but may do nothing (403)")
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--namespace", action="append", required=True)
     ap.add_argument("--image", action="append", default=[], help="NAME=ENTRYPOINT")
@@ -676,6 +684,7 @@ def main():
     ap.add_argument("--work", required=True)
     ARGS = ap.parse_args()
     ARGS.token = open(ARGS.token_file).read().strip()
+    ARGS.denied = open(ARGS.denied_token_file).read().strip() if ARGS.denied_token_file else ""
     ARGS.images = dict(i.split("=", 1) for i in ARGS.image)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(ARGS.cert, ARGS.key)

@@ -7,7 +7,9 @@
 #                        point is deploy/kubernetes/entrypoint.sh over the installed
 #                        mesh-sandboxd).  Exports MESH_K8S_URL, MESH_K8S_CA (the CA's PEM),
 #                        MESH_K8S_CA_JSON (the same as a JSON string), MESH_K8S_TOKEN_FILE
-#                        (readable by postgres, for pg_read_file), MESH_K8S_CA_FILE and
+#                        (readable by postgres, for pg_read_file), MESH_K8S_DENIED_TOKEN_FILE
+#                        (a token the double authenticates but authorizes for nothing: 403),
+#                        MESH_K8S_CA_FILE and
 #                        MESH_K8S_CONFIG (a
 #                        complete driver config).  Non-zero (and why, on stderr) on failure.
 #   mesh_k8s_mode MODE   normal | error500 | hang (the double's test-only control)
@@ -29,9 +31,11 @@ mesh_k8s_start() {
   openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
     -days 2 -extfile "$dir/san.ext" -out "$dir/server.pem" 2>/dev/null || { echo "openssl could not sign" >&2; return 1; }
   head -c 32 /dev/urandom | base64 | tr -d '/+=\n' > "$dir/token"
-  chmod 644 "$dir/token"   # the test cluster's postgres reads it with pg_read_file
+  head -c 32 /dev/urandom | base64 | tr -d '/+=\n' > "$dir/denied-token"
+  chmod 644 "$dir/token" "$dir/denied-token"   # the test cluster's postgres reads them with pg_read_file
   python3 "$MESH_K8S_ROOT/test/kubernetes/apiserver_double.py" --cert "$dir/server.pem" \
-    --key "$dir/server.key" --token-file "$dir/token" --port-file "$dir/port" \
+    --key "$dir/server.key" --token-file "$dir/token" --denied-token-file "$dir/denied-token" \
+    --port-file "$dir/port" \
     --namespace mesh --image "mesh-sandboxd:test=$MESH_K8S_ROOT/deploy/kubernetes/entrypoint.sh" \
     --daemon "$(pg_config --bindir)/mesh-sandboxd" --work "$dir" > "$dir/double.log" 2>&1 &
   MESH_K8S_PID=$!
@@ -41,6 +45,7 @@ mesh_k8s_start() {
   export MESH_K8S_CA; MESH_K8S_CA=$(cat "$dir/ca.pem")
   export MESH_K8S_CA_JSON; MESH_K8S_CA_JSON=$(python3 -c 'import json,sys;print(json.dumps(open(sys.argv[1]).read()))' "$dir/ca.pem")
   export MESH_K8S_TOKEN_FILE="$dir/token" MESH_K8S_CA_FILE="$dir/ca.pem"
+  export MESH_K8S_DENIED_TOKEN_FILE="$dir/denied-token"
   export MESH_K8S_CONFIG="{\"api_server\": \"$MESH_K8S_URL\", \"namespace\": \"mesh\", \"ca_bundle\": $MESH_K8S_CA_JSON, \"image\": \"mesh-sandboxd:test\"}"
 }
 
