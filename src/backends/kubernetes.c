@@ -76,8 +76,7 @@ typedef struct K8sOp
 {
 	K8sPhase	phase;
 	const char *ref;
-	const char *install_id;
-	MeshSize	size;
+	MeshAcquireSpec spec;		/* acquire: what was asked, kept for the daemon's acquire */
 	TimestampTz deadline;		/* acquire: the pod must serve by then */
 	bool		recreate;		/* after the watch window, create again */
 	const char *last_state;		/* for the deadline's message */
@@ -579,21 +578,23 @@ create_request(const MeshBackend *be, K8sOp *op, MeshHttpRequest *req)
 {
 	op->phase = PH_CREATE;
 	k8s_begin(be, req, "POST", "/pods?fieldValidation=Strict");
-	mesh_http_json_body(req, pod_manifest(be, op->ref, op->size, op->install_id));
+	mesh_http_json_body(req, pod_manifest(be, op->ref, op->spec.size, op->spec.install_id));
 }
 
-static void
-k8s_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref, MeshSize size,
-					const char *install_id, MeshHttpRequest *req)
+static bool
+k8s_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+					const MeshAcquireSpec *spec, MeshHttpRequest *req, MeshError *err)
 {
 	K8sOp	   *op = op_new(st, ref);
 
-	op->install_id = pstrdup(install_id);
-	op->size = size;
+	op->spec.size = spec->size;
+	op->spec.install_id = pstrdup(spec->install_id);
+	op->spec.egress = spec->egress ? pstrdup(spec->egress) : NULL;
 	op->last_state = "not created yet";
 	op->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 											   config_int(be, "ready_timeout_ms", K8S_DEFAULT_READY_TIMEOUT_MS));
 	create_request(be, op, req);
+	return true;
 }
 
 /*
@@ -612,14 +613,17 @@ watch_request(const MeshBackend *be, K8sOp *op, MeshHttpRequest *req)
 }
 
 /* The daemon's own acquire of the one workspace it serves: the sandboxd request. */
-static void
-daemon_acquire_request(const MeshBackend *be, MeshOpState *st, K8sOp *op, MeshHttpRequest *req)
+static bool
+daemon_acquire_request(const MeshBackend *be, MeshOpState *st, K8sOp *op, MeshHttpRequest *req,
+					   MeshError *err)
 {
 	MeshBackend inner = pod_daemon(be, op->ref);
+	bool		built;
 
 	op->phase = PH_DAEMON;
-	mesh_sandboxd_driver.acquire_request(&inner, st, op->ref, op->size, op->install_id, req);
+	built = mesh_sandboxd_driver.acquire_request(&inner, st, op->ref, &op->spec, req, err);
 	pod_daemon_done(be, &inner, op->ref, req);
+	return built;
 }
 
 /*
@@ -660,8 +664,7 @@ from_pod(const MeshBackend *be, MeshOpState *st, K8sOp *op, json_t *pod, MeshErr
 	switch (k8s_pod_state(pod, &why))
 	{
 		case K8S_POD_READY:
-			daemon_acquire_request(be, st, op, &st->next);
-			return MESH_STEP_NEXT;
+			return daemon_acquire_request(be, st, op, &st->next, err) ? MESH_STEP_NEXT : MESH_STEP_FAILED;
 		case K8S_POD_BROKEN:
 			mesh_error_set(err, MESH_FAIL_UNAVAILABLE,
 						   "backend \"%s\" (Kubernetes): pod \"%s\" will not start: %s; "
@@ -741,7 +744,7 @@ inspected(const MeshBackend *be, MeshOpState *st, K8sOp *op, const MeshHttpRespo
 	}
 	if (!api_ok(be, resp, "inspect an existing pod", err) || (pod = pod_from(be, resp, err)) == NULL)
 		return MESH_STEP_FAILED;
-	if (!k8s_pod_labelled(pod, op->install_id, be->name))
+	if (!k8s_pod_labelled(pod, op->spec.install_id, be->name))
 	{
 		json_decref(pod);
 		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
@@ -876,14 +879,15 @@ proxied_failure(const MeshBackend *be, const MeshHttpResponse *resp, MeshError *
 	return true;
 }
 
-static void
+static bool
 k8s_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-				 const MeshExecSpec *spec, MeshHttpRequest *req)
+				 const MeshExecSpec *spec, MeshHttpRequest *req, MeshError *err)
 {
 	MeshBackend inner = pod_daemon(be, ref);
+	bool		built = mesh_sandboxd_driver.exec_request(&inner, st, ref, spec, req, err);
 
-	mesh_sandboxd_driver.exec_request(&inner, st, ref, spec, req);
 	pod_daemon_done(be, &inner, ref, req);
+	return built;
 }
 
 static MeshStepResult
@@ -897,14 +901,15 @@ k8s_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse
 	return mesh_sandboxd_driver.exec_response(&inner, st, resp, result, err);
 }
 
-static void
+static bool
 k8s_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *exec_key,
-				 MeshHttpRequest *req)
+				 MeshHttpRequest *req, MeshError *err)
 {
 	MeshBackend inner = pod_daemon(be, ref);
+	bool		built = mesh_sandboxd_driver.kill_request(&inner, st, ref, exec_key, req, err);
 
-	mesh_sandboxd_driver.kill_request(&inner, st, ref, exec_key, req);
 	pod_daemon_done(be, &inner, ref, req);
+	return built;
 }
 
 /* A pod that is gone has nothing left to kill. */
@@ -922,14 +927,15 @@ k8s_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse
 	return mesh_sandboxd_driver.kill_response(&inner, st, resp, err);
 }
 
-static void
+static bool
 k8s_read_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
-				 MeshHttpRequest *req)
+				 MeshHttpRequest *req, MeshError *err)
 {
 	MeshBackend inner = pod_daemon(be, ref);
+	bool		built = mesh_sandboxd_driver.read_request(&inner, st, ref, path, req, err);
 
-	mesh_sandboxd_driver.read_request(&inner, st, ref, path, req);
 	pod_daemon_done(be, &inner, ref, req);
+	return built;
 }
 
 static MeshStepResult
@@ -943,14 +949,16 @@ k8s_read_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse
 	return mesh_sandboxd_driver.read_response(&inner, st, resp, data, len, err);
 }
 
-static void
+static bool
 k8s_write_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
-				  int mode, const char *data, size_t len, MeshHttpRequest *req)
+				  int mode, const char *data, size_t len, MeshHttpRequest *req, MeshError *err)
 {
 	MeshBackend inner = pod_daemon(be, ref);
+	bool		built = mesh_sandboxd_driver.write_request(&inner, st, ref, path, mode, data, len,
+														  req, err);
 
-	mesh_sandboxd_driver.write_request(&inner, st, ref, path, mode, data, len, req);
 	pod_daemon_done(be, &inner, ref, req);
+	return built;
 }
 
 static MeshStepResult
@@ -970,12 +978,13 @@ k8s_write_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespons
  */
 
 /* Delete the pod: its workspace and files go with it (no hibernation). */
-static void
+static bool
 k8s_release_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-					bool prefer_hibernate, MeshHttpRequest *req)
+					bool prefer_hibernate, MeshHttpRequest *req, MeshError *err)
 {
 	op_new(st, ref);
 	delete_request(be, ref, 1, req);
+	return true;
 }
 
 /* A pod that is already gone counts as released. */
@@ -993,14 +1002,15 @@ k8s_release_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
  * This install's and this catalog entry's pods, by label selector: two
  * entries may share a namespace and each must list only what it made.
  */
-static void
+static bool
 k8s_list_request(const MeshBackend *be, MeshOpState *st, const char *install_id,
-				 MeshHttpRequest *req)
+				 MeshHttpRequest *req, MeshError *err)
 {
 	k8s_begin(be, req, "GET",
 			  psprintf("/pods?labelSelector=%s",
 					   mesh_url_encode(psprintf(K8S_LABEL_INSTALL "=%s," K8S_LABEL_BACKEND "=%s",
 												install_id, be->name))));
+	return true;
 }
 
 /*
