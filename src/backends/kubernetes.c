@@ -651,38 +651,51 @@ past_deadline(const MeshBackend *be, MeshOpState *st, K8sOp *op, MeshError *err)
 	return discard_pod(be, st, op, err);
 }
 
+/* Not Ready yet: watch the pod, unless its time is up. */
+static MeshStepResult
+watch_or_give_up(const MeshBackend *be, MeshOpState *st, K8sOp *op, MeshError *err)
+{
+	if (GetCurrentTimestamp() >= op->deadline)
+		return past_deadline(be, st, op, err);
+	watch_request(be, op, &st->next);
+	return MESH_STEP_NEXT;
+}
+
 /*
  * Go on from a pod's state: Ready -> the daemon's acquire; starting -> watch;
  * broken -> deleted, then a clear error; terminating (or replaced) -> watch,
- * then create.
+ * then create.  Takes the pod's reference: every caller is done with it.
  */
 static MeshStepResult
 from_pod(const MeshBackend *be, MeshOpState *st, K8sOp *op, json_t *pod, MeshError *err)
 {
 	const char *why;
+	MeshStepResult step = MESH_STEP_FAILED;
 
 	switch (k8s_pod_state(pod, &why))
 	{
 		case K8S_POD_READY:
-			return daemon_acquire_request(be, st, op, &st->next, err) ? MESH_STEP_NEXT : MESH_STEP_FAILED;
+			step = daemon_acquire_request(be, st, op, &st->next, err) ? MESH_STEP_NEXT : MESH_STEP_FAILED;
+			break;
 		case K8S_POD_BROKEN:
 			mesh_error_set(err, MESH_FAIL_UNAVAILABLE,
 						   "backend \"%s\" (Kubernetes): pod \"%s\" will not start: %s; "
 						   "see kubectl describe pod -n %s %s",
 						   be->name, op->ref, why, config_namespace(be), op->ref);
-			return discard_pod(be, st, op, err);
+			step = discard_pod(be, st, op, err);
+			break;
 		case K8S_POD_TERMINATING:
 			op->recreate = true;
 			op->last_state = "an earlier pod of the same name is still terminating";
+			step = watch_or_give_up(be, st, op, err);
 			break;
 		case K8S_POD_STARTING:
 			op->last_state = "still starting";
+			step = watch_or_give_up(be, st, op, err);
 			break;
 	}
-	if (GetCurrentTimestamp() >= op->deadline)
-		return past_deadline(be, st, op, err);
-	watch_request(be, op, &st->next);
-	return MESH_STEP_NEXT;
+	json_decref(pod);
+	return step;
 }
 
 /* A pod object from an answer, or a protocol error. */
@@ -707,7 +720,6 @@ created(const MeshBackend *be, MeshOpState *st, K8sOp *op, const MeshHttpRespons
 		MeshError *err)
 {
 	json_t	   *pod;
-	MeshStepResult step;
 
 	if (!resp->transport_error && resp->status == 409)
 	{
@@ -718,9 +730,7 @@ created(const MeshBackend *be, MeshOpState *st, K8sOp *op, const MeshHttpRespons
 	if (!api_ok(be, resp, "create a pod", err) || (pod = pod_from(be, resp, err)) == NULL)
 		return MESH_STEP_FAILED;
 	op->recreate = false;
-	step = from_pod(be, st, op, pod, err);
-	json_decref(pod);
-	return step;
+	return from_pod(be, st, op, pod, err);
 }
 
 /*
@@ -735,7 +745,6 @@ inspected(const MeshBackend *be, MeshOpState *st, K8sOp *op, const MeshHttpRespo
 {
 	json_t	   *pod;
 	const char *why;
-	MeshStepResult step;
 
 	if (!resp->transport_error && resp->status == 404)
 	{
@@ -759,9 +768,7 @@ inspected(const MeshBackend *be, MeshOpState *st, K8sOp *op, const MeshHttpRespo
 		delete_request(be, op->ref, 0, &st->next);
 		return MESH_STEP_NEXT;
 	}
-	step = from_pod(be, st, op, pod, err);
-	json_decref(pod);
-	return step;
+	return from_pod(be, st, op, pod, err);
 }
 
 /* One watch window ended: its last event decides. */
@@ -772,7 +779,6 @@ watched(const MeshBackend *be, MeshOpState *st, K8sOp *op, const MeshHttpRespons
 	bool		deleted;
 	K8sStatus	error;
 	json_t	   *pod;
-	MeshStepResult step;
 
 	if (!api_ok(be, resp, "watch a pod", err))
 		return MESH_STEP_FAILED;
@@ -793,16 +799,8 @@ watched(const MeshBackend *be, MeshOpState *st, K8sOp *op, const MeshHttpRespons
 		return MESH_STEP_FAILED;
 	}
 	if (pod == NULL)
-	{
-		/* an ERROR event (e.g. 410 Gone): watch again from now */
-		if (GetCurrentTimestamp() >= op->deadline)
-			return past_deadline(be, st, op, err);
-		watch_request(be, op, &st->next);
-		return MESH_STEP_NEXT;
-	}
-	step = from_pod(be, st, op, pod, err);
-	json_decref(pod);
-	return step;
+		return watch_or_give_up(be, st, op, err);	/* an ERROR event (e.g. 410 Gone) */
+	return from_pod(be, st, op, pod, err);
 }
 
 /* The daemon's answer: its capabilities, narrowed to what a pod can keep. */
