@@ -1,16 +1,83 @@
 #!/usr/bin/env bash
 # bench/lib.sh: what every benchmark starts from (source it from the checkout's root).
+#
 # bench_cluster WORKERS: build and install, then a throwaway cluster with the embedded
 # daemon and WORKERS mesh workers, the extension created; WORK is its directory, and the
 # cluster is stopped on exit.
+#
+# As root the cluster runs as `postgres` after the host set-up (cgroups, a filesystem of
+# its own for workspaces), as test/run.sh does.  As a developer who is not root it runs as
+# that user with no host set-up: nothing to install (the PostgreSQL that pg_config names
+# must be writable, or already hold this build), no cgroup limits, and the workspace files
+# on a tmpfs of their own (/dev/shm), since the embedded daemon refuses to put them on the
+# data directory's filesystem (docs/sandboxd.md, disk_unbounded).
 bench_cluster() {
   bash test/lib/deps.sh
-  make -s >/dev/null && make -s install >/dev/null
+  make -s >/dev/null
+  bench_install
   . test/lib/cluster.sh
+  [ "$(id -u)" -eq 0 ] || mesh_host_setup() { bench_workspaces_on_tmpfs "$@"; }
   WORK=$(mktemp -d /tmp/mesh-bench.XXXXXX); chmod 755 "$WORK"
-  trap 'mesh_cluster_stop "$WORK/pg"' EXIT
+  trap 'mesh_cluster_stop "$WORK/pg"; bench_cleanup' EXIT
   mesh_cluster_start "$WORK/pg" "mesh.embedded_sandboxd = on" "mesh.workers = $1"
   mesh_wait_embedded "$WORK/pg"
   psql -X -q -c "CREATE EXTENSION mesh_exec"
   mesh_wait_workers
+}
+
+# make install, or, where the PostgreSQL install is not ours to write, a check that it
+# already holds this very build (a stale install would measure other code).
+bench_install() {
+  local lib
+  lib=$(pg_config --pkglibdir)
+  if [ -w "$lib" ]; then
+    make -s install >/dev/null
+    return
+  fi
+  if cmp -s mesh_exec.so "$lib/mesh_exec.so" &&
+     cmp -s src/sandboxd/mesh-sandboxd "$(pg_config --bindir)/mesh-sandboxd"; then
+    return
+  fi
+  echo "bench: $lib is not writable and does not hold this build: run 'sudo make install'" \
+       "once, or put a PostgreSQL 15 of your own first in PATH (README.md, Performance)" >&2
+  return 1
+}
+
+# mesh_host_setup for a user who is not root (called between initdb and the server's start):
+# the daemon's workspaces directory is a link to a directory on /dev/shm, which is not the
+# data directory's filesystem.
+bench_workspaces_on_tmpfs() {
+  local state="$1/data/mesh_sandboxd"
+  BENCH_TMPFS=$(mktemp -d /dev/shm/mesh-bench.XXXXXX)
+  mkdir -p "$state"; chmod 711 "$state" "$BENCH_TMPFS"
+  ln -s "$BENCH_TMPFS" "$state/workspaces"
+  echo "bench: not root: no host set-up (no cgroup limits); workspace files on $BENCH_TMPFS" >&2
+}
+
+# Removes what the run left outside WORK (its tmpfs directory) and WORK itself.
+bench_cleanup() {
+  [ -z "${BENCH_TMPFS:-}" ] || rm -rf "$BENCH_TMPFS"
+  [ -z "${WORK:-}" ] || rm -rf "$WORK"
+}
+
+# bench_cpu_ticks: CPU time (clock ticks, user + system) that the cluster's processes have
+# used so far: the postmaster and all its descendants (backends, mesh workers, the
+# launcher, the embedded mesh-sandboxd), each with the children it has reaped (for the
+# daemon: the helpers and the commands of every exec).  A process that exits between two
+# readings is still counted, in its parent's reaped children.
+bench_cpu_ticks() {
+  local root pids
+  root=$(head -1 "$PGHOST/data/postmaster.pid")
+  pids=$(ps -e -o pid=,ppid= | awk -v root="$root" '
+    { parent[$1] = $2 }
+    END {
+      for (p in parent) {
+        for (q = p; q != "" && q != 0 && q != 1; q = parent[q])
+          if (q == root) { print p; break }
+      }
+    }')
+  for p in $pids; do
+    # fields after "(comm)": utime stime cutime cstime are 14-17 of the whole line
+    sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null || true
+  done | awk '{ t += $12 + $13 + $14 + $15 } END { print t + 0 }'
 }
