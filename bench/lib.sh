@@ -3,7 +3,7 @@
 #
 # bench_cluster WORKERS: build and install, then a throwaway cluster with the embedded
 # daemon and WORKERS mesh workers, the extension created; WORK is its directory, and the
-# cluster is stopped on exit.
+# cluster is stopped on exit (after the command BENCH_ON_EXIT names, if any).
 #
 # As root the cluster runs as `postgres` after the host set-up (cgroups, a filesystem of
 # its own for workspaces), as test/run.sh does.  As a developer who is not root it runs as
@@ -18,7 +18,7 @@ bench_cluster() {
   . test/lib/cluster.sh
   [ "$(id -u)" -eq 0 ] || mesh_host_setup() { bench_workspaces_on_tmpfs "$@"; }
   WORK=$(mktemp -d /tmp/mesh-bench.XXXXXX); chmod 755 "$WORK"
-  trap 'mesh_cluster_stop "$WORK/pg"; bench_cleanup' EXIT
+  trap 'bench_stop' EXIT
   mesh_cluster_start "$WORK/pg" "mesh.embedded_sandboxd = on" "mesh.workers = $1"
   mesh_wait_embedded "$WORK/pg"
   psql -X -q -c "CREATE EXTENSION mesh_exec"
@@ -54,10 +54,13 @@ bench_workspaces_on_tmpfs() {
   echo "bench: not root: no host set-up (no cgroup limits); workspace files on $BENCH_TMPFS" >&2
 }
 
-# Removes what the run left outside WORK (its tmpfs directory) and WORK itself.
-bench_cleanup() {
+# At exit: BENCH_ON_EXIT, the cluster stopped, then what the run left outside WORK (its
+# tmpfs directory) and WORK itself removed.
+bench_stop() {
+  ${BENCH_ON_EXIT:-}
+  mesh_cluster_stop "$WORK/pg"
   [ -z "${BENCH_TMPFS:-}" ] || rm -rf "$BENCH_TMPFS"
-  [ -z "${WORK:-}" ] || rm -rf "$WORK"
+  rm -rf "$WORK"
 }
 
 # bench_cpu_ticks: CPU time (clock ticks, user + system) that the cluster's processes have
