@@ -1,7 +1,7 @@
 /*
  * bench/forkexec.c: the baselines every mesh_exec figure is compared with.
  *
- *   forkexec [-u UID] [-i FD=FILE] ITERATIONS [PROCESSES] [-- PROGRAM [ARG...]]
+ *   forkexec [-u UID] [-i FD=FILE] [-o FILE] ITERATIONS [PROCESSES] [-- PROGRAM [ARG...]]
  *
  * Each of PROCESSES processes forks, execs PROGRAM (default /bin/true) and
  * waits, ITERATIONS times; with -u the child becomes UID (and its gid) first,
@@ -14,7 +14,8 @@
  * the median and 99th percentile latency of one fork+exec+wait, the aggregate
  * rate of all processes per second, and the CPU time (user + system, of every
  * process involved) per run.  No sandbox, no HTTP: the floor.  Exits 1 when a
- * run of PROGRAM fails.
+ * run of PROGRAM fails.  With -o, every latency (ms, one a line) is also
+ * appended to FILE, so that several interleaved rounds can be summed up.
  */
 #include <fcntl.h>
 #include <grp.h>
@@ -98,12 +99,26 @@ children_cpu_ms(void)
 		(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
 }
 
+/* Appends N latencies to PATH, one a line; false on an error. */
+static int
+append_samples(const char *path, const double *lat, size_t n)
+{
+	FILE	   *f = fopen(path, "a");
+
+	if (!f)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%.4f\n", lat[i]);
+	return fclose(f) == 0;
+}
+
 int
 main(int argc, char **argv)
 {
 	static char *default_argv[] = {"/bin/true", NULL};
 	char	  **program = default_argv;
 	ChildSetup	setup = {-1, -1, NULL};
+	const char *samples_file = NULL;
 	int			iterations;
 	int			processes = 1;
 	size_t		runs;
@@ -119,6 +134,8 @@ main(int argc, char **argv)
 
 		if (strcmp(argv[arg], "-u") == 0)
 			setup.uid = atoi(argv[arg + 1]);
+		else if (strcmp(argv[arg], "-o") == 0)
+			samples_file = argv[arg + 1];
 		else if (strcmp(argv[arg], "-i") == 0 && eq)
 		{
 			setup.input_fd = atoi(argv[arg + 1]);
@@ -129,7 +146,7 @@ main(int argc, char **argv)
 	}
 	if (arg >= argc || argv[arg][0] == '-')
 	{
-		fprintf(stderr, "usage: forkexec [-u UID] [-i FD=FILE] ITERATIONS [PROCESSES] [-- PROGRAM [ARG...]]\n");
+		fprintf(stderr, "usage: forkexec [-u UID] [-i FD=FILE] [-o FILE] ITERATIONS [PROCESSES] [-- PROGRAM [ARG...]]\n");
 		return 2;
 	}
 	iterations = atoi(argv[arg++]);
@@ -170,6 +187,11 @@ main(int argc, char **argv)
 	{
 		fprintf(stderr, "forkexec: %d of %zu runs of %s failed\n", failed, runs, program[0]);
 		return 1;
+	}
+	if (samples_file && !append_samples(samples_file, lat, runs))
+	{
+		perror("forkexec: cannot append the samples");
+		return 2;
 	}
 	qsort(lat, runs, sizeof(double), cmp_double);
 	printf("median_ms %.4f rate_per_s %.1f p99_ms %.4f cpu_ms %.4f\n",

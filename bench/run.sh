@@ -44,14 +44,30 @@ q() { psql -X -qAt -v ON_ERROR_STOP=1 "$@"; }
 field() { awk -v k="$1" '{ for (i = 1; i < NF; i++) if ($i == k) { print $(i + 1); exit } }' <<<"$2"; }
 summary() { q -F' ' -c "SELECT round(median_ms::numeric, 4), round(p99_ms::numeric, 4) FROM bench.summary('$1')"; }
 
-echo "bench/run.sh: $ITER iterations, $CLIENTS clients, $COLD cold starts; $CORES cores;" \
+# Baseline and figure alternate in ROUNDS rounds, so that what else the machine does drifts
+# into both alike; each figure is summed up over all its rounds.
+ROUNDS=5
+# share N: one round's share of N iterations (at least 1)
+share() { echo $(( $1 / ROUNDS > 0 ? $1 / ROUNDS : 1 )); }
+echo "bench/run.sh: $(( $(share "$ITER") * ROUNDS )) iterations, $CLIENTS clients, $(( $(share "$COLD") * ROUNDS )) cold starts; $CORES cores;" \
      "load average at start $LOAD_START"
+
+# percentiles FILE: median and p99 of the samples in FILE (interpolated, as percentile_cont)
+percentiles() {
+  sort -g "$1" | awk '{ v[NR] = $1 }
+    function pct(p,  x, i) { x = (NR - 1) * p + 1; i = int(x); return v[i] + (x - i) * (v[i + 1 > NR ? NR : i + 1] - v[i]) }
+    END { printf "%.4f %.4f\n", pct(0.5), pct(0.99) }'
+}
 
 # --- warm exec vs fork+exec, and the CPU each costs ------------------------------------
 q -c "SELECT 1 FROM mesh_acquire('bench-warm', 'bench', 'bench')" \
   -c "CALL bench.warm_exec('bench-warm', 10, NULL)" >/dev/null
-base=$(bench/out/forkexec "$ITER" 1)
-q -c "CALL bench.warm_exec('bench-warm', $ITER)"
+for _ in $(seq $ROUNDS); do
+  bench/out/forkexec -o "$WORK/fork.ms" "$(share "$ITER")" >> "$WORK/fork.out"
+  q -c "CALL bench.warm_exec('bench-warm', $(share "$ITER"))"
+done
+read -r fork_med fork_p99 < <(percentiles "$WORK/fork.ms")
+fork_cpu=$(awk '{ for (i = 1; i < NF; i++) if ($i == "cpu_ms") { t += $(i + 1); n++ } } END { printf "%.4f", t / n }' "$WORK/fork.out")
 read -r warm_med warm_p99 < <(summary warm_exec)
 cpu_before=$WORK/cpu.before cpu_after=$WORK/cpu.after
 q -c "\\! bash -c '. bench/lib.sh; bench_cpu_ticks' > $cpu_before" \
@@ -65,10 +81,8 @@ q -c "CALL bench.acquire($ITER)"
 read -r acq_med acq_p99 < <(summary acquire)
 
 # --- cold start vs a bare bwrap sandbox with the holder's flags ------------------------
-q -c "CALL bench.cold_start($COLD)"
-read -r cold_med cold_p99 < <(summary cold_start)
 daemon=$(pgrep -f "state-dir $PGHOST/data/mesh_sandboxd( |$)" | head -1)
-holder=$(pgrep -P "$daemon" -x bwrap | head -1)
+holder=$(pgrep -P "$daemon" -x bwrap | head -1)   # bench-warm's: the only live workspace
 mapfile -d '' -t holder_argv < "/proc/$holder/cmdline"
 holder_uid=$(awk '/^Uid:/ {print $2}' "/proc/$holder/status")
 n=${#holder_argv[@]}
@@ -77,7 +91,13 @@ n=${#holder_argv[@]}
 bwrap_argv=("${holder_argv[@]:0:n-2}" true)
 printf '\x06\x00\x00\x00\x00\x00\xff\x7f' > "$WORK/allow-all.bpf"   # BPF_RET|BPF_K ALLOW
 uid_opt=(); [ "$(id -u)" -ne 0 ] || uid_opt=(-u "$holder_uid")
-bwrap=$(bench/out/forkexec "${uid_opt[@]}" -i "4=$WORK/allow-all.bpf" "$COLD" 1 -- "${bwrap_argv[@]}" 3>/dev/null)
+for _ in $(seq $ROUNDS); do
+  bench/out/forkexec "${uid_opt[@]}" -i "4=$WORK/allow-all.bpf" -o "$WORK/bwrap.ms" \
+    "$(share "$COLD")" 1 -- "${bwrap_argv[@]}" 3>/dev/null >/dev/null
+  q -c "CALL bench.cold_start($(share "$COLD"))"
+done
+read -r bwrap_med bwrap_p99 < <(percentiles "$WORK/bwrap.ms")
+read -r cold_med cold_p99 < <(summary cold_start)
 
 # --- concurrent runs vs the raw fork+exec rate of as many processes ---------------------
 for c in $(seq 0 $((CLIENTS - 1))); do
@@ -89,8 +109,8 @@ raw=$(bench/out/forkexec "$ITER" "$CLIENTS")
    -l --log-prefix=pgbench mesh_test > pgbench.out 2> pgbench.err) ||
   { cat "$WORK/pgbench.err" >&2; exit 1; }
 tps=$(awk '/^tps/ {print $3; exit}' "$WORK/pgbench.out")
-read -r conc_med conc_p99 < <(cat "$WORK"/pgbench.[0-9]* | awk '{ print $3 / 1000 }' | sort -g |
-  awk '{ v[NR] = $1 } END { printf "%.4f %.4f\n", v[int((NR + 1) / 2)], v[int((NR - 1) * 0.99) + 1] }')
+cat "$WORK"/pgbench.[0-9]* | awk '{ print $3 / 1000 }' > "$WORK/concurrent.ms"
+read -r conc_med conc_p99 < <(percentiles "$WORK/concurrent.ms")
 
 # --- mesh-sandboxd alone (its own daemon and baseline, bench/sandboxd/run.sh) ----------
 sd_out=$(bash bench/sandboxd/run.sh "$SANDBOXD_ITER" 2>&1) || [ $? -eq 3 ] ||
@@ -100,13 +120,20 @@ sd_warm=$(awk '/^warm_exec +median/ {print $3}' <<<"$sd_out")
 sd_warm_p99=$(awk '/^warm_exec +p99/ {print $3}' <<<"$sd_out")
 sd_fork_p99=$(awk '/^fork_exec +p99/ {print $3}' <<<"$sd_out")
 
-# --- the table -------------------------------------------------------------------------
+# --- the table (also as markdown rows in bench/out/run.md, for README.md's Performance) --
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+MD=bench/out/run.md
+{
+  echo "<!-- bench/run.sh $ITER $CLIENTS, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $CORES cores, load $LOAD_START at start, $LOAD_END at end -->"
+  echo "| figure | what | median (p99) | baseline | median (p99) | ratio | target |"
+  echo "|---|---|---|---|---|---|---|"
+} > "$MD"
 # row KEY WHAT UNIT MEDIAN P99 BASELINE BASE_MEDIAN BASE_P99 CHECK TARGET: CHECK is an awk
 # condition on r (the ratio) and m (the median), or "-" for a figure that has no target
 row() {
   awk -v key="$1" -v what="$2" -v unit="$3" -v m="$4" -v p="${5:--}" -v bw="$6" -v b="$7" \
-      -v bp="${8:--}" -v check="${9}" -v target="${10}" '
+      -v bp="${8:--}" -v check="${9}" -v target="${10}" -v md="$MD" '
+    function with_p99(v, p) { return sprintf("%.3f %s", v, unit) (p == "-" ? "" : sprintf(" (%.3f)", p)) }
     BEGIN {
       r = m / b
       if (check == "-") met = "-"
@@ -117,13 +144,16 @@ row() {
       }
       printf "%-14s %-44s %-5s %9.3f %9s   %-34s %9.3f %9s %8.2fx  %-9s %s\n",
         key, what, unit, m, p == "-" ? "-" : sprintf("%.3f", p), bw, b, bp == "-" ? "-" : sprintf("%.3f", bp), r, target, met
+      gsub(/^ +/, "", what); gsub(/^ +/, "", bw)
+      printf "| `%s` | %s | %s | %s | %s | **%.2fx** | %s%s |\n", key, what, with_p99(m, p), bw, with_p99(b, bp), r,
+        target == "-" ? "" : target, met == "-" ? "" : ": " tolower(met) >> md
     }'
 }
 echo
 printf '%-14s %-44s %-5s %9s %9s   %-34s %9s %9s %9s  %-9s %s\n' figure what unit median p99 \
   baseline median p99 ratio target ""
 row warm_exec "mesh_exec(run, '{true}'), warm" ms "$warm_med" "$warm_p99" \
-  "fork+exec /bin/true" "$(field median_ms "$base")" "$(field p99_ms "$base")" "r <= 2.0" "<= 2.0x"
+  "fork+exec /bin/true" "$fork_med" "$fork_p99" "r <= 2.0" "<= 2.0x"
 row sandboxd "mesh-sandboxd alone: warm exec over HTTP" ms "$sd_warm" "$sd_warm_p99" \
   "fork+exec /bin/true (its own run)" "$sd_fork" "$sd_fork_p99" "r <= 1.1" "<= 1.1x"
 row concurrent "$CLIENTS runs exec-ing true at once" "/s" "$tps" - \
@@ -131,30 +161,40 @@ row concurrent "$CLIENTS runs exec-ing true at once" "/s" "$tps" - \
 row concurrent_lat "  their per-call latency (pgbench)" ms "$conc_med" "$conc_p99" \
   "  fork+exec, $CLIENTS processes" "$(field median_ms "$raw")" "$(field p99_ms "$raw")" - "-"
 row acquire "mesh_acquire, no backend call" ms "$acq_med" "$acq_p99" \
-  "fork+exec /bin/true (yardstick)" "$(field median_ms "$base")" "$(field p99_ms "$base")" "m < 1" "< 1 ms"
+  "fork+exec /bin/true (yardstick)" "$fork_med" "$fork_p99" "m < 1" "< 1 ms"
 row cold_start "acquire -> first mesh_exec of true returns" ms "$cold_med" "$cold_p99" \
-  "bwrap true, the holder's flags" "$(field median_ms "$bwrap")" "$(field p99_ms "$bwrap")" "r <= 2.0" "<= 2.0x"
+  "bwrap true, the holder's flags" "$bwrap_med" "$bwrap_p99" "r <= 2.0" "<= 2.0x"
 row cpu_per_exec "CPU per warm exec: cluster + daemon" ms "$cpu_ms" - \
-  "CPU of a fork+exec /bin/true" "$(field cpu_ms "$base")" - - "(report)"
+  "CPU of a fork+exec /bin/true" "$fork_cpu" - - "(report)"
 echo
 echo "load average: $LOAD_START at start, $LOAD_END at end ($CORES cores)"
+printf '\nLoad average %s at start, %s at end (%d cores).\n' "$LOAD_START" "$LOAD_END" "$CORES" >> "$MD"
 awk -v s="${LOAD_START%% *}" -v e="${LOAD_END%% *}" -v c="$CORES" 'BEGIN {
   if (s > c / 2 || e > c)
-    printf "WARNING: other work competed with this run (1-minute load %s at start, %s at end on %d cores; this run alone adds about 1): the figures are unreliable, re-run on a quiet machine\n", s, e, c }'
+    printf "WARNING: other work competed with this run (1-minute load %s at start, %s at end on %d cores; this run alone adds about 1): the figures are unreliable, re-run on a quiet machine\n", s, e, c }' |
+  tee -a "$MD"
 
 # --- last table: where the time goes (mesh.call_stages) --------------------------------
 echo
 if [ "$(q -c "SELECT to_regprocedure('mesh.call_stages()') IS NOT NULL")" != t ]; then
-  echo "stages: mesh.call_stages() is not in this build: no per-stage breakdown"
+  echo "stages: mesh.call_stages() is not in this build: no per-stage breakdown" | tee -a "$MD"
   exit 0
 fi
+# stages PHASE: the counters since the last reset, in the function's own order, each stage's
+# time per call and its share of the op's total
 stages() {
-  q -F' ' -c "SELECT op, stage, calls, round(total_ms::numeric, 3), round((total_ms / calls)::numeric, 4)
-              FROM mesh.call_stages() WHERE calls > 0 ORDER BY op, stage" |
-    awk -v phase="$1" '{ printf "%-12s %-10s %-14s %8s %12s %12s\n", phase, $1, $2, $3, $4, $5 }'
+  q -F' ' -c "SELECT op, stage, calls, round(total_ms::numeric, 3), round((total_ms / calls)::numeric, 4),
+                     coalesce(round((100 * total_ms / nullif(sum(total_ms) FILTER (WHERE stage = 'total')
+                                                        OVER (PARTITION BY op), 0))::numeric, 1)::text, '-')
+              FROM mesh.call_stages() WITH ORDINALITY AS s(op, stage, calls, total_ms, n)
+              WHERE calls > 0 ORDER BY n" |
+    awk -v phase="$1" -v md="$MD" '{
+      printf "%-12s %-10s %-14s %8s %12s %12s %8s\n", phase, $1, $2, $3, $4, $5, $6
+      printf "| %s | %s | %s | %s | %s | %s | %s |\n", phase, $1, $2, $3, $4, $5, $6 >> md }'
 }
 STAGE_ITER=$(( ITER / 3 > 3 ? ITER / 3 : 3 ))
-printf '%-12s %-10s %-14s %8s %12s %12s\n' phase op stage calls total_ms ms_per_call
+printf '%-12s %-10s %-14s %8s %12s %12s %8s\n' phase op stage calls total_ms ms_per_call "%_total"
+printf '\n| phase | op | stage | calls | total ms | ms per call | %% of total |\n|---|---|---|---|---|---|---|\n' >> "$MD"
 q -c "SELECT mesh.call_stages_reset()" -c "CALL bench.warm_exec('bench-warm', $STAGE_ITER, NULL)" >/dev/null
 stages warm_exec
 q -c "SELECT mesh.call_stages_reset()" -c "CALL bench.acquire($STAGE_ITER, 'stages')" >/dev/null
