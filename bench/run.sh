@@ -177,7 +177,8 @@ awk -v s="${LOAD_START%% *}" -v e="${LOAD_END%% *}" -v c="$CORES" 'BEGIN {
 # --- last table: where the time goes (mesh.call_stages) --------------------------------
 echo
 if [ "$(q -c "SELECT to_regprocedure('mesh.call_stages()') IS NOT NULL")" != t ]; then
-  echo "stages: mesh.call_stages() is not in this build: no per-stage breakdown" | tee -a "$MD"
+  echo "stages: mesh.call_stages() is not in this build: no per-stage breakdown"
+  printf '\nNo per-stage breakdown: mesh.call_stages() is not in this build.\n' >> "$MD"
   exit 0
 fi
 # stages PHASE: the counters since the last reset, in the function's own order, each stage's
