@@ -24,6 +24,7 @@
 #                  bare fork+exec
 # The last table: mesh.call_stages() over the warm execs and over the acquires.
 # The load average at start and end is printed, with a warning when other work competed.
+# Both tables also go to bench/out/run.md as markdown (README.md's Performance table).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ITER=${1:-300}
@@ -42,6 +43,7 @@ psql -X -q -f bench/exec.sql
 q() { psql -X -qAt -v ON_ERROR_STOP=1 "$@"; }
 # field NAME LINE: the value after NAME in a "name value name value" line
 field() { awk -v k="$1" '{ for (i = 1; i < NF; i++) if ($i == k) { print $(i + 1); exit } }' <<<"$2"; }
+# summary FIGURE: median and p99 of the figure's samples in bench.samples
 summary() { q -F' ' -c "SELECT round(median_ms::numeric, 4), round(p99_ms::numeric, 4) FROM bench.summary('$1')"; }
 
 # Baseline and figure alternate in ROUNDS rounds, so that what else the machine does drifts
@@ -82,7 +84,8 @@ read -r acq_med acq_p99 < <(summary acquire)
 
 # --- cold start vs a bare bwrap sandbox with the holder's flags ------------------------
 daemon=$(pgrep -f "state-dir $PGHOST/data/mesh_sandboxd( |$)" | head -1)
-holder=$(pgrep -P "$daemon" -x bwrap | head -1)   # bench-warm's: the only live workspace
+holder=$(pgrep -P "${daemon:-0}" -x bwrap | head -1 || true)   # bench-warm's: the only live one
+[ -n "$holder" ] || { echo "bench: no holder found under the embedded mesh-sandboxd (${daemon:-none})" >&2; exit 1; }
 mapfile -d '' -t holder_argv < "/proc/$holder/cmdline"
 holder_uid=$(awk '/^Uid:/ {print $2}' "/proc/$holder/status")
 n=${#holder_argv[@]}
