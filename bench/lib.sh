@@ -63,24 +63,26 @@ bench_stop() {
   rm -rf "$WORK"
 }
 
-# bench_cpu_ticks: CPU time (clock ticks, user + system) that the cluster's processes have
-# used so far: the postmaster and all its descendants (backends, mesh workers, the
-# launcher, the embedded mesh-sandboxd), each with the children it has reaped (for the
-# daemon: the helpers and the commands of every exec).  A process that exits between two
-# readings is still counted, in its parent's reaped children.
-bench_cpu_ticks() {
-  local root pids
-  root=$(head -1 "$PGHOST/data/postmaster.pid")
-  pids=$(ps -e -o pid=,ppid= | awk -v root="$root" '
+# tree_cpu_ms PID: the CPU time (user + system, in ms) PID and all its live descendants have
+# used so far, with what the children they already reaped used: the whole server's cost when
+# PID is the postmaster (backends, mesh workers, the embedded daemon and its sandboxes).
+tree_cpu_ms() {
+  local pids
+  pids=$(ps -e -o pid=,ppid= | awk -v root="$1" '
     { parent[$1] = $2 }
-    END {
-      for (p in parent) {
-        for (q = p; q != "" && q != 0 && q != 1; q = parent[q])
-          if (q == root) { print p; break }
-      }
-    }')
-  for p in $pids; do
-    # fields after "(comm)": utime stime cutime cstime are 14-17 of the whole line
-    sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null || true
-  done | awk '{ t += $12 + $13 + $14 + $15 } END { print t + 0 }'
+    END { for (p in parent) { q = p; while (q != "" && q != root && q != 0 && q != 1) q = parent[q]; if (q == root) print p } }')
+  # shellcheck disable=SC2086
+  (cd /proc && cat $(printf '%s/stat ' $pids) 2>/dev/null) |
+    sed 's/^.*) //' | awk -v hz="$(getconf CLK_TCK)" '{ t += $12 + $13 + $14 + $15 } END { printf "%.0f\n", t * 1000 / hz }'
+}
+
+# bench_cpu_ms: two figures, the CPU (ms) the whole cluster has used so far (tree_cpu_ms of
+# the postmaster) and the part of it that its mesh workers and their children used.
+bench_cpu_ms() {
+  local pm w workers_ms=0
+  pm=$(head -1 "$PGHOST/data/postmaster.pid")
+  for w in $(ps --ppid "$pm" -o pid=,args= | awk '/mesh worker/ {print $1}'); do
+    workers_ms=$((workers_ms + $(tree_cpu_ms "$w")))
+  done
+  echo "$(tree_cpu_ms "$pm") $workers_ms"
 }

@@ -21,8 +21,12 @@
 #                  the live holder's command line; its seccomp filter is an allow-all one)
 #   cpu_per_exec   CPU of all the cluster's processes (postmaster and descendants, the
 #                  embedded daemon and what it runs included) per warm exec, vs the CPU of a
-#                  bare fork+exec
-# The last table: mesh.call_stages() over the warm execs and over the acquires.
+#                  bare fork+exec; cpu_workers: the mesh workers' share of it
+#   fsync_per_exec WAL fdatasyncs (pg_stat_wal) per exec under the concurrent runs, vs the
+#                  one flush a synchronously committed transaction makes: a figure the
+#                  machine's noise does not move
+# The last table: mesh.call_stages() over the warm execs and over the acquires, and a note on
+# what its stages count.
 # The load average at start and end is printed, with a warning when other work competed.
 # Both tables also go to bench/out/run.md as markdown (README.md's Performance table).
 set -euo pipefail
@@ -71,12 +75,12 @@ done
 read -r fork_med fork_p99 < <(percentiles "$WORK/fork.ms")
 fork_cpu=$(awk '{ for (i = 1; i < NF; i++) if ($i == "cpu_ms") { t += $(i + 1); n++ } } END { printf "%.4f", t / n }' "$WORK/fork.out")
 read -r warm_med warm_p99 < <(summary warm_exec)
-cpu_before=$WORK/cpu.before cpu_after=$WORK/cpu.after
-q -c "\\! bash -c '. bench/lib.sh; bench_cpu_ticks' > $cpu_before" \
+# read in the same session as the execs, so that no psql start or backend exit is counted
+q -c "\\! bash -c '. bench/lib.sh; bench_cpu_ms' > $WORK/cpu.before" \
   -c "CALL bench.warm_exec('bench-warm', $ITER, NULL)" \
-  -c "\\! bash -c '. bench/lib.sh; bench_cpu_ticks' > $cpu_after"
-cpu_ms=$(awk -v a="$(cat "$cpu_before")" -v b="$(cat "$cpu_after")" -v hz="$(getconf CLK_TCK)" -v n="$ITER" \
-  'BEGIN { printf "%.4f", (b - a) * 1000 / hz / n }')
+  -c "\\! bash -c '. bench/lib.sh; bench_cpu_ms' > $WORK/cpu.after"
+read -r cpu_ms cpu_workers_ms < <(paste -d' ' "$WORK/cpu.before" "$WORK/cpu.after" |
+  awk -v n="$ITER" '{ printf "%.4f %.4f\n", ($3 - $1) / n, ($4 - $2) / n }')
 
 # --- acquire ---------------------------------------------------------------------------
 q -c "CALL bench.acquire($ITER)"
@@ -108,6 +112,7 @@ for c in $(seq 0 $((CLIENTS - 1))); do
     -c "CALL bench.warm_exec('bench-run-$c', 1, NULL)" >/dev/null
 done
 raw=$(bench/out/forkexec "$ITER" "$CLIENTS")
+q -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
 (cd "$WORK" && pgbench -n -f "$OLDPWD/bench/throughput.pgbench" -c "$CLIENTS" -j "$CLIENTS" -t "$ITER" \
    -l --log-prefix=pgbench mesh_test > pgbench.out 2> pgbench.err) ||
   { cat "$WORK/pgbench.err" >&2; exit 1; }
@@ -122,6 +127,14 @@ sd_fork=$(awk '/^fork_exec +median/ {print $3}' <<<"$sd_out")
 sd_warm=$(awk '/^warm_exec +median/ {print $3}' <<<"$sd_out")
 sd_warm_p99=$(awk '/^warm_exec +p99/ {print $3}' <<<"$sd_out")
 sd_fork_p99=$(awk '/^fork_exec +p99/ {print $3}' <<<"$sd_out")
+
+# WAL fdatasyncs of the concurrent runs: a process reports its WAL statistics at most once a
+# second, after a transaction, so now (seconds later) one more exec in each run has every
+# worker report what it still held; those execs are counted too
+for c in $(seq 0 $((CLIENTS - 1))); do
+  q -c "CALL bench.warm_exec('bench-run-$c', 1, NULL)" >/dev/null
+done
+fsyncs=$(q -c "SELECT round(wal_sync::numeric / ($CLIENTS * ($ITER + 1)), 4) FROM pg_stat_wal")
 
 # --- the table (also as markdown rows in bench/out/run.md, for README.md's Performance) --
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -169,6 +182,10 @@ row cold_start "acquire -> first mesh_exec of true returns" ms "$cold_med" "$col
   "bwrap true, the holder's flags" "$bwrap_med" "$bwrap_p99" "r <= 2.0" "<= 2.0x"
 row cpu_per_exec "CPU per warm exec: cluster + daemon" ms "$cpu_ms" - \
   "CPU of a fork+exec /bin/true" "$fork_cpu" - - "(report)"
+row cpu_workers "  of which the mesh workers" ms "$cpu_workers_ms" - \
+  "  CPU of a fork+exec /bin/true" "$fork_cpu" - - "(report)"
+row fsync_per_exec "WAL fdatasyncs per exec, the concurrent runs" /exec "$fsyncs" - \
+  "a synchronous commit's one flush" 1 - - "(report)"
 echo
 echo "load average: $LOAD_START at start, $LOAD_END at end ($CORES cores)"
 printf '\nLoad average %s at start, %s at end (%d cores).\n' "$LOAD_START" "$LOAD_END" "$CORES" >> "$MD"
@@ -203,3 +220,10 @@ q -c "SELECT mesh.call_stages_reset()" -c "CALL bench.warm_exec('bench-warm', $S
 stages warm_exec
 q -c "SELECT mesh.call_stages_reset()" -c "CALL bench.acquire($STAGE_ITER, 'stages')" >/dev/null
 stages acquire
+STAGES_NOTE="The stages are disjoint parts of each call's wait, so they add up to at most its total
+(test/e2e/call_stages.t): http spans the call's driver run (an exec's row is made durable
+meanwhile); worker_txn is the call's own transactions and the WAL flush of the loop turn that
+sends its reply; what they leave of the total is the caller's own set-up of the call and the
+call's wait behind other calls in the worker's loop."
+printf '\n%s\n' "$STAGES_NOTE"
+printf '\n%s\n' "$(tr '\n' ' ' <<<"$STAGES_NOTE" | sed 's/ $//')" >> "$MD"
