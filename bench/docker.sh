@@ -14,17 +14,10 @@ cd "$(dirname "$0")/.."
 WARM=${1:-50}
 COLD=${2:-10}
 export MESH_PORT=${MESH_PORT:-5511}
-bash test/lib/deps.sh
-make -s >/dev/null && make -s install >/dev/null
-. test/lib/cluster.sh
-. test/lib/docker.sh
 . bench/lib.sh
-WORK=$(mktemp -d /tmp/mesh-bench-docker.XXXXXX); chmod 755 "$WORK"
-trap 'mesh_docker_stop; mesh_cluster_stop "$WORK/pg"; rm -rf "$WORK"' EXIT
-mesh_cluster_start "$WORK/pg" "mesh.embedded_sandboxd = on" "mesh.workers = 2"
-mesh_wait_embedded "$WORK/pg"
-psql -X -q -c "CREATE EXTENSION mesh_exec"
-mesh_wait_workers
+. test/lib/docker.sh
+BENCH_ON_EXIT=mesh_docker_stop
+bench_cluster 2
 mesh_docker_start "$WORK/docker"
 mesh_docker_image mesh-bench
 psql -X -q -v sock="$WORK/docker/docker.sock" >/dev/null <<'SQL'

@@ -17,9 +17,9 @@ WARM=${1:-50}
 COLD=${2:-5}
 export MESH_PORT=${MESH_PORT:-5512}
 . bench/lib.sh
+BENCH_ON_EXIT=mesh_k8s_stop
 bench_cluster 2
 . test/lib/kubernetes.sh
-trap 'mesh_k8s_stop; mesh_cluster_stop "$WORK/pg"; rm -rf "$WORK"' EXIT
 mesh_k8s_start "$WORK/k8s"
 psql -X -q -v cfg="$MESH_K8S_CONFIG" -v tok="$MESH_K8S_TOKEN_FILE" >/dev/null <<'SQL'
 SET client_min_messages = warning;
