@@ -11,7 +11,8 @@
  * Threads and what they may touch
  * -------------------------------
  * - The main thread parses flags, detects capabilities and loads the state dir before any
- *   other thread exists, then only waits for signals, reaps orphans and drains.
+ *   other thread exists, then only waits for signals, reaps orphans and the children request
+ *   threads hand it (reaper_watch), and drains.
  * - libmicrohttpd runs one thread per connection (request threads); each egress proxy has an
  *   accept thread and one thread per proxied connection.
  * - Holder and egress-listener children share the daemon's memory (CLONE_VM, spawn_borrowing)
@@ -97,6 +98,9 @@ struct host_caps {
 
 extern struct config g_config;
 extern struct host_caps g_caps;
+
+/* the main thread reaps this child of a request thread as soon as it exits (main.c) */
+void reaper_watch(pid_t pid);
 
 /* ---- size tiers: the one table (capabilities.c) ---- */
 struct size_tier {
