@@ -1,7 +1,8 @@
 /*
  * main.c - mesh-sandboxd entry point: flags, single-instance lock on the state dir, child
  * subreaper, signal handling (SIGTERM drains and exits; workspaces stay alive for the next
- * start, or are hibernated with --hibernate-on-exit) and the reaper loop.
+ * start, or are hibernated with --hibernate-on-exit) and the reaper loop, which sleeps until a
+ * signal arrives or a watched child exits.
  */
 #include "sandboxd.h"
 #include <errno.h>
@@ -12,10 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,7 +55,9 @@ static void usage(int status)
             "  --setup-host USER       as root, once per boot: delegate a cgroup subtree to\n"
             "                          USER and (with --disk-bytes) put workspaces on a\n"
             "                          filesystem of their own; then exit\n"
-            "  --disk-bytes N          with --setup-host: size of that filesystem\n");
+            "  --disk-bytes N          with --setup-host: size of that filesystem\n"
+            "  --single-workspace ID   serve only workspace ID (the daemon inside a Kubernetes\n"
+            "                          pod: one pod, one workspace)\n");
     exit(status);
 }
 
@@ -123,7 +129,7 @@ static void parse_flags(int argc, char **argv)
         {"hibernate-on-exit", 0, 0, 'H'}, {"broker-dir", 1, 0, 'b'},
         {"test-resolve", 1, 0, 'T'},   {"protect-path", 1, 0, 'P'},
         {"setup-host", 1, 0, 'S'},     {"disk-bytes", 1, 0, 'D'},
-        {"ready-fd", 1, 0, 'y'},
+        {"ready-fd", 1, 0, 'y'},       {"single-workspace", 1, 0, '1'},
         {0, 0, 0, 0}};
     const char *token_file = NULL, *sandbox_user = NULL;
     int opt;
@@ -171,6 +177,11 @@ static void parse_flags(int argc, char **argv)
             if (!egress_add_test_name(optarg))
                 die("--test-resolve takes NAME=IPADDRESS");
             fprintf(stderr, "mesh-sandboxd: --test-resolve %s is for tests only\n", optarg);
+            break;
+        case '1':
+            if (!single_workspace_valid(optarg))
+                die("--single-workspace takes a workspace id of letters, digits, '-', '_', '.'");
+            g_config.single_workspace = optarg;
             break;
         case 'h': usage(0); break;
         default: usage(2);
@@ -245,6 +256,98 @@ static void reap_children(void)
         ;
 }
 
+/* Request threads hand the main thread pidfds of the children it must reap over this pipe
+ * (reaper_watch); its write end never blocks. */
+static int watch_pipe[2] = {-1, -1};
+
+/* A request thread's child that may outlive the request (a workspace's bwrap) is reaped by
+ * the main thread when its pidfd turns readable: reap_children cannot take another thread's
+ * child, and no SIGCHLD comes again when a zombie passes from an ending thread to us. */
+void reaper_watch(pid_t pid)
+{
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd < 0 || write(watch_pipe[1], &fd, sizeof fd) != (ssize_t)sizeof fd) {
+        log_event("cannot watch child %d for reaping: %s", (int)pid, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    }
+}
+
+/* The main thread's wait set: a signalfd, the watch pipe, then one pidfd per watched child. */
+struct reaper {
+    struct pollfd *fds;
+    size_t count;
+    size_t capacity;
+};
+
+/* Adds FD to the wait set, which grows as needed. */
+static void reaper_add(struct reaper *r, int fd)
+{
+    if (r->count == r->capacity) {
+        r->capacity = r->capacity ? 2 * r->capacity : 64;
+        r->fds = realloc(r->fds, r->capacity * sizeof *r->fds);
+        if (!r->fds)
+            die("out of memory");
+    }
+    r->fds[r->count++] = (struct pollfd){.fd = fd, .events = POLLIN};
+}
+
+/* Takes every pidfd waiting in the watch pipe into the wait set. */
+static void reaper_take_watches(struct reaper *r)
+{
+    int fd;
+    while (read(watch_pipe[0], &fd, sizeof fd) == (ssize_t)sizeof fd)
+        reaper_add(r, fd);
+}
+
+/* Reaps each watched child that has exited (unless the thread that started it already did)
+ * and drops its pidfd. */
+static void reaper_reap_watched(struct reaper *r)
+{
+    for (size_t i = 2; i < r->count;) {
+        if (!(r->fds[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+            i++;
+            continue;
+        }
+        siginfo_t info;
+        waitid(P_PIDFD, (id_t)r->fds[i].fd, &info, WEXITED | WNOHANG | __WALL);
+        close(r->fds[i].fd);
+        r->fds[i] = r->fds[--r->count];
+    }
+}
+
+/* Sleeps until a handled signal arrives or a watched child exits, reaping on the way; returns
+ * the signal that asks the daemon to stop (SIGTERM or SIGINT). */
+static int reaper_loop(const sigset_t *handled)
+{
+    struct reaper r = {0};
+    int sigfd = signalfd(-1, handled, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd < 0)
+        die("cannot create the signalfd");
+    reaper_add(&r, sigfd);
+    reaper_add(&r, watch_pipe[0]);
+    reap_children();   /* orphans that came before the signalfd */
+    for (;;) {
+        if (poll(r.fds, r.count, -1) < 0) {
+            if (errno != EINTR)
+                die("cannot wait for signals and children");
+            continue;
+        }
+        if (r.fds[1].revents & POLLIN)
+            reaper_take_watches(&r);
+        reaper_reap_watched(&r);
+        struct signalfd_siginfo si;
+        while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+                free(r.fds);   /* its descriptors stay open until the daemon exits */
+                return (int)si.ssi_signo;
+            }
+            if (si.ssi_signo == SIGCHLD)
+                reap_children();
+        }
+    }
+}
+
 /* --ready-fd: tells the supervisor that requests are served now, so calls waiting for the
  * daemon to start go ahead at once. */
 static void announce_ready(void)
@@ -257,8 +360,8 @@ static void announce_ready(void)
 }
 
 /* Start-up order matters: flags, lock, subreaper, signal mask (inherited by every thread),
- * capabilities, base image, workspaces (re-adoption), then listeners; then reap until told to
- * stop. */
+ * the reaper's pipe, capabilities, base image, workspaces (re-adoption), then listeners; then
+ * reap until told to stop. */
 int main(int argc, char **argv)
 {
     sigset_t handled;
@@ -279,6 +382,8 @@ int main(int argc, char **argv)
     sigaddset(&handled, SIGCHLD);
     sigaddset(&handled, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &handled, NULL);   /* every thread inherits the block */
+    if (pipe2(watch_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+        die("cannot create the reaper's pipe");
     cgroup_init();
     caps_detect();
     sandbox_init();
@@ -288,20 +393,14 @@ int main(int argc, char **argv)
     log_event("ready (state dir %s, sandbox uid %d)", g_config.state_dir,
               (int)g_config.sandbox_uid);
     announce_ready();
-    for (;;) {
-        struct timespec tick = {1, 0};
-        int sig = sigtimedwait(&handled, NULL, &tick);
-        reap_children();
-        if (sig == SIGTERM || sig == SIGINT) {
-            log_event("%s: draining%s", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-                      g_config.hibernate_on_exit ? " (commands in flight are killed)" : "");
-            /* hibernating at exit bounds the drain too: no command outlives the daemon */
-            http_stop(g_config.hibernate_on_exit ? workspaces_kill_execs : NULL);
-            if (g_config.hibernate_on_exit)
-                workspaces_hibernate_all();
-            log_event(g_config.hibernate_on_exit ? "stopped; workspaces hibernated"
-                                                 : "stopped; workspaces stay alive for the next start");
-            return 0;
-        }
-    }
+    int sig = reaper_loop(&handled);
+    log_event("%s: draining%s", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+              g_config.hibernate_on_exit ? " (commands in flight are killed)" : "");
+    /* hibernating at exit bounds the drain too: no command outlives the daemon */
+    http_stop(g_config.hibernate_on_exit ? workspaces_kill_execs : NULL);
+    if (g_config.hibernate_on_exit)
+        workspaces_hibernate_all();
+    log_event(g_config.hibernate_on_exit ? "stopped; workspaces hibernated"
+                                         : "stopped; workspaces stay alive for the next start");
+    return 0;
 }

@@ -620,6 +620,7 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
         else
             api_error_set(err, 500, "spawn_failed", "the sandbox could not be started");
     } else {
+        reaper_watch(child);   /* bwrap exits with the sandbox, maybe after this thread */
         if (g_config.is_root)
             protect_holder_from_oom(ws->holder_pid);
         log_event("workspace %s: holder pid %d started", ws->id, (int)ws->holder_pid);
