@@ -257,7 +257,7 @@ static void announce_ready(void)
 }
 
 /* Start-up order matters: flags, lock, subreaper, signal mask (inherited by every thread),
- * capabilities, base image, workspaces (re-adoption), then listeners; then reap until told to
+ * capabilities, base image, snapshots (leftovers removed), workspaces (re-adoption), then listeners; then reap until told to
  * stop. */
 int main(int argc, char **argv)
 {
@@ -283,6 +283,7 @@ int main(int argc, char **argv)
     caps_detect();
     exec_init();
     sandbox_init();
+    snapshots_init();
     workspaces_init();
     if (!http_start())
         die("cannot start listeners");

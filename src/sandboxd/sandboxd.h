@@ -36,7 +36,8 @@
  *   packed into responses by several threads at once; no thread modifies a shared document.
  * - log_event writes one stdio call per line (stdio locks the stream).
  * - Lock order: lifecycle, then registry_lock (workspace.c), then workspace lock, then an
- *   egress lock; in_flight_lock (http.c) is taken alone. No lock is held across an exec.
+ *   egress lock; snap_lock (snapshot.c) before registry_lock, never together with a
+ *   lifecycle lock; in_flight_lock (http.c) is taken alone. No lock is held across an exec.
  */
 #ifndef MESH_SANDBOXD_H
 #define MESH_SANDBOXD_H
@@ -160,7 +161,7 @@ struct exec_run;
 
 /*
  * One workspace. Which thread may touch what:
- * - id, tier, network, allow, labels, created_at: set before the object is published in the
+ * - id, tier, network, allow, labels, created_at, snapshot: set before the object is published in the
  *   registry, never written again; read freely by whoever holds a reference.
  * - refcount, next: under registry_lock (workspace.c). A reference (workspace_get) keeps the
  *   object, not the workspace: it may be released meanwhile.
@@ -181,6 +182,7 @@ struct workspace {
     struct egress *egress;            /* the running proxy, NULL when none (egress.c) */
     json_t *labels;
     time_t created_at;
+    char snapshot[WORKSPACE_ID_MAX + 1]; /* the snapshot under /workspace, "" = none */
     enum ws_state state;
     /* holder: the bubblewrap sandbox whose namespaces execs join */
     pid_t holder_pid;
@@ -216,6 +218,21 @@ void workspaces_hibernate_all(void);
 void workspaces_kill_execs(void);
 char *workspace_dir(const char *id);
 char *workspace_files_dir(const char *id);
+int workspaces_on_snapshot(const char *snapshot_id);
+
+/* ---- project-state snapshots (snapshot.c) ---- */
+bool snapshot_detect(void);
+void snapshots_init(void);
+void snapshot_lock(void);
+void snapshot_unlock(void);
+bool snapshot_usable(const char *id, struct api_error *err);
+bool snapshot_make_work_dir(struct workspace *ws);
+bool snapshot_mount(struct workspace *ws, struct api_error *err);
+char *workspace_work_dir(const char *id);
+json_t *snapshot_capture(const char *id, json_t *body, struct api_error *err);
+json_t *snapshot_get(const char *id, struct api_error *err);
+json_t *snapshot_list(const char *label_filter, struct api_error *err);
+json_t *snapshot_delete(const char *id, struct api_error *err);
 
 /* ---- sandbox holder (sandbox.c) ---- */
 void sandbox_init(void);
@@ -265,7 +282,7 @@ json_t *files_write(struct workspace *ws, const char *path, const char *mode_tex
 #define ROUTE_MAX_SEGMENTS 8
 enum route_kind {
     ROUTE_NONE, ROUTE_CAPABILITIES, ROUTE_WORKSPACES, ROUTE_WORKSPACE, ROUTE_EXEC, ROUTE_FILES,
-    ROUTE_KILL
+    ROUTE_KILL, ROUTE_SNAPSHOTS, ROUTE_SNAPSHOT
 };
 struct route_path {
     char *text;                              /* the request's own copy of the path */
