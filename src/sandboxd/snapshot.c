@@ -246,8 +246,9 @@ static bool write_self_proc(const char *file, const char *text)
 static void probe_child(const char *dir)
 {
     char map[64];
-    /* the daemon is not dumpable (main.c), which would leave /proc/self/uid_map root's */
-    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0 || !become_sandbox_user() ||
+    /* the daemon is not dumpable (main.c), and changing user resets it, which would leave
+     * /proc/self/uid_map root's */
+    if (!become_sandbox_user() || prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0 ||
         unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
         _exit(1);
     snprintf(map, sizeof map, "%d %d 1", (int)g_config.sandbox_uid, (int)g_config.sandbox_uid);
