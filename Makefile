@@ -6,6 +6,10 @@ OBJS = \
 	src/handoff.o \
 	src/api.o \
 	src/worker.o \
+	src/worker_acquire.o \
+	src/worker_exec.o \
+	src/worker_files.o \
+	src/worker_release.o \
 	src/worker_http.o \
 	src/store.o \
 	src/txn.o \

@@ -1,12 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *	  The mesh worker pool: every backend call happens here.
+ *	  The mesh worker pool: intake, the loop and the replies.
  *
  * Each worker owns the runs whose run_id hashes to it.  It takes calls from
  * its queue in shared memory (handoff.c), moves each through a small state
  * machine, and overlaps the HTTP waits of all of them with libcurl multi
- * (worker_http.c).  Between HTTP steps it commits the row changes in short
+ * (worker_http.c).  The operations themselves live in worker_acquire.c,
+ * worker_exec.c, worker_files.c and worker_release.c, described by the table
+ * of operations below (worker.h).  Between HTTP steps it commits the row changes in short
  * transactions of its own (store.c): the row before the backend call, the
  * outcome after it.
  *
@@ -25,70 +27,20 @@
 
 #include "mesh_json.h"
 
-#include <math.h>
-#include <sys/stat.h>
-
-#include "access/xlog.h"
-#include "lib/ilist.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/timestamp.h"
 
-#include "credentials.h"
 #include "handoff.h"
 #include "mesh_exec.h"
-#include "store.h"
 #include "txn.h"
-#include "worker_http.h"
-
-typedef enum CallStep
-{
-	STEP_START,					/* resolve the run's workspace */
-	STEP_PARKED,				/* another call of this run is materializing it */
-	STEP_ACQUIRING,				/* this call materializes: acquire in flight */
-	STEP_DELIVERING,			/* the run token is being written into the workspace */
-	STEP_OPERATING,				/* the operation's request is in flight */
-	STEP_KILLING,				/* cancelled exec: kill request in flight */
-	STEP_FINISHED				/* reply queued (or caller gone) */
-} CallStep;
-
-typedef struct WorkerCall
-{
-	dlist_node	node;
-	MemoryContext cxt;
-	dsm_segment *seg;
-	MeshCall   *hdr;
-	shm_mq_handle *mqh;
-	MeshOp		op;
-	json_t	   *req;
-	const char *blob;
-	Size		blob_len;
-	const char *run_id;
-	CallStep	step;
-	MeshWorkspace ws;
-	MeshBackend be;
-	MeshTransfer *transfer;
-	MeshOpState opstate;		/* the driver's state for the operation in flight */
-	int64		exec_id;
-	MeshExecSpec spec;
-	XLogRecPtr	exec_row_lsn;	/* exec row's commit, flushed once sent */
-	TimestampTz op_started;
-	List	   *outbox;			/* OutMessages not yet sent */
-	MeshTransfer *kept;			/* a finished transfer whose body a queued reply sends */
-	bool		caller_gone;
-	bool		budget_bound;	/* the budget, not the caller, set the timeout */
-	List	   *delivered;		/* secrets delivered into this exec's environment */
-	char	   *secret_body;	/* a request body holding a secret, wiped once sent */
-	bool		woke_once;		/* already woke a stopped workspace for this call */
-} WorkerCall;
+#include "worker.h"
 
 /*
  * A message for the caller: the framed JSON, then the blob (a file's bytes)
@@ -104,13 +56,41 @@ typedef struct OutMessage
 static dlist_head calls = DLIST_STATIC_INIT(calls);
 static int	ncalls = 0;			/* length of calls */
 static MemoryContext worker_cxt;
-static int	worker_index;
-static char *install_id;
+int			worker_index;
+char	   *worker_install_id;
 
-static void spawn_internal_release(const char *run_id, const char *reason);
-static bool workspace_has_capability(WorkerCall *call, const char *name);
-static void wake_broker(void);
-static void climb_tier(WorkerCall *call);
+/*--------------------------------------------------------------------------
+ * The operations
+ *--------------------------------------------------------------------------
+ */
+
+/* Replies of a few hundred bytes: a write's, a release's, a kill's. */
+size_t
+worker_small_response_limit(WorkerCall *call)
+{
+	return 64 * 1024;
+}
+
+static const WorkerOpDef op_defs[] = {
+	[MESH_OP_ACQUIRE] = {"the call", OP_SCOPE_RUN, run_declare, NULL, NULL, false},
+	[MESH_OP_EXEC] = {"the command", OP_SCOPE_READY_WORKSPACE, start_exec, finish_exec,
+	exec_response_limit, false},
+	[MESH_OP_READ_FILE] = {"the file read", OP_SCOPE_READY_WORKSPACE, start_read, finish_read,
+	read_response_limit, true},
+	[MESH_OP_WRITE_FILE] = {"the file write", OP_SCOPE_READY_WORKSPACE, start_write, finish_write,
+	worker_small_response_limit, false},
+	[MESH_OP_RELEASE] = {"the release", OP_SCOPE_ANY_WORKSPACE, start_release, finish_release,
+	worker_small_response_limit, false},
+};
+
+/* The definition of an operation a worker performs; NULL for any other. */
+const WorkerOpDef *
+worker_op(MeshOp op)
+{
+	if ((int) op < 0 || (int) op >= (int) lengthof(op_defs) || op_defs[op].start == NULL)
+		return NULL;
+	return &op_defs[op];
+}
 
 /*--------------------------------------------------------------------------
  * Replies
@@ -122,7 +102,7 @@ static void climb_tier(WorkerCall *call);
  * copied: it must live as long as the call (a read's body is kept with its
  * transfer, see complete_transfer).
  */
-static void
+void
 queue_message(WorkerCall *call, json_t *doc, const char *blob, Size blob_len)
 {
 	OutMessage *msg = palloc(sizeof(OutMessage));
@@ -135,14 +115,14 @@ queue_message(WorkerCall *call, json_t *doc, const char *blob, Size blob_len)
 	call->outbox = lappend(call->outbox, msg);
 }
 
-static void
+void
 reply_ok(WorkerCall *call, json_t *doc, const char *blob, Size blob_len)
 {
 	queue_message(call, doc, blob, blob_len);
 	call->step = STEP_FINISHED;
 }
 
-static void
+void
 reply_error(WorkerCall *call, const char *sqlstate, const char *message,
 			const char *detail, const char *hint)
 {
@@ -161,7 +141,7 @@ reply_error(WorkerCall *call, const char *sqlstate, const char *message,
  * some transaction, quite possibly the caller's own, holds a lock on mesh's
  * rows: say so instead of hanging both processes.
  */
-static void
+void
 reply_txn_error(WorkerCall *call, ErrorData *err)
 {
 	if (err->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
@@ -176,7 +156,7 @@ reply_txn_error(WorkerCall *call, ErrorData *err)
 }
 
 /* The SQLSTATE a harness sees for a backend failure, whatever the backend. */
-static const char *
+const char *
 failure_sqlstate(MeshFailure failure)
 {
 	switch (failure)
@@ -208,7 +188,7 @@ failure_sqlstate(MeshFailure failure)
 	}
 }
 
-static const char *
+const char *
 failure_hint(MeshFailure failure)
 {
 	switch (failure)
@@ -232,32 +212,13 @@ failure_hint(MeshFailure failure)
 	}
 }
 
-/* What the caller asked for, as the subject of an error message. */
-static const char *
-op_noun(MeshOp op)
-{
-	switch (op)
-	{
-		case MESH_OP_EXEC:
-			return "the command";
-		case MESH_OP_READ_FILE:
-			return "the file read";
-		case MESH_OP_WRITE_FILE:
-			return "the file write";
-		case MESH_OP_RELEASE:
-			return "the release";
-		default:
-			return "the call";
-	}
-}
-
 /*
  * A backend's refusal, in the caller's terms: what failed (what, or the
  * call's operation when NULL), for which run, and the backend's own words;
  * its HTTP status and error code go to the detail.  Without an answer
  * (unreachable) the transport's words say it.
  */
-static void
+void
 reply_backend_error(WorkerCall *call, const char *what, const MeshError *err)
 {
 	if (err->reason == NULL)
@@ -265,48 +226,10 @@ reply_backend_error(WorkerCall *call, const char *what, const MeshError *err)
 					failure_hint(err->failure));
 	else
 		reply_error(call, failure_sqlstate(err->failure),
-					psprintf("%s of run \"%s\" failed on backend \"%s\": %s", what ? what : op_noun(call->op),
+					psprintf("%s of run \"%s\" failed on backend \"%s\": %s", what ? what : call->def->noun,
 							 call->run_id, call->ws.backend_kind ? call->ws.backend_kind : "?",
 							 err->reason),
 					err->message, failure_hint(err->failure));
-}
-
-/*
- * A file call failed: say it in terms of the path the caller gave, keeping
- * the backend's own words as detail.
- */
-static void
-reply_file_error(WorkerCall *call, const char *path, const MeshError *err)
-{
-	const char *message;
-
-	switch (err->failure)
-	{
-		case MESH_FAIL_NOT_FOUND:
-			message = psprintf("file \"%s\" does not exist in the workspace of run \"%s\"",
-							   path, call->run_id);
-			break;
-		case MESH_FAIL_PATH_REFUSED:
-			message = psprintf("path \"%s\" is refused in the workspace of run \"%s\": %s", path, call->run_id,
-							   err->reason ? err->reason : "it is not a file inside the workspace");
-			break;
-		case MESH_FAIL_TOO_LARGE:
-			message = psprintf("file \"%s\" is too large", path);
-			break;
-		case MESH_FAIL_PERMISSION:
-			message = psprintf("file \"%s\" in the workspace of run \"%s\" is not accessible: %s",
-							   path, call->run_id, err->reason ? err->reason : "permission denied");
-			break;
-		case MESH_FAIL_NAME_TOO_LONG:
-			message = psprintf("path \"%.80s%s\" is too long: %s", path, strlen(path) > 80 ? "..." : "",
-							   err->reason ? err->reason : "a name in it is over the filesystem's limit");
-			break;
-		default:
-			reply_backend_error(call, NULL, err);
-			return;
-	}
-	reply_error(call, failure_sqlstate(err->failure), message, err->message,
-				failure_hint(err->failure));
 }
 
 /* Send what can be sent now; the rest waits for the caller to read. */
@@ -353,6 +276,7 @@ attach_call(dsm_handle handle)
 	call->hdr = hdr;
 	call->mqh = mqh;
 	call->op = hdr->op;
+	call->def = worker_op(hdr->op);
 	call->req = json_loadb(base + hdr->json_off, hdr->json_len, 0, NULL);
 	call->blob = base + hdr->blob_off;
 	call->blob_len = hdr->blob_len;
@@ -384,6 +308,13 @@ take_new_calls(void)
 			MemoryContext old = MemoryContextSwitchTo(call->cxt);
 
 			reply_error(call, "XX000", "mesh: malformed request", NULL, NULL);
+			MemoryContextSwitchTo(old);
+		}
+		else if (call->def == NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+			reply_error(call, "XX000", "mesh: unexpected operation", NULL, NULL);
 			MemoryContextSwitchTo(old);
 		}
 		else if (call->hdr->database != MyDatabaseId)
@@ -434,13 +365,14 @@ free_call(WorkerCall *call)
  * sandbox of a run that exhausted its budget, so no compute outlives the
  * decision.  It goes through the same state machine as a caller's release.
  */
-static void
+void
 spawn_internal_release(const char *run_id, const char *reason)
 {
 	WorkerCall *call = MemoryContextAllocZero(worker_cxt, sizeof(WorkerCall));
 
 	call->cxt = AllocSetContextCreate(worker_cxt, "mesh internal call", ALLOCSET_DEFAULT_SIZES);
 	call->op = MESH_OP_RELEASE;
+	call->def = worker_op(MESH_OP_RELEASE);
 	call->req = json_pack("{s:s,s:s?}", "run_id", run_id, "reason", reason);
 	call->run_id = json_string_value(json_object_get(call->req, "run_id"));
 	call->caller_gone = true;
@@ -450,7 +382,7 @@ spawn_internal_release(const char *run_id, const char *reason)
 }
 
 /*--------------------------------------------------------------------------
- * Materialization
+ * What the operations share
  *--------------------------------------------------------------------------
  */
 
@@ -459,7 +391,7 @@ spawn_internal_release(const char *run_id, const char *reason)
  * (materializing or releasing it)?  Such changes are exclusive: the run's
  * other calls wait, parked, and start over when it ends.
  */
-static bool
+bool
 run_is_changing(const char *run_id, WorkerCall *except)
 {
 	dlist_iter	iter;
@@ -478,7 +410,7 @@ run_is_changing(const char *run_id, WorkerCall *except)
 }
 
 /* A state change ended: parked calls of the run start over, or fail alike. */
-static void
+void
 wake_parked(const char *run_id, const MeshError *failed)
 {
 	dlist_iter	iter;
@@ -501,7 +433,7 @@ wake_parked(const char *run_id, const MeshError *failed)
 	}
 }
 
-static bool
+bool
 load_backend(WorkerCall *call)
 {
 	if (call->be.driver)
@@ -515,14 +447,14 @@ load_backend(WorkerCall *call)
 	return false;
 }
 
-static void
+void
 start_transfer(WorkerCall *call, MeshHttpRequest *req, size_t max_response)
 {
 	call->transfer = mesh_http_start(req, max_response, call);
 }
 
 /* A fresh driver state for the next operation of this call. */
-static MeshOpState *
+MeshOpState *
 begin_op(WorkerCall *call)
 {
 	memset(&call->opstate, 0, sizeof(call->opstate));
@@ -533,7 +465,7 @@ begin_op(WorkerCall *call)
  * A parser asked for another request: send it and stay in the same step.
  * Returns true when that happened, so the caller stops here.
  */
-static bool
+bool
 continue_op(WorkerCall *call, MeshStepResult r, size_t max_response)
 {
 	if (r != MESH_STEP_NEXT)
@@ -543,131 +475,12 @@ continue_op(WorkerCall *call, MeshStepResult r, size_t max_response)
 	return true;
 }
 
-/* Ask the recorded backend to create (or wake) the workspace. */
-static void
-start_acquire(WorkerCall *call)
-{
-	MeshHttpRequest req;
-	MeshSize	size = MESH_SIZE_STANDARD;
-	MeshOpState *st;
-
-	if (!load_backend(call))
-		return;
-	(void) mesh_size_parse(call->ws.size ? call->ws.size : "standard", &size);
-	st = begin_op(call);
-	/* the creation-time policy, also on a wake: policy changes never retrofit */
-	st->egress = call->ws.egress;
-	call->be.driver->acquire_request(&call->be, st, call->ws.external_ref, size,
-									 install_id, &req);
-	start_transfer(call, &req, 1024 * 1024);
-	call->step = STEP_ACQUIRING;
-}
-
-/*
- * The backend says the workspace is not running (its sandbox stopped: the
- * server or the daemon restarted).  Acquire wakes it with its files; then
- * the call starts over.  Once per call, so a failing wake cannot loop.
- */
-static bool
-wake_and_retry(WorkerCall *call, const MeshError *merr)
-{
-	if (merr->failure != MESH_FAIL_NOT_RUNNING || call->woke_once)
-		return false;
-	call->woke_once = true;
-	ereport(LOG, (errmsg("mesh: the workspace of run \"%s\" was not running on backend \"%s\"; waking it",
-						 call->run_id, call->ws.backend_kind)));
-	start_acquire(call);
-	return true;
-}
-
-static void
-begin_materialize(WorkerCall *call)
-{
-	ErrorData  *err;
-
-	if (strcmp(call->ws.status, "pending") == 0 && call->ws.external_ref == NULL)
-	{
-		if (!store_begin_materialize(&call->ws, install_id, &err))
-		{
-			reply_txn_error(call, err);
-			return;
-		}
-		queue_message(call,
-					  json_pack("{s:s}", "notice",
-								psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"%s; the first call takes a moment",
-										 call->run_id, call->ws.backend_kind,
-										 workspace_has_capability(call, "snapshot") ? ""
-										 : " (no snapshot capability: it starts empty)")),
-					  NULL, 0);
-	}
-	else if (strcmp(call->ws.status, "pending") == 0)
-	{
-		/* hibernated, or an interrupted acquire: acquire again, on the backend and under the name it has */
-		bool		interrupted = call->ws.status_reason != NULL &&
-			strncmp(call->ws.status_reason, MESH_ACQUIRE_INTERRUPTED,
-					strlen(MESH_ACQUIRE_INTERRUPTED)) == 0;
-
-		if (!store_begin_wake(&call->ws, &err))
-		{
-			reply_txn_error(call, err);
-			return;
-		}
-		queue_message(call,
-					  json_pack("{s:s}", "notice",
-								psprintf(interrupted ? "mesh: setting up the sandbox of run \"%s\" on backend \"%s\" again (the last try was interrupted)"
-										 : "mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
-										 call->run_id, call->ws.backend_kind)),
-					  NULL, 0);
-	}
-	/* else: acquiring left over from a crash: the same idempotent acquire */
-	start_acquire(call);
-}
-
-static void
-finish_acquire(WorkerCall *call, const MeshHttpResponse *resp)
-{
-	MeshCapabilities caps;
-	MeshError	merr = {0};
-	ErrorData  *err;
-
-	MeshStepResult r = call->be.driver->acquire_response(&call->be, &call->opstate, resp, &caps, &merr);
-
-	if (continue_op(call, r, 1024 * 1024))
-		return;
-	if (r == MESH_STEP_FAILED)
-	{
-		bool		retryable = merr.failure == MESH_FAIL_UNAVAILABLE ||
-			merr.failure == MESH_FAIL_NO_RESOURCES || merr.failure == MESH_FAIL_PROTOCOL;
-
-		if (!store_materialize_failed(&call->ws, retryable, merr.message, &err))
-			FreeErrorData(err);
-		call->step = STEP_START;	/* so wake_parked does not see us acquiring */
-		reply_backend_error(call, "setting up the workspace", &merr);
-		wake_parked(call->run_id, &merr);
-		return;
-	}
-	if (!store_materialized(&call->ws, &caps, &err))
-	{
-		call->step = STEP_START;
-		reply_txn_error(call, err);
-		wake_parked(call->run_id, NULL);
-		return;
-	}
-	call->step = STEP_START;
-	wake_parked(call->run_id, NULL);
-}
-
-/*--------------------------------------------------------------------------
- * Operations
- *--------------------------------------------------------------------------
- */
-
 /*
  * Whether the workspace's recorded capabilities include NAME.  Capabilities
  * are recorded when the workspace is materialized; a workspace without them
  * (or with unreadable ones) has none: absent means absent (invariant 6).
  */
-static bool
+bool
 workspace_has_capability(WorkerCall *call, const char *name)
 {
 	json_t	   *caps = call->ws.capabilities ? json_loads(call->ws.capabilities, 0, NULL) : NULL;
@@ -679,623 +492,15 @@ workspace_has_capability(WorkerCall *call, const char *name)
 }
 
 /*
- * The remaining compute budget bounds this exec's timeout.  A run with
- * nothing left is stopped here: its workspace fails, with the reason.
- */
-static bool
-bound_by_budget(WorkerCall *call)
-{
-	double		remaining;
-	ErrorData  *err;
-
-	if (call->ws.budget_seconds < 0)
-		return true;
-	remaining = call->ws.budget_seconds - call->ws.compute_seconds;
-	if (remaining <= 0)
-	{
-		if (!store_budget_exhausted(&call->ws, call->ws.compute_seconds, &err))
-			FreeErrorData(err);
-		reply_error(call, "53400", call->ws.status_reason, NULL,
-					"Raise the budget with mesh.run_set_budget() or mesh.agent_set_budget(), or start a new run.");
-		spawn_internal_release(call->run_id, call->ws.status_reason);
-		return false;
-	}
-	if (call->spec.timeout_ms > remaining * 1000.0)
-	{
-		call->spec.timeout_ms = Max((long) ceil(remaining * 1000.0), 1);
-		call->budget_bound = true;
-	}
-	return true;
-}
-
-/* Room for both streams at the clamp, base64-encoded, and the envelope. */
-static size_t
-exec_response_limit(WorkerCall *call)
-{
-	return (size_t) call->spec.max_output_bytes * 3 + 64 * 1024;
-}
-
-static bool
-list_has_variable(List *delivered)
-{
-	ListCell   *lc;
-
-	foreach(lc, delivered)
-		if (((MeshDelivered *) lfirst(lc))->variable)
-			return true;
-	return false;
-}
-
-/*
- * Secrets the run's grants deliver as environment ride in the exec request
- * body, over the caller's own variables; never in a URL, never in the row
- * (which keeps only the caller's variable names).
- */
-static void
-deliver_environment(WorkerCall *call)
-{
-	ListCell   *lc;
-	json_t	   *env;
-
-	if (!list_has_variable(call->delivered))
-		return;
-	env = call->spec.env ? json_deep_copy(call->spec.env) : json_pack("{}");
-	foreach(lc, call->delivered)
-	{
-		MeshDelivered *d = lfirst(lc);
-
-		if (d->variable)
-			json_object_set_new(env, d->variable, json_string(d->value));
-	}
-	call->spec.env = env;
-	json_object_set_new(call->req, "delivered_env", env);	/* freed with the request */
-}
-
-/*
- * Delivered values never come back out: redact them from the output and
- * from the egress denials.
- */
-static void
-redact_delivered(WorkerCall *call, MeshExecResult *result)
-{
-	ListCell   *lc;
-
-	foreach(lc, call->delivered)
-	{
-		MeshDelivered *d = lfirst(lc);
-
-		const char *label = d->variable ? d->variable : d->name;
-
-		mesh_redact(&result->stdout_data, &result->stdout_len, d->value, label);
-		mesh_redact(&result->stderr_data, &result->stderr_len, d->value, label);
-		/* a denied host name can carry a value: events and NOTICEs get this text */
-		if (result->egress_denials)
-			result->egress_denials = mesh_redact_json(result->egress_denials, d->value, label);
-		mesh_forget(d->value);
-	}
-}
-
-/* A backend's message about a failed exec, without the run's secret values. */
-static char *
-redact_message(WorkerCall *call, char *message)
-{
-	ListCell   *lc;
-	size_t		len = message ? strlen(message) : 0;
-
-	foreach(lc, call->delivered)
-	{
-		MeshDelivered *d = lfirst(lc);
-
-		if (message)
-			mesh_redact(&message, &len, d->value, d->variable ? d->variable : d->name);
-	}
-	return message;
-}
-
-static void
-start_exec(WorkerCall *call)
-{
-	json_t	   *argv = json_object_get(call->req, "argv");
-	const char **args = palloc(sizeof(char *) * (json_array_size(argv) + 1));
-	MeshHttpRequest req;
-	ErrorData  *err;
-	size_t		i;
-	json_t	   *item;
-
-	if (!workspace_has_capability(call, "shell"))
-	{
-		reply_error(call, "0A000",
-					psprintf("backend \"%s\" cannot run commands (it does not declare the shell capability)",
-							 call->ws.backend_kind),
-					NULL, "Pin this agent to a backend with shell, or use only file calls.");
-		return;
-	}
-	json_array_foreach(argv, i, item)
-		args[i] = json_string_value(item);
-	call->spec.argv = args;
-	call->spec.argc = (int) json_array_size(argv);
-	call->spec.dir = json_string_value(json_object_get(call->req, "dir"));
-	/* absent and JSON null both mean no variables of the caller's */
-	call->spec.env = json_is_object(json_object_get(call->req, "env"))
-		? json_object_get(call->req, "env") : NULL;
-	if (json_is_true(json_object_get(call->req, "has_stdin")))
-	{
-		call->spec.stdin_data = call->blob;
-		call->spec.stdin_len = call->blob_len;
-	}
-	call->spec.timeout_ms = (long) json_integer_value(json_object_get(call->req, "timeout_ms"));
-	call->spec.max_output_bytes = (long) json_integer_value(json_object_get(call->req, "max_output"));
-	if (!bound_by_budget(call))
-		return;
-
-	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &call->exec_row_lsn,
-							&call->delivered, &err))
-	{
-		reply_txn_error(call, err);
-		return;
-	}
-	deliver_environment(call);
-	call->spec.exec_key = psprintf(INT64_FORMAT, call->exec_id);
-	call->be.driver->exec_request(&call->be, begin_op(call), call->ws.external_ref, &call->spec, &req);
-	call->op_started = GetCurrentTimestamp();
-	start_transfer(call, &req, exec_response_limit(call));
-	call->step = STEP_OPERATING;
-	/* put the request on the wire, then make the exec row durable meanwhile */
-	mesh_http_drive();
-	mesh_flush_to(call->exec_row_lsn);
-}
-
-/*
- * The kernel's OOM kill comes first: a command that ran out of memory and
- * then hit its timeout still ran out of memory.
- */
-static const char *
-exec_status(const MeshExecResult *r)
-{
-	if (r->oom_killed)
-		return "oom";
-	if (r->timed_out)
-		return "timeout";
-	if (r->killed)
-		return "cancelled";
-	return "ok";
-}
-
-static double
-seconds_since(TimestampTz start)
-{
-	return (double) (GetCurrentTimestamp() - start) / 1000000.0;
-}
-
-/* After a charge: a run at or over its budget stops, and its sandbox goes. */
-static void
-charge_budget(WorkerCall *call, double charged)
-{
-	ErrorData  *err;
-	double		used = call->ws.compute_seconds + charged;
-
-	call->ws.compute_seconds = used;
-	if (call->ws.budget_seconds < 0 || used < call->ws.budget_seconds)
-		return;
-	if (!store_budget_exhausted(&call->ws, used, &err))
-	{
-		FreeErrorData(err);
-		return;
-	}
-	spawn_internal_release(call->run_id, call->ws.status_reason);
-}
-
-/*
- * Tell the caller when the workspace's network policy refused connections
- * during the exec, so a connection error in the output is not mistaken for
- * a flaky network (the events hold every detail).
- */
-static void
-notice_egress_denials(WorkerCall *call, const char *denials_text)
-{
-	json_t	   *denials = denials_text ? json_loads(denials_text, 0, NULL) : NULL;
-	StringInfoData msg;
-	size_t		i;
-	json_t	   *d;
-
-	if (!json_is_array(denials) || json_array_size(denials) == 0)
-	{
-		if (denials)
-			json_decref(denials);
-		return;
-	}
-	initStringInfo(&msg);
-	appendStringInfo(&msg, "mesh: the workspace network policy of run \"%s\" refused %zu connection(s):",
-					 call->run_id, json_array_size(denials));
-	json_array_foreach(denials, i, d)
-	{
-		if (i == 3)
-		{
-			appendStringInfoString(&msg, " ...");
-			break;
-		}
-		appendStringInfo(&msg, "%s %s:%lld (%s)", i ? "," : "",
-						 json_string_value(json_object_get(d, "host")),
-						 (long long) json_integer_value(json_object_get(d, "port")),
-						 json_string_value(json_object_get(d, "reason")));
-	}
-	appendStringInfoString(&msg, "; see mesh.run_network() and the egress_denied events");
-	json_decref(denials);
-	queue_message(call, json_pack("{s:s}", "notice", msg.data), NULL, 0);
-}
-
-static void
-finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
-{
-	MeshExecResult result;
-	MeshExecRecord rec = {0};
-	MeshError	merr = {0};
-	ErrorData  *err;
-
-	MeshStepResult r = call->be.driver->exec_response(&call->be, &call->opstate, resp, &result, &merr);
-
-	if (continue_op(call, r, exec_response_limit(call)))
-		return;
-	if (r == MESH_STEP_FAILED)
-	{
-		rec.status = "error";
-		merr.message = redact_message(call, merr.message);
-		merr.reason = redact_message(call, merr.reason);
-		rec.error = merr.message;
-		if (merr.failure == MESH_FAIL_NOT_RUNNING && !call->woke_once)
-			rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
-		rec.charged_seconds = seconds_since(call->op_started);
-		rec.charge_basis = "wall";
-		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
-			FreeErrorData(err);
-		if (!wake_and_retry(call, &merr))
-			reply_backend_error(call, NULL, &merr);
-		return;
-	}
-	redact_delivered(call, &result);
-	result.stdout_data = mesh_sanitize_text(result.stdout_data, result.stdout_len);
-	result.stderr_data = mesh_sanitize_text(result.stderr_data, result.stderr_len);
-	rec.status = exec_status(&result);
-	if (strcmp(rec.status, "timeout") == 0 && call->budget_bound)
-		rec.status = "budget_exhausted";
-	rec.result = &result;
-	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
-	/* stopped at the bound the budget set: what was left of it is spent, whatever the basis */
-	if (strcmp(rec.status, "budget_exhausted") == 0)
-		rec.charged_seconds = Max(rec.charged_seconds,
-								  call->ws.budget_seconds - call->ws.compute_seconds);
-	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
-	{
-		reply_txn_error(call, err);
-		return;
-	}
-	charge_budget(call, rec.charged_seconds);
-	notice_egress_denials(call, result.egress_denials);
-	if (strcmp(rec.status, "oom") == 0)
-		climb_tier(call);
-	reply_ok(call, json_pack("{s:i,s:s,s:s,s:s,s:b,s:I}",
-							 "exit_code", result.exit_code,
-							 "stdout", result.stdout_data,
-							 "stderr", result.stderr_data,
-							 "status", rec.status,
-							 "truncated", result.truncated,
-							 "exec_id", (json_int_t) call->exec_id),
-			 NULL, 0);
-}
-
-/*
- * The command ran out of memory: its agent's next runs get a larger tier
- * (once per run), and the caller is told what happened to the tier.
- */
-static void
-climb_tier(WorkerCall *call)
-{
-	ErrorData  *err;
-	char	   *what;
-
-	if (!store_tier_climb_on_oom(call->exec_id, &what, &err))
-	{
-		what = psprintf("its agent's tier climb could not be recorded: %s", err->message);
-		FreeErrorData(err);
-	}
-	if (what)
-		queue_message(call, json_pack("{s:s}", "notice",
-									  psprintf("mesh: the command ran out of memory in the workspace of run \"%s\"; %s",
-											   call->run_id, what)),
-					  NULL, 0);
-}
-
-/* The caller stopped waiting: kill the command's tree in the sandbox. */
-static void
-cancel_exec(WorkerCall *call)
-{
-	MeshHttpRequest req;
-
-	mesh_http_free(call->transfer);
-	call->transfer = NULL;
-	call->be.driver->kill_request(&call->be, begin_op(call), call->ws.external_ref,
-								  call->spec.exec_key, &req);
-	start_transfer(call, &req, 64 * 1024);
-	call->step = STEP_KILLING;
-}
-
-static void
-finish_cancel(WorkerCall *call, const MeshHttpResponse *resp)
-{
-	MeshExecRecord rec = {0};
-	ErrorData  *err;
-	MeshError	merr = {0};
-
-	if (continue_op(call, call->be.driver->kill_response(&call->be, &call->opstate, resp, &merr),
-					64 * 1024))
-		return;
-
-	rec.status = "cancelled";
-	rec.error = resp->transport_error
-		? psprintf("cancelled by the caller; the kill request failed: %s", resp->transport_error)
-		: "cancelled by the caller (interrupt or statement_timeout)";
-	rec.charged_seconds = seconds_since(call->op_started);
-	rec.charge_basis = "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
-		FreeErrorData(err);
-	else
-		charge_budget(call, rec.charged_seconds);
-	call->step = STEP_FINISHED;
-}
-
-/*
- * The file operation is not over yet: the driver asked for another request,
- * or the workspace had stopped and is being woken for a retry.
- */
-static bool
-op_continues(WorkerCall *call, MeshStepResult r, const MeshError *merr, size_t max_response)
-{
-	return continue_op(call, r, max_response) ||
-		(r == MESH_STEP_FAILED && wake_and_retry(call, merr));
-}
-
-static void
-start_read(WorkerCall *call)
-{
-	MeshHttpRequest req;
-
-	call->be.driver->read_request(&call->be, begin_op(call), call->ws.external_ref,
-								  json_string_value(json_object_get(call->req, "path")), &req);
-	start_transfer(call, &req, (size_t) mesh_max_file_bytes + 1);
-	call->step = STEP_OPERATING;
-}
-
-static void
-finish_read(WorkerCall *call, const MeshHttpResponse *resp)
-{
-	const char *path = json_string_value(json_object_get(call->req, "path"));
-	MeshError	merr = {0};
-	ErrorData  *err;
-	const char *data = NULL;
-	size_t		len = 0;
-	MeshStepResult r = call->be.driver->read_response(&call->be, &call->opstate, resp, &data, &len, &merr);
-	bool		ok = r == MESH_STEP_DONE;
-
-	if (op_continues(call, r, &merr, (size_t) mesh_max_file_bytes + 1))
-		return;
-	if (!ok && resp->transport_error && resp->status == 0 &&
-		strstr(resp->transport_error, "limit") != NULL)
-		mesh_error_set(&merr, MESH_FAIL_TOO_LARGE, "file \"%s\" is larger than mesh.max_file_size (%d bytes)",
-					   path, mesh_max_file_bytes);
-	if (!store_file_event(&call->ws, "file_read", path, ok ? (int64) len : 0,
-						  ok ? NULL : merr.message, &err))
-	{
-		reply_txn_error(call, err);
-		return;
-	}
-	if (!ok)
-		reply_file_error(call, path, &merr);
-	else
-		reply_ok(call, json_pack("{s:b}", "ok", 1), data, len);
-}
-
-static void
-start_write(WorkerCall *call)
-{
-	MeshHttpRequest req;
-
-	call->be.driver->write_request(&call->be, begin_op(call), call->ws.external_ref,
-								   json_string_value(json_object_get(call->req, "path")),
-								   (int) json_integer_value(json_object_get(call->req, "mode")),
-								   call->blob, call->blob_len, &req);
-	start_transfer(call, &req, 64 * 1024);
-	call->step = STEP_OPERATING;
-}
-
-static void
-finish_write(WorkerCall *call, const MeshHttpResponse *resp)
-{
-	const char *path = json_string_value(json_object_get(call->req, "path"));
-	MeshError	merr = {0};
-	ErrorData  *err;
-	MeshStepResult r = call->be.driver->write_response(&call->be, &call->opstate, resp, &merr);
-	bool		ok = r == MESH_STEP_DONE;
-
-	if (op_continues(call, r, &merr, 64 * 1024))
-		return;
-	if (!store_file_event(&call->ws, "file_write", path, (int64) call->blob_len,
-						  ok ? NULL : merr.message, &err))
-	{
-		reply_txn_error(call, err);
-		return;
-	}
-	if (!ok)
-		reply_file_error(call, path, &merr);
-	else
-		reply_ok(call, json_pack("{s:b}", "ok", 1), NULL, 0);
-}
-
-/*--------------------------------------------------------------------------
- * Release
- *--------------------------------------------------------------------------
- */
-
-static void
-reply_outcome(WorkerCall *call, const char *outcome)
-{
-	reply_ok(call, json_pack("{s:s}", "outcome", outcome), NULL, 0);
-}
-
-/* The reaper releases idle workspaces with "idle": hibernate if possible. */
-static bool
-release_for_idleness(WorkerCall *call)
-{
-	return json_is_true(json_object_get(call->req, "idle"));
-}
-
-static void
-start_release(WorkerCall *call)
-{
-	const char *reason = json_string_value(json_object_get(call->req, "reason"));
-	MeshHttpRequest req;
-	ErrorData  *err;
-	const char *status = call->ws.status;
-
-	if (strcmp(status, "released") == 0 || call->ws.release_outcome != NULL)
-	{
-		reply_outcome(call, "already released");
-		return;
-	}
-	if (call->ws.external_ref == NULL)
-	{
-		if (!store_released(&call->ws, "never materialized", reason, &err))
-			reply_txn_error(call, err);
-		else
-			reply_outcome(call, "never materialized");
-		return;
-	}
-	if (!mesh_backend_from_workspace(&call->ws, &call->be) ||
-		(call->be.driver->needs_credential(call->be.config) && call->be.credential == NULL))
-	{
-		call->ws.backend_found = false;
-		if (!store_release_stuck(&call->ws,
-								 psprintf("backend \"%s\" has no catalog entry or credential left to release it with",
-										  call->ws.backend_kind),
-								 false, &err))
-			reply_txn_error(call, err);
-		else
-			reply_outcome(call, "must be released by hand");
-		return;
-	}
-	if (!store_begin_release(&call->ws, reason, &err))
-	{
-		reply_txn_error(call, err);
-		return;
-	}
-	call->be.driver->release_request(&call->be, begin_op(call), call->ws.external_ref,
-									 release_for_idleness(call) && workspace_has_capability(call, "hibernate"),
-									 &req);
-	start_transfer(call, &req, 64 * 1024);
-	call->step = STEP_OPERATING;
-}
-
-static void finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp);
-
-static void
-finish_release(WorkerCall *call, const MeshHttpResponse *resp)
-{
-	finish_release_outcome(call, resp);
-	if (call->step == STEP_OPERATING)
-		return;
-	if (call->ws.release_outcome != NULL)	/* released now (an idle hibernation is not) */
-	{
-		mesh_broker_forget_workspace(call->ws.external_ref);
-		if (call->ws.has_grants)
-			wake_broker();		/* it stops listening there and removes the rest */
-	}
-	wake_parked(call->run_id, NULL);
-}
-
-static void
-finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp)
-{
-	MeshReleaseOutcome outcome;
-	MeshError	merr = {0};
-	ErrorData  *err;
-	const char *text;
-
-	MeshStepResult r = call->be.driver->release_response(&call->be, &call->opstate, resp, &outcome, &merr);
-
-	if (continue_op(call, r, 64 * 1024))
-		return;
-	if (r == MESH_STEP_FAILED)
-	{
-		if (merr.failure == MESH_FAIL_NOT_FOUND)
-		{
-			/* the backend no longer holds it: nothing is left to release */
-			if (!store_released(&call->ws, "destroyed", "the backend no longer had the workspace", &err))
-				reply_txn_error(call, err);
-			else
-				reply_outcome(call, "destroyed");
-			return;
-		}
-		if (!store_release_stuck(&call->ws, merr.message,
-								 merr.failure == MESH_FAIL_RELEASE_INCOMPLETE, &err))
-			FreeErrorData(err);
-		reply_error(call, failure_sqlstate(merr.failure),
-					psprintf("could not release the workspace of run \"%s\": %s", call->run_id,
-							 merr.reason ? merr.reason : merr.message),
-					psprintf("%s%s%s", merr.reason ? merr.message : "", merr.reason ? ". " : "",
-							 merr.failure == MESH_FAIL_RELEASE_INCOMPLETE
-							 ? "The workspace stays recorded as releasing; the reaper retries at its next sweep (mesh.sweep() runs one now), and mesh_release can be called again."
-							 : "The workspace stays recorded as releasing; mesh_release can be called again."),
-					failure_hint(merr.failure));
-		return;
-	}
-	text = outcome == MESH_RELEASE_HIBERNATED ? "hibernated" : "destroyed";
-	if (outcome == MESH_RELEASE_HIBERNATED && release_for_idleness(call))
-	{
-		/* the run lives on: its next call wakes the workspace, files intact */
-		if (!store_idle_hibernated(&call->ws, &err))
-			reply_txn_error(call, err);
-		else
-			reply_outcome(call, text);
-		return;
-	}
-	if (!store_released(&call->ws, text, NULL, &err))
-		reply_txn_error(call, err);
-	else
-		reply_outcome(call, text);
-}
-
-/*--------------------------------------------------------------------------
- * The state machine
- *--------------------------------------------------------------------------
- */
-
-/*
  * The role that made the call (an oid, as text), which a run belongs to
  * when it declares it; NULL for the pool's own calls (reaper releases).
  */
-static const char *
+const char *
 caller_role(WorkerCall *call)
 {
 	if (call->hdr == NULL || !OidIsValid(call->hdr->user))
 		return NULL;
 	return psprintf("%u", call->hdr->user);
-}
-
-static void
-run_declare(WorkerCall *call)
-{
-	char	   *row_json;
-	ErrorData  *err;
-
-	if (!store_declare(call->run_id,
-					   json_string_value(json_object_get(call->req, "agent_id")),
-					   json_string_value(json_object_get(call->req, "actor_id")),
-					   json_string_value(json_object_get(call->req, "parent_run_id")),
-					   json_string_value(json_object_get(call->req, "environment")),
-					   caller_role(call), &row_json, &err))
-		reply_txn_error(call, err);
-	else
-		reply_ok(call, json_pack("{s:s}", "row", row_json), NULL, 0);
 }
 
 /* Refuse work on a workspace that the run can no longer reach. */
@@ -1327,90 +532,6 @@ refuse_unreachable(WorkerCall *call)
 	return false;
 }
 
-/* A token was minted: the broker starts listening for its workspace. */
-static void
-wake_broker(void)
-{
-	int			procno = mesh_shared->broker_procno;
-
-	if (procno >= 0)
-		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
-}
-
-/*
- * The broker listens for a workspace a moment after its token is minted;
- * the command must not run before it does.  Bounded: a broker that is down
- * only means the sandbox's exchange is refused, visibly.
- */
-static void
-wait_for_broker_socket(const char *ref)
-{
-	char	   *path;
-	struct stat st;
-
-	if (mesh_shared->broker_procno < 0)
-		return;
-	path = mesh_broker_socket_path(ref);
-	for (int i = 0; i < 500 && stat(path, &st) != 0; i++)
-		pg_usleep(1000L);
-}
-
-/*
- * A run with grants needs a live run token in its workspace before it works
- * there: minted (only its hash stored), then written through the backend's
- * file call, mode 0600.  Again after a rotation revoked the old one.
- */
-static bool
-deliver_token_first(WorkerCall *call)
-{
-	MeshHttpRequest req;
-	ErrorData  *err;
-	char	   *hash;
-	char	   *token;
-	char	   *content;
-
-	if (!call->ws.has_grants || call->ws.token_valid)
-		return false;
-	token = mesh_token_new(&hash);
-	if (!store_mint_token(&call->ws, hash, &err))
-	{
-		mesh_forget(token);
-		reply_txn_error(call, err);
-		return true;
-	}
-	content = psprintf("%s\n", token);
-	mesh_forget(token);
-	wake_broker();
-	call->be.driver->write_request(&call->be, begin_op(call), call->ws.external_ref,
-								   MESH_TOKEN_PATH, 0600, content, strlen(content), &req);
-	start_transfer(call, &req, 64 * 1024);
-	call->secret_body = content;	/* curl sends from it; wiped once sent */
-	call->step = STEP_DELIVERING;
-	return true;
-}
-
-static void
-finish_token_delivery(WorkerCall *call, const MeshHttpResponse *resp)
-{
-	MeshError	merr = {0};
-	MeshStepResult r = call->be.driver->write_response(&call->be, &call->opstate, resp, &merr);
-
-	mesh_forget(call->secret_body);
-	call->secret_body = NULL;
-	if (continue_op(call, r, 64 * 1024))
-		return;
-	if (r == MESH_STEP_FAILED)
-	{
-		reply_error(call, failure_sqlstate(merr.failure),
-					psprintf("could not deliver the run token into the workspace of run \"%s\"", call->run_id),
-					merr.message, failure_hint(merr.failure));
-		return;
-	}
-	call->ws.token_valid = true;
-	wait_for_broker_socket(call->ws.external_ref);
-	call->step = STEP_START;	/* now the operation itself */
-}
-
 static void
 start_operation(WorkerCall *call)
 {
@@ -1418,21 +539,13 @@ start_operation(WorkerCall *call)
 		return;
 	if (deliver_token_first(call))
 		return;
-	switch (call->op)
-	{
-		case MESH_OP_EXEC:
-			start_exec(call);
-			break;
-		case MESH_OP_READ_FILE:
-			start_read(call);
-			break;
-		case MESH_OP_WRITE_FILE:
-			start_write(call);
-			break;
-		default:
-			reply_error(call, "XX000", "mesh: unexpected operation", NULL, NULL);
-	}
+	call->def->start(call);
 }
+
+/*--------------------------------------------------------------------------
+ * The state machine
+ *--------------------------------------------------------------------------
+ */
 
 /* A call in STEP_START: load the run, then materialize, park or operate. */
 static void
@@ -1440,9 +553,9 @@ advance_call(WorkerCall *call)
 {
 	ErrorData  *err;
 
-	if (call->op == MESH_OP_ACQUIRE)
+	if (call->def->scope == OP_SCOPE_RUN)
 	{
-		run_declare(call);
+		call->def->start(call);
 		return;
 	}
 	if (run_is_changing(call->run_id, call))
@@ -1455,9 +568,9 @@ advance_call(WorkerCall *call)
 		reply_txn_error(call, err);
 		return;
 	}
-	if (call->op == MESH_OP_RELEASE)
+	if (call->def->scope == OP_SCOPE_ANY_WORKSPACE)
 	{
-		start_release(call);
+		call->def->start(call);
 		return;
 	}
 	if (refuse_unreachable(call))
@@ -1485,16 +598,10 @@ complete_transfer(WorkerCall *call)
 		finish_token_delivery(call, &resp);
 	else if (step == STEP_KILLING)
 		finish_cancel(call, &resp);
-	else if (call->op == MESH_OP_EXEC)
-		finish_exec(call, &resp);
-	else if (call->op == MESH_OP_READ_FILE)
-		finish_read(call, &resp);
-	else if (call->op == MESH_OP_WRITE_FILE)
-		finish_write(call, &resp);
-	else if (call->op == MESH_OP_RELEASE)
-		finish_release(call, &resp);
+	else
+		call->def->finish(call, &resp);
 	/* a read's reply sends the file from the response body: keep it until the call ends */
-	if (call->op == MESH_OP_READ_FILE && call->step == STEP_FINISHED && call->kept == NULL)
+	if (call->def->reply_sends_body && call->step == STEP_FINISHED && call->kept == NULL)
 		call->kept = done;
 	else
 		mesh_http_free(done);
@@ -1659,7 +766,7 @@ mesh_worker_main(Datum arg)
 	apply_worker_settings();
 
 	worker_cxt = AllocSetContextCreate(TopMemoryContext, "mesh worker", ALLOCSET_DEFAULT_SIZES);
-	install_id = MemoryContextStrdup(worker_cxt,
+	worker_install_id = MemoryContextStrdup(worker_cxt,
 									 psprintf(UINT64_FORMAT, GetSystemIdentifier()));
 	mesh_http_init();
 	recover();
