@@ -1044,7 +1044,7 @@ CREATE TYPE mesh.snapshot_status AS ENUM ('capturing', 'ready', 'retired', 'recl
 -- A project is a key the harness chooses (a repository name, say), never a
 -- path: letters, digits and . _ / @ : + -, no ".." or "//", at most 200.
 CREATE FUNCTION mesh.project_name_valid(p text) RETURNS boolean
-LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog AS $$
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
     SELECT p ~ '^[A-Za-z0-9@][A-Za-z0-9._/@:+-]{0,199}$' AND p !~ '\.\.|//'
 $$;
 
@@ -1084,7 +1084,7 @@ SELECT pg_catalog.pg_extension_config_dump('mesh.snapshots', '');
 
 -- A project name as an error message may show it: no control characters, bounded.
 CREATE FUNCTION mesh.shown_name(p text) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog AS $$
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT regexp_replace(left(p, 64), '[^[:print:]]', '?', 'g') || CASE WHEN length(p) > 64 THEN '...' ELSE '' END
 $$;
 
@@ -1173,8 +1173,8 @@ BEGIN
     UPDATE mesh.workspaces SET snapshot_id = s.id WHERE id = p_workspace_id;
     snapshot_id := s.id;
     external_ref := s.external_ref;
-    notice := format('standing on snapshot %s of project "%s" (%s old, %s in %s files)', s.id, s.project,
-                     date_trunc('second', now() - s.ready_at), pg_size_pretty(s.size_bytes), s.file_count);
+    notice := format('snapshot %s of project "%s": %s in %s files, captured %s ago', s.id, s.project,
+                     pg_size_pretty(s.size_bytes), s.file_count, date_trunc('second', now() - s.ready_at));
 END
 $$;
 
@@ -1373,7 +1373,9 @@ SELECT s.project, s.backend, s.id AS snapshot_id, s.status, (s.status = 'ready')
 ------------------------------------------------------------------------------
 CREATE FUNCTION @extschema@.mesh_acquire(run_id text, agent_id text, actor_id text,
                                          parent_run_id text DEFAULT NULL,
-                                         environment text DEFAULT NULL)
+                                         environment text DEFAULT NULL,
+                                         project text DEFAULT NULL,
+                                         from_snapshot bigint DEFAULT NULL)
 RETURNS mesh.workspaces
     AS 'MODULE_PATHNAME', 'mesh_acquire' LANGUAGE C;
 
@@ -1397,6 +1399,11 @@ CREATE FUNCTION @extschema@.mesh_release(run_id text, reason text DEFAULT NULL)
 RETURNS text
     AS 'MODULE_PATHNAME', 'mesh_release' LANGUAGE C;
 
+-- Capture the run's /workspace as its project's new current snapshot.
+CREATE FUNCTION @extschema@.mesh_snapshot(run_id text)
+RETURNS mesh.snapshots
+    AS 'MODULE_PATHNAME', 'mesh_snapshot' LANGUAGE C;
+
 ------------------------------------------------------------------------------
 -- Privileges: PUBLIC gets nothing; the harness calls the API and reads views;
 -- the admin configures.  Credentials are readable by neither.
@@ -1404,22 +1411,24 @@ RETURNS text
 REVOKE ALL ON ALL TABLES IN SCHEMA mesh FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA mesh FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA mesh FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.mesh_acquire(text, text, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_acquire(text, text, text, text, text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_exec(text, text[], text, bytea, interval, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_read_file(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_release(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_snapshot(text) FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA mesh TO mesh_harness, mesh_admin, mesh_worker;
 -- the workers read and write mesh's rows (no DELETE, no DDL), call its functions
 GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA mesh TO mesh_worker;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA mesh TO mesh_worker;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA mesh TO mesh_worker;
-GRANT EXECUTE ON FUNCTION @extschema@.mesh_acquire(text, text, text, text, text) TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_acquire(text, text, text, text, text, text, bigint) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec(text, text[], text, bytea, interval, jsonb) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_read_file(text, text) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_release(text, text) TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_snapshot(text) TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.live_workspaces, mesh.run_workspaces, mesh.exec_log, mesh.spend_by_run TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION mesh.may_drive(regrole, oid) TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.spend_by_agent, mesh.run_limits, mesh.settings, mesh.run_budgets, mesh.tier_climbs TO mesh_admin;

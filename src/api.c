@@ -2,7 +2,7 @@
  *
  * api.c
  *	  The harness API: mesh_acquire, mesh_exec, mesh_read_file,
- *	  mesh_write_file, mesh_release.
+ *	  mesh_write_file, mesh_release, mesh_snapshot.
  *
  * These run in the caller's backend.  They validate input, hand the request
  * to the run's worker (handoff.c) and wait, cancellably, for the reply.
@@ -47,14 +47,16 @@
 #define MESH_MAX_ARG_BYTES (128 * 1024 - 1)
 #define MESH_MAX_ARGS_TOTAL_BYTES (1024 * 1024)
 
-/* json -> mesh.workspaces, prepared once per session (plancache revalidates it) */
+/* json -> mesh.workspaces and mesh.snapshots, prepared once per session */
 static SPIPlanPtr row_plan = NULL;
+static SPIPlanPtr snapshot_row_plan = NULL;
 
 PG_FUNCTION_INFO_V1(mesh_acquire);
 PG_FUNCTION_INFO_V1(mesh_exec);
 PG_FUNCTION_INFO_V1(mesh_read_file);
 PG_FUNCTION_INFO_V1(mesh_write_file);
 PG_FUNCTION_INFO_V1(mesh_release);
+PG_FUNCTION_INFO_V1(mesh_snapshot);
 
 /* A required argument: NULL is the caller's error, named, with a hint. */
 static void
@@ -162,8 +164,39 @@ bounded_bytea_arg(FunctionCallInfo fcinfo, int argno, const char *name,
 }
 
 /*
+ * A row the worker sent as JSON, as a tuple of TYPE (mesh.workspaces,
+ * mesh.snapshots), in the caller's memory.  One plan per type and session
+ * (plancache revalidates it).
+ */
+static Datum
+row_from_json(const char *row, const char *type, SPIPlanPtr *plan_cache)
+{
+	Datum		args[1];
+	Oid			types[1] = {TEXTOID};
+	Datum		result;
+
+	args[0] = CStringGetTextDatum(row);
+	SPI_connect();
+	if (*plan_cache == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(psprintf("SELECT (pg_catalog.json_populate_record(NULL::%s, $1::json)).*", type),
+									   1, types);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "mesh: could not prepare the %s row conversion", type);
+		*plan_cache = plan;
+	}
+	if (SPI_execute_plan(*plan_cache, args, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "mesh: could not build the %s row", type);
+	result = PointerGetDatum(SPI_returntuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc));
+	SPI_finish();
+	return result;
+}
+
+/*
  * mesh_acquire: declare the run's workspace, and with an environment, what
- * the run may see (its grants).  No backend is called.
+ * the run may see (its grants); with a project or a snapshot, what its
+ * /workspace starts from.  No backend is called.
  */
 Datum
 mesh_acquire(PG_FUNCTION_ARGS)
@@ -173,14 +206,12 @@ mesh_acquire(PG_FUNCTION_ARGS)
 	char	   *actor_id = required_id(fcinfo, 2, "actor_id");
 	char	   *parent = check_id_length(optional_text(fcinfo, 3), "parent_run_id");
 	char	   *environment = check_id_length(optional_text(fcinfo, 4), "environment");
-	json_t	   *req = json_pack("{s:s,s:s,s:s,s:s?,s:s?}", "run_id", run_id, "agent_id", agent_id,
+	char	   *project = check_id_length(optional_text(fcinfo, 5), "project");
+	json_t	   *req = json_pack("{s:s,s:s,s:s,s:s?,s:s?,s:s?}", "run_id", run_id, "agent_id", agent_id,
 								"actor_id", actor_id, "parent_run_id", parent,
-								"environment", environment);
+								"environment", environment, "project", project);
 	MeshReply	reply;
-	const char *row;
-	Datum		args[1];
-	Oid			types[1] = {TEXTOID};
-	HeapTuple	tuple;
+	Datum		result;
 
 	if (parent && strcmp(parent, run_id) == 0)
 		ereport(ERROR,
@@ -188,31 +219,13 @@ mesh_acquire(PG_FUNCTION_ARGS)
 				 errmsg("a run cannot be its own parent"),
 				 errhint("Leave parent_run_id NULL for a top-level run.")));
 
+	if (!PG_ARGISNULL(6))
+		json_object_set_new(req, "from_snapshot", json_integer(PG_GETARG_INT64(6)));
 	mesh_call(MESH_OP_ACQUIRE, run_id, req, NULL, 0, &reply);
-	row = json_string_value(json_object_get(reply.doc, "row"));
-
-	/* the worker sends the row as JSON; turn it into mesh.workspaces */
-	args[0] = CStringGetTextDatum(row);
-	SPI_connect();
-	if (row_plan == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare("SELECT (pg_catalog.json_populate_record(NULL::mesh.workspaces, $1::json)).*",
-									   1, types);
-
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "mesh: could not prepare the workspace row conversion");
-		row_plan = plan;
-	}
-	if (SPI_execute_plan(row_plan, args, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "mesh: could not build the workspace row");
-	tuple = SPI_tuptable->vals[0];
+	result = row_from_json(json_string_value(json_object_get(reply.doc, "row")), "mesh.workspaces",
+						   &row_plan);
 	json_decref(reply.doc);
-	{
-		Datum		result = PointerGetDatum(SPI_returntuple(tuple, SPI_tuptable->tupdesc));
-
-		SPI_finish();
-		PG_RETURN_DATUM(result);
-	}
+	PG_RETURN_DATUM(result);
 }
 
 /* argv: a one-dimensional, non-empty text array without NULLs. */
@@ -511,4 +524,23 @@ mesh_release(PG_FUNCTION_ARGS)
 	outcome = cstring_to_text(json_string_value(json_object_get(reply.doc, "outcome")));
 	json_decref(reply.doc);
 	PG_RETURN_TEXT_P(outcome);
+}
+
+/*
+ * mesh_snapshot: capture the run's /workspace as its project's new current
+ * snapshot, while the run keeps working; returns the ready row.
+ */
+Datum
+mesh_snapshot(PG_FUNCTION_ARGS)
+{
+	char	   *run_id = required_id(fcinfo, 0, "run_id");
+	json_t	   *req = json_pack("{s:s}", "run_id", run_id);
+	MeshReply	reply;
+	Datum		result;
+
+	mesh_call(MESH_OP_SNAPSHOT, run_id, req, NULL, 0, &reply);
+	result = row_from_json(json_string_value(json_object_get(reply.doc, "row")), "mesh.snapshots",
+						   &snapshot_row_plan);
+	json_decref(reply.doc);
+	PG_RETURN_DATUM(result);
 }

@@ -41,6 +41,7 @@ typedef enum MeshOp
 	MESH_OP_READ_FILE,
 	MESH_OP_WRITE_FILE,
 	MESH_OP_RELEASE,
+	MESH_OP_SNAPSHOT,			/* capture the run's /workspace (mesh_snapshot) */
 	MESH_OP_SWEEP				/* to the reaper: sweep now, reply with what it did */
 } MeshOp;
 

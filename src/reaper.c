@@ -570,6 +570,159 @@ reconcile_all(json_t *rows, TimestampTz deadline)
 }
 
 /*--------------------------------------------------------------------------
+ * 4. Snapshots: reclaim retired ones, reconcile each backend's own list
+ *--------------------------------------------------------------------------
+ */
+static const char reclaimable_sql[] =
+"SELECT s.id::text, s.external_ref FROM mesh.snapshot_reclaimable($1, 100) s";
+
+static const char reclaimed_sql[] = "SELECT mesh.snapshot_reclaimed($1::bigint)";
+
+/* A capture whose row is older than this and that the backend does not know was interrupted. */
+static const char snapshot_reconcile_sql[] =
+"SELECT r.action, r.external_ref, r.snapshot_id::text "
+"  FROM mesh.snapshot_reconcile($1, $2::jsonb, interval '1 minute') r";
+
+typedef struct SnapshotListOut
+{
+	MeshSnapshotInfo **items;
+	int		   *nitems;
+} SnapshotListOut;
+
+static MeshStepResult
+snapshot_list_parser(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					 void *out, MeshError *err)
+{
+	SnapshotListOut *l = (SnapshotListOut *) out;
+
+	return be->driver->snapshot_list_response(be, st, resp, l->items, l->nitems, err);
+}
+
+static MeshStepResult
+snapshot_delete_parser(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					   void *out, MeshError *err)
+{
+	return be->driver->snapshot_delete_response(be, st, resp, err);
+}
+
+/* Deletes snapshot REF on its backend; NULL when it is gone, else why not. */
+static const char *
+delete_snapshot(const MeshBackend *be, const char *ref, TimestampTz until)
+{
+	MeshHttpRequest req;
+	MeshOpState st = {0};
+	MeshError	merr = {0};
+
+	be->driver->snapshot_delete_request(be, &st, ref, &req);
+	return run_steps(be, &st, &req, until, snapshot_delete_parser, NULL, &merr) ? NULL : merr.message;
+}
+
+/* Retired snapshots no live workspace stands on: deleted on the backend, marked reclaimed. */
+static void
+reclaim_snapshots(json_t *rows, const MeshBackend *be, TimestampTz until)
+{
+	ListCell   *lc;
+	const char *name = be->name;
+
+	foreach(lc, reaper_query(reclaimable_sql, 1, &name, 2))
+	{
+		char	  **row = lfirst(lc);
+		const char *failed = GetCurrentTimestamp() >= until ? "the sweep's time is up"
+			: row[1] ? delete_snapshot(be, row[1], until) : NULL;
+
+		if (failed)
+		{
+			note(rows, "snapshot_reclaim_failed", NULL, be->name,
+				 psprintf("snapshot %s: %s; retried at the next sweep", row[0], failed));
+			continue;
+		}
+		(void) reaper_query(reclaimed_sql, 1, (const char **) &row[0], 1);
+		note(rows, "snapshot_reclaimed", NULL, be->name, psprintf("snapshot %s", row[0]));
+	}
+}
+
+/*
+ * The backend's list against the rows: rows whose snapshot vanished and
+ * interrupted captures are failed; a snapshot no row explains is deleted
+ * and logged.
+ */
+static void
+reconcile_snapshots(json_t *rows, const MeshBackend *be, TimestampTz until)
+{
+	MeshHttpRequest req;
+	MeshOpState st = {0};
+	MeshSnapshotInfo *items = NULL;
+	int			nitems = 0;
+	SnapshotListOut list_out = {&items, &nitems};
+	MeshError	merr = {0};
+	json_t	   *listed = json_array();
+	char	   *text;
+	const char *args[2];
+	ListCell   *lc;
+
+	be->driver->snapshot_list_request(be, &st, install_id, &req);
+	if (!run_steps(be, &st, &req, until, snapshot_list_parser, &list_out, &merr))
+	{
+		note(rows, "backend_unreachable", NULL, be->name,
+			 psprintf("%s; its snapshots are reconciled at a later sweep", merr.message));
+		json_decref(listed);
+		return;
+	}
+	for (int i = 0; i < nitems; i++)
+		json_array_append_new(listed, json_pack("{s:s,s:s}", "ref", items[i].ref, "state",
+												items[i].ready ? "ready" : "capturing"));
+	text = json_dumps(listed, JSON_COMPACT);
+	json_decref(listed);
+	args[0] = be->name;
+	args[1] = pstrdup(text);
+	free(text);
+	foreach(lc, reaper_query(snapshot_reconcile_sql, 2, args, 3))
+	{
+		char	  **row = lfirst(lc);
+		const char *failed;
+
+		if (strcmp(row[0], "failed") == 0)
+		{
+			note(rows, "snapshot_failed", NULL, be->name,
+				 psprintf("snapshot %s (%s): the backend does not have it", row[2],
+						  row[1] ? row[1] : "no reference"));
+			continue;
+		}
+		failed = GetCurrentTimestamp() < until ? delete_snapshot(be, row[1], until)
+			: "the sweep's time is up";
+		ereport(LOG, (errmsg("mesh reaper: deleting snapshot %s on backend \"%s\", which no row explains: %s",
+							 row[1], be->name, failed ? failed : "deleted")));
+		note(rows, failed ? "orphan_snapshot_kept" : "orphan_snapshot_deleted", NULL, be->name,
+			 failed ? psprintf("%s: %s", row[1], failed) : row[1]);
+	}
+}
+
+/* Every backend whose driver keeps snapshots, each with its fair share of the time left. */
+static void
+sweep_snapshots(json_t *rows, TimestampTz deadline)
+{
+	List	   *backends = reaper_query(backends_sql, 0, NULL, 4);
+
+	for (int i = 0; i < list_length(backends); i++)
+	{
+		char	  **entry = list_nth(backends, i);
+		TimestampTz until = fair_share(deadline, list_length(backends) - i);
+		MeshBackend be;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!mesh_backend_make(entry[0], entry[1], entry[2], entry[3], &be))
+			continue;
+		if (be.driver->snapshot_list_request != NULL &&
+			!(be.driver->needs_credential(be.config) && be.credential == NULL))
+		{
+			reclaim_snapshots(rows, &be, until);
+			reconcile_snapshots(rows, &be, until);
+		}
+		json_decref(be.config);
+	}
+}
+
+/*--------------------------------------------------------------------------
  * The sweep
  *--------------------------------------------------------------------------
  */
@@ -597,7 +750,10 @@ sweep(json_t *rows)
 		fail_lost_execs(rows);
 		release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													  (deadline - GetCurrentTimestamp()) / 2000));
-		reconcile_all(rows, deadline);
+		/* two thirds of what is left for the workspaces, the rest for the snapshots */
+		reconcile_all(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														(deadline - GetCurrentTimestamp()) / 1500));
+		sweep_snapshots(rows, deadline);
 	}
 	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(old);

@@ -47,19 +47,23 @@ int64_text(int64 v)
  */
 typedef struct DeclareArgs
 {
-	const char *args[6];
+	const char *args[8];
 	char	   *row_json;
 } DeclareArgs;
 
+/* project and from_snapshot are checked by mesh.snapshot_declare (it raises) */
 static const char declare_insert_sql[] =
-"INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, parent_run_id, environment, owner_role) "
-"VALUES ($1, $2, $3, $4, $5, $6::oid::regrole) ON CONFLICT (run_id) DO NOTHING "
+"INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, parent_run_id, environment, owner_role, "
+"                             project, from_snapshot) "
+"SELECT $1, $2, $3, $4, $5, $6::oid::regrole, mesh.snapshot_declare($7, $8::bigint), $8::bigint "
+"ON CONFLICT (run_id) DO NOTHING "
 "RETURNING pg_catalog.row_to_json(workspaces)::text";
 
 static const char declare_existing_sql[] =
 "SELECT pg_catalog.row_to_json(w)::text, agent_id, created_by_actor_id, coalesce(parent_run_id, '(none)'), "
 "       agent_id = $2 AND created_by_actor_id = $3 AND parent_run_id IS NOT DISTINCT FROM $4 "
-"       AND environment IS NOT DISTINCT FROM $5, coalesce(environment, '(none)'), "
+"       AND environment IS NOT DISTINCT FROM $5 AND from_snapshot IS NOT DISTINCT FROM $8::bigint "
+"       AND ($7 IS NULL OR project = $7), coalesce(environment, '(none)'), "
 "       mesh.may_drive(owner_role, $6::oid) "
 "  FROM mesh.workspaces w WHERE run_id = $1";
 
@@ -107,14 +111,14 @@ declare_body(void *arg)
 {
 	DeclareArgs *a = (DeclareArgs *) arg;
 
-	if (mesh_sql(declare_insert_sql, 6, a->args) == 1)
+	if (mesh_sql(declare_insert_sql, 8, a->args) == 1)
 	{
 		a->row_json = mesh_sql_value(0, 1);
 		if (a->args[4])
 			declare_grants(a);
 		return;
 	}
-	mesh_sql(declare_existing_sql, 6, a->args);
+	mesh_sql(declare_existing_sql, 8, a->args);
 	if (strcmp(mesh_sql_value(0, 7), "t") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
@@ -123,7 +127,7 @@ declare_body(void *arg)
 	if (strcmp(mesh_sql_value(0, 5), "t") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
-				 errmsg("run \"%s\" is already declared with a different agent, actor, parent or environment",
+				 errmsg("run \"%s\" is already declared with a different agent, actor, parent, environment, project or snapshot",
 						a->args[0]),
 				 errdetail("It was declared by agent \"%s\" for actor \"%s\" with parent run %s and environment %s.",
 						   mesh_sql_value(0, 2), mesh_sql_value(0, 3), mesh_sql_value(0, 4), mesh_sql_value(0, 6)),
@@ -134,9 +138,10 @@ declare_body(void *arg)
 bool
 store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 			  const char *parent_run_id, const char *environment, const char *owner_role,
-			  char **row_json, ErrorData **err)
+			  const char *project, const char *from_snapshot, char **row_json, ErrorData **err)
 {
-	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id, environment, owner_role}, NULL};
+	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id, environment, owner_role, project,
+	from_snapshot}, NULL};
 
 	/* with grants the declaration is more than intent: commit it durably */
 	if (!mesh_txn("mesh worker: declare run", declare_body, &a, environment == NULL, err))
@@ -411,6 +416,8 @@ materialize_body(void *arg)
 		mesh_sql(egress_sql, 2, eargs);
 		ws->egress = mesh_sql_value(0, 1);
 	}
+	/* the snapshot it starts from, or why none (it raises for one that cannot be used) */
+	store_snapshot_choose(ws, caps.snapshot);
 	{
 		const char *args[6] = {int64_text(ws->id), ws->backend_kind, ws->external_ref,
 		ws->size, ws->capabilities, ws->egress};

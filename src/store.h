@@ -32,6 +32,9 @@ typedef struct MeshWorkspace
 	char	   *size;
 	char	   *capabilities;	/* JSON text or NULL */
 	char	   *egress;			/* network policy captured at creation: JSON text or NULL */
+	/* set at materialization (store_snapshot_choose): what /workspace starts from */
+	char	   *snapshot_ref;	/* the snapshot's external_ref; NULL: empty */
+	char	   *snapshot_notice;	/* which snapshot, or why none, for the set-up NOTICE */
 	char	   *release_outcome;
 	double		compute_seconds;	/* charged so far */
 	double		budget_seconds;	/* max compute-seconds in force; < 0: none */
@@ -59,7 +62,8 @@ extern char *mesh_sanitize_text(const char *data, size_t len);
 
 extern bool store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 						  const char *parent_run_id, const char *environment,
-						  const char *owner_role, char **row_json, ErrorData **err);
+						  const char *owner_role, const char *project,
+						  const char *from_snapshot, char **row_json, ErrorData **err);
 extern bool store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, ErrorData **err);
 extern bool store_begin_materialize(MeshWorkspace *ws, const char *install_id, ErrorData **err);
 extern bool store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, ErrorData **err);
@@ -97,5 +101,13 @@ typedef struct MeshInterruptedExec
 
 extern bool store_recover_after_restart(int worker_index, int nworkers, List **interrupted,
 										ErrorData **err);
+
+/* store_snapshot.c: project-state snapshots */
+extern void store_snapshot_choose(MeshWorkspace *ws, bool can_snapshot);
+extern bool store_snapshot_ref_of(MeshWorkspace *ws, ErrorData **err);
+extern bool store_snapshot_begin(MeshWorkspace *ws, const MeshBackend *be, const char *install_id,
+								 int64 *snapshot_id, char **snap_ref, ErrorData **err);
+extern bool store_snapshot_finish(int64 snapshot_id, const MeshSnapshotInfo *info,
+								  const char *reason, char **row_json, ErrorData **err);
 
 #endif							/* MESH_STORE_H */

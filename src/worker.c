@@ -81,6 +81,8 @@ static const WorkerOpDef op_defs[] = {
 	worker_small_response_limit, false},
 	[MESH_OP_RELEASE] = {"the release", OP_SCOPE_ANY_WORKSPACE, start_release, finish_release,
 	worker_small_response_limit, false},
+	[MESH_OP_SNAPSHOT] = {"the snapshot", OP_SCOPE_ANY_WORKSPACE, start_snapshot, finish_snapshot,
+	worker_small_response_limit, false},
 };
 
 /* The definition of an operation a worker performs; NULL for any other. */

@@ -5,7 +5,7 @@
  *
  * worker.c takes calls, runs the loop and sends replies; each operation
  * lives in a file of its own (worker_acquire.c, worker_exec.c,
- * worker_files.c, worker_release.c) and is described here by a WorkerOpDef:
+ * worker_files.c, worker_release.c, worker_snapshot.c) and is described here by a WorkerOpDef:
  * how it starts, how its response is finished, and how large a response it
  * accepts.  Only the worker process includes this header.
  *
@@ -69,6 +69,7 @@ typedef struct WorkerCall
 	List	   *delivered;		/* secrets delivered into this exec's environment */
 	char	   *secret_body;	/* a request body holding a secret, wiped once sent */
 	bool		woke_once;		/* already woke a stopped workspace for this call */
+	int64		snapshot_id;	/* the capture in flight (mesh_snapshot) */
 } WorkerCall;
 
 /* What the worker needs to know about an operation, whichever it is. */
@@ -142,6 +143,10 @@ extern void finish_read(WorkerCall *call, const MeshHttpResponse *resp);
 extern size_t read_response_limit(WorkerCall *call);
 extern void start_write(WorkerCall *call);
 extern void finish_write(WorkerCall *call, const MeshHttpResponse *resp);
+
+/* worker_snapshot.c: capture a run's /workspace (mesh_snapshot) */
+extern void start_snapshot(WorkerCall *call);
+extern void finish_snapshot(WorkerCall *call, const MeshHttpResponse *resp);
 
 /* worker_release.c: release, the caller's and the worker's own */
 extern void start_release(WorkerCall *call);

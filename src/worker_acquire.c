@@ -25,13 +25,18 @@ run_declare(WorkerCall *call)
 {
 	char	   *row_json;
 	ErrorData  *err;
+	json_t	   *from_snapshot = json_object_get(call->req, "from_snapshot");
 
 	if (!store_declare(call->run_id,
 					   json_string_value(json_object_get(call->req, "agent_id")),
 					   json_string_value(json_object_get(call->req, "actor_id")),
 					   json_string_value(json_object_get(call->req, "parent_run_id")),
 					   json_string_value(json_object_get(call->req, "environment")),
-					   caller_role(call), &row_json, &err))
+					   caller_role(call),
+					   json_string_value(json_object_get(call->req, "project")),
+					   json_is_integer(from_snapshot)
+					   ? psprintf("%lld", (long long) json_integer_value(from_snapshot)) : NULL,
+					   &row_json, &err))
 		reply_txn_error(call, err);
 	else
 		reply_ok(call, json_pack("{s:s}", "row", row_json), NULL, 0);
@@ -51,6 +56,8 @@ start_acquire(WorkerCall *call)
 	st = begin_op(call);
 	/* the creation-time policy, also on a wake: policy changes never retrofit */
 	st->egress = call->ws.egress;
+	/* what a new workspace's /workspace starts from (a wake keeps its own) */
+	st->snapshot = call->ws.snapshot_ref;
 	call->be.driver->acquire_request(&call->be, st, call->ws.external_ref, size,
 									 worker_install_id, &req);
 	start_transfer(call, &req, 1024 * 1024);
@@ -88,10 +95,9 @@ begin_materialize(WorkerCall *call)
 		}
 		queue_message(call,
 					  json_pack("{s:s}", "notice",
-								psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"%s; the first call takes a moment",
+								psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\" (%s); the first call takes a moment",
 										 call->run_id, call->ws.backend_kind,
-										 workspace_has_capability(call, "snapshot") ? ""
-										 : " (no snapshot capability: it starts empty)")),
+										 call->ws.snapshot_notice)),
 					  NULL, 0);
 	}
 	else if (strcmp(call->ws.status, "pending") == 0)
@@ -113,7 +119,12 @@ begin_materialize(WorkerCall *call)
 										 call->run_id, call->ws.backend_kind)),
 					  NULL, 0);
 	}
-	/* else: acquiring left over from a crash: the same idempotent acquire */
+	/* else: acquiring left over from a crash: the same idempotent acquire, on the same snapshot */
+	else if (!store_snapshot_ref_of(&call->ws, &err))
+	{
+		reply_txn_error(call, err);
+		return;
+	}
 	start_acquire(call);
 }
 

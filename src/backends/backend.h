@@ -166,6 +166,15 @@ typedef struct MeshListedWorkspace
 	bool		running;
 } MeshListedWorkspace;
 
+/* A snapshot as its capture or the backend's list reports it. */
+typedef struct MeshSnapshotInfo
+{
+	char	   *ref;
+	bool		ready;			/* false: still being captured */
+	int64_t		size_bytes;
+	int64_t		file_count;
+} MeshSnapshotInfo;
+
 /*
  * How a response parser ends a step.  MESH_STEP_NEXT: the operation needs
  * another request, which the parser put in st->next; the worker performs it
@@ -193,6 +202,12 @@ typedef struct MeshOpState
 	 * NULL for rows recorded before policies existed (network "none").
 	 */
 	const char *egress;
+	/*
+	 * Set by the worker before acquire_request: the snapshot a new workspace
+	 * starts from (its external_ref in mesh.snapshots); NULL: an empty
+	 * /workspace.  Creation-time, like the network: a wake keeps the view.
+	 */
+	const char *snapshot;
 } MeshOpState;
 
 typedef struct MeshDriver
@@ -259,6 +274,35 @@ typedef struct MeshDriver
 	MeshStepResult (*list_response) (const MeshBackend *be, MeshOpState *st,
 									 const MeshHttpResponse *resp,
 									 MeshListedWorkspace **items, int *nitems, MeshError *err);
+
+	/*
+	 * Project-state snapshots: only drivers whose backends may declare the
+	 * "snapshot" capability set these; the others leave them NULL.  A
+	 * snapshot holds a workspace's /workspace, never its base image.
+	 * snapshot_ref: the opaque name of a new snapshot, decided before the
+	 * backend is called (recorded first).  capture: workspace REF's
+	 * /workspace as snapshot SNAP_REF while the run keeps working.  delete:
+	 * a snapshot that is already gone is success.  list: this install's
+	 * snapshots on this backend, for reconciliation.
+	 */
+	char	   *(*snapshot_ref) (const MeshBackend *be, const char *install_id,
+								 int64_t snapshot_id);
+	void		(*snapshot_capture_request) (const MeshBackend *be, MeshOpState *st,
+											 const char *snap_ref, const char *ref,
+											 const char *install_id, MeshHttpRequest *req);
+	MeshStepResult (*snapshot_capture_response) (const MeshBackend *be, MeshOpState *st,
+												 const MeshHttpResponse *resp,
+												 MeshSnapshotInfo *info, MeshError *err);
+	void		(*snapshot_delete_request) (const MeshBackend *be, MeshOpState *st,
+											const char *snap_ref, MeshHttpRequest *req);
+	MeshStepResult (*snapshot_delete_response) (const MeshBackend *be, MeshOpState *st,
+												const MeshHttpResponse *resp, MeshError *err);
+	void		(*snapshot_list_request) (const MeshBackend *be, MeshOpState *st,
+										  const char *install_id, MeshHttpRequest *req);
+	MeshStepResult (*snapshot_list_response) (const MeshBackend *be, MeshOpState *st,
+											  const MeshHttpResponse *resp,
+											  MeshSnapshotInfo **items, int *nitems,
+											  MeshError *err);
 } MeshDriver;
 
 /* src/backends/registry.c */

@@ -81,6 +81,20 @@ sandboxd_needs_credential(json_t *config)
  * wrong declaration fails closed.  Config "egress_control": false declares
  * an older or incapable daemon.
  */
+/*
+ * Snapshots are declared unless the config says "snapshot": false: a daemon
+ * on a kernel without unprivileged overlay layers by descriptor (before 6.13)
+ * reports snapshot false, and its backend entry must say so, since the
+ * decision to stand on a snapshot is made before the daemon is asked.
+ */
+static bool
+snapshot_declared(const MeshBackend *be)
+{
+	json_t	   *snapshot = be->config ? json_object_get(be->config, "snapshot") : NULL;
+
+	return snapshot == NULL || json_is_true(snapshot);
+}
+
 static void
 sandboxd_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 {
@@ -91,6 +105,7 @@ sandboxd_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	caps->hibernate = true;
 	caps->caller_chosen_id = true;
 	caps->egress_control = egress == NULL || json_is_true(egress);
+	caps->snapshot = snapshot_declared(be);
 }
 
 static char *
@@ -183,6 +198,8 @@ sandboxd_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref
 
 	sandboxd_begin(be, req, "PUT", psprintf("/v1/workspaces/%s", ref));
 	set_network(body, st->egress);
+	if (st->snapshot)
+		json_object_set_new(body, "snapshot", json_string(st->snapshot));
 	mesh_http_json_body(req, body);
 }
 
@@ -516,6 +533,147 @@ sandboxd_list_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	return MESH_STEP_DONE;
 }
 
+/* Snapshot names: the install id keeps installs apart, like workspaces'. */
+static char *
+sandboxd_snapshot_ref(const MeshBackend *be, const char *install_id, int64_t snapshot_id)
+{
+	return psprintf("mesh-%s-snap-%lld", install_id, (long long) snapshot_id);
+}
+
+static void
+sandboxd_snapshot_capture_request(const MeshBackend *be, MeshOpState *st, const char *snap_ref,
+								  const char *ref, const char *install_id, MeshHttpRequest *req)
+{
+	json_t	   *body = json_pack("{s:s,s:{s:s,s:s}}", "workspace", ref, "labels",
+								 "mesh.install", install_id, "mesh.backend", be->name);
+
+	sandboxd_begin(be, req, "PUT", psprintf("/v1/snapshots/%s", snap_ref));
+	mesh_http_json_body(req, body);
+}
+
+/* One snapshot object of the daemon: its id, whether it is ready, its size. */
+static bool
+snapshot_from_json(json_t *entry, MeshSnapshotInfo *info)
+{
+	const char *id = json_string_value(json_object_get(entry, "id"));
+	const char *state = json_string_value(json_object_get(entry, "state"));
+	json_t	   *bytes = json_object_get(entry, "bytes");
+	json_t	   *files = json_object_get(entry, "files");
+
+	if (id == NULL || state == NULL)
+		return false;
+	info->ref = pstrdup(id);
+	info->ready = strcmp(state, "ready") == 0;
+	info->size_bytes = json_is_integer(bytes) && json_integer_value(bytes) >= 0
+		? json_integer_value(bytes) : 0;
+	info->file_count = json_is_integer(files) && json_integer_value(files) >= 0
+		? json_integer_value(files) : 0;
+	return true;
+}
+
+static MeshStepResult
+sandboxd_snapshot_capture_response(const MeshBackend *be, MeshOpState *st,
+								   const MeshHttpResponse *resp, MeshSnapshotInfo *info,
+								   MeshError *err)
+{
+	json_t	   *doc;
+	bool		ok;
+
+	if (!mesh_http_error_from_json(resp, be->name, err))
+		return MESH_STEP_FAILED;
+	doc = parse_body(resp, be, err);
+	if (doc == NULL)
+		return MESH_STEP_FAILED;
+	ok = snapshot_from_json(doc, info) && info->ready;
+	/* the worker never repeats a capture: an existing one is not this capture's */
+	if (ok && !json_is_true(json_object_get(doc, "captured")))
+	{
+		json_decref(doc);
+		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
+					   "backend \"%s\" already has a snapshot named \"%s\" that this capture did not make (left by an earlier installation?); the reaper deletes it once no row explains it",
+					   be->name, info->ref);
+		return MESH_STEP_FAILED;
+	}
+	json_decref(doc);
+	if (!ok)
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" answered a capture without a ready snapshot", be->name);
+	return mesh_step(ok);
+}
+
+static void
+sandboxd_snapshot_delete_request(const MeshBackend *be, MeshOpState *st, const char *snap_ref,
+								 MeshHttpRequest *req)
+{
+	sandboxd_begin(be, req, "DELETE", psprintf("/v1/snapshots/%s", snap_ref));
+}
+
+/* A snapshot that is already gone counts as deleted. */
+static MeshStepResult
+sandboxd_snapshot_delete_response(const MeshBackend *be, MeshOpState *st,
+								  const MeshHttpResponse *resp, MeshError *err)
+{
+	if (resp->transport_error == NULL && resp->status == 404)
+		return MESH_STEP_DONE;
+	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
+}
+
+static void
+sandboxd_snapshot_list_request(const MeshBackend *be, MeshOpState *st, const char *install_id,
+							   MeshHttpRequest *req)
+{
+	sandboxd_begin(be, req, "GET", "/v1/snapshots");
+	st->data = pstrdup(install_id);	/* the parser keeps this install's only */
+}
+
+/*
+ * This backend's snapshots of this install (labels mesh.install and
+ * mesh.backend: two catalog entries on one daemon never take each other's
+ * for strays), and every capture in flight (listed without labels: never
+ * taken for vanished).
+ */
+static MeshStepResult
+sandboxd_snapshot_list_response(const MeshBackend *be, MeshOpState *st,
+								const MeshHttpResponse *resp, MeshSnapshotInfo **items,
+								int *nitems, MeshError *err)
+{
+	json_t	   *doc;
+	json_t	   *list;
+	size_t		i;
+	json_t	   *entry;
+
+	if (!mesh_http_error_from_json(resp, be->name, err))
+		return MESH_STEP_FAILED;
+	doc = parse_body(resp, be, err);
+	if (doc == NULL)
+		return MESH_STEP_FAILED;
+	list = json_object_get(doc, "snapshots");
+	if (!json_is_array(list))
+	{
+		json_decref(doc);
+		mesh_error_set(err, MESH_FAIL_PROTOCOL, "backend \"%s\" answered a list without snapshots",
+					   be->name);
+		return MESH_STEP_FAILED;
+	}
+	*items = palloc0(sizeof(MeshSnapshotInfo) * (json_array_size(list) + 1));
+	*nitems = 0;
+	json_array_foreach(list, i, entry)
+	{
+		json_t	   *labels = json_object_get(entry, "labels");
+		const char *install = json_string_value(json_object_get(labels, "mesh.install"));
+		const char *backend = json_string_value(json_object_get(labels, "mesh.backend"));
+		bool		ours = install && backend && strcmp(install, (const char *) st->data) == 0 &&
+			strcmp(backend, be->name) == 0;
+		const char *state = json_string_value(json_object_get(entry, "state"));
+
+		if ((ours || (state && strcmp(state, "capturing") == 0)) &&
+			snapshot_from_json(entry, &(*items)[*nitems]))
+			(*nitems)++;
+	}
+	json_decref(doc);
+	return MESH_STEP_DONE;
+}
+
 const MeshDriver mesh_sandboxd_driver = {
 	.name = "sandboxd",
 	.validate_config = sandboxd_validate_config,
@@ -536,4 +694,11 @@ const MeshDriver mesh_sandboxd_driver = {
 	.release_response = sandboxd_release_response,
 	.list_request = sandboxd_list_request,
 	.list_response = sandboxd_list_response,
+	.snapshot_ref = sandboxd_snapshot_ref,
+	.snapshot_capture_request = sandboxd_snapshot_capture_request,
+	.snapshot_capture_response = sandboxd_snapshot_capture_response,
+	.snapshot_delete_request = sandboxd_snapshot_delete_request,
+	.snapshot_delete_response = sandboxd_snapshot_delete_response,
+	.snapshot_list_request = sandboxd_snapshot_list_request,
+	.snapshot_list_response = sandboxd_snapshot_list_response,
 };

@@ -61,7 +61,7 @@ INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, status, proj
 VALUES ('snap-run-e', 'ag', 'bob', 'acquiring', 'github.com/org/repo', (SELECT id FROM s2)),
        ('snap-run-f', 'ag', 'bob', 'acquiring', 'github.com/org/repo', (SELECT id FROM s1));
 SELECT matches((mesh.snapshot_choose((SELECT id FROM mesh.workspaces WHERE run_id = 'snap-run-b'), 'snap-a', true)).notice,
-               '^standing on snapshot [0-9]+ of project "github.com/org/repo" \(.* old, 2000 bytes in 20 files\)$', 'a project run stands on its current snapshot (the notice says which, its age and size)');
+               '^snapshot [0-9]+ of project "github.com/org/repo": 2000 bytes in 20 files, captured [0-9:]+ ago$', 'a project run stands on its current snapshot (the notice says which, its age and size)');
 SELECT is((SELECT snapshot_id FROM mesh.workspaces WHERE run_id = 'snap-run-b'), (SELECT id FROM s2), 'and its row records it');
 SELECT is((mesh.snapshot_choose((SELECT id FROM mesh.workspaces WHERE run_id = 'snap-run-c'), 'snap-a', true)).notice,
           'no snapshot yet for project "never-captured": it starts empty', 'a project without a snapshot starts empty, and says so');
