@@ -33,6 +33,7 @@ sandboxd_validate_config(json_t *config)
 	json_t	   *release = json_object_get(config, "release");
 	json_t	   *timeout = json_object_get(config, "request_timeout_ms");
 	json_t	   *egress = json_object_get(config, "egress_control");
+	json_t	   *snapshot = json_object_get(config, "snapshot");
 	const char *key;
 	json_t	   *value;
 	int			endpoints = (socket != NULL) + (url != NULL) + (embedded != NULL);
@@ -41,8 +42,9 @@ sandboxd_validate_config(json_t *config)
 	{
 		if (strcmp(key, "socket") != 0 && strcmp(key, "url") != 0 &&
 			strcmp(key, "embedded") != 0 && strcmp(key, "release") != 0 &&
-			strcmp(key, "request_timeout_ms") != 0 && strcmp(key, "egress_control") != 0)
-			return psprintf("%s: unknown field (expected socket, url, embedded, release, request_timeout_ms, egress_control)", key);
+			strcmp(key, "request_timeout_ms") != 0 && strcmp(key, "egress_control") != 0 &&
+			strcmp(key, "snapshot") != 0)
+			return psprintf("%s: unknown field (expected socket, url, embedded, release, request_timeout_ms, egress_control, snapshot)", key);
 	}
 	if (endpoints != 1)
 		return "socket/url/embedded: exactly one of them must be given";
@@ -64,6 +66,8 @@ sandboxd_validate_config(json_t *config)
 		return "request_timeout_ms: must be an integer of at least 100";
 	if (egress && !json_is_boolean(egress))
 		return "egress_control: must be true or false";
+	if (snapshot && !json_is_boolean(snapshot))
+		return "snapshot: must be true or false";
 	return NULL;
 }
 
@@ -74,18 +78,11 @@ sandboxd_needs_credential(json_t *config)
 }
 
 /*
- * What the protocol promises everywhere; acquire refines it from the host.
- * egress_control is declared (the network policy is decided before the
- * daemon is asked): daemons of this protocol enforce it, and a daemon that
- * cannot refuses network "open"/"allowlist" with egress_unsupported, so a
- * wrong declaration fails closed.  Config "egress_control": false declares
- * an older or incapable daemon.
- */
-/*
  * Snapshots are declared unless the config says "snapshot": false: a daemon
  * on a kernel without unprivileged overlay layers by descriptor (before 6.13)
  * reports snapshot false, and its backend entry must say so, since the
- * decision to stand on a snapshot is made before the daemon is asked.
+ * decision to stand on a snapshot is made before the daemon is asked (a
+ * wrong declaration fails closed: such a daemon refuses the acquire).
  */
 static bool
 snapshot_declared(const MeshBackend *be)
@@ -95,6 +92,14 @@ snapshot_declared(const MeshBackend *be)
 	return snapshot == NULL || json_is_true(snapshot);
 }
 
+/*
+ * What the protocol promises everywhere; acquire refines it from the host.
+ * egress_control is declared (the network policy is decided before the
+ * daemon is asked): daemons of this protocol enforce it, and a daemon that
+ * cannot refuses network "open"/"allowlist" with egress_unsupported, so a
+ * wrong declaration fails closed.  Config "egress_control": false declares
+ * an older or incapable daemon.
+ */
 static void
 sandboxd_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 {
@@ -238,6 +243,8 @@ sandboxd_acquire_response(const MeshBackend *be, MeshOpState *st, const MeshHttp
 		return MESH_STEP_FAILED;
 	sandboxd_declared_capabilities(be, caps);
 	refine_capabilities(json_object_get(doc, "capabilities"), caps);
+	/* a backend declared without snapshots never stands a run on one: keep it so */
+	caps->snapshot = caps->snapshot && snapshot_declared(be);
 	/* a daemon without egress_control either refused or was sent "none" */
 	json_decref(doc);
 	return MESH_STEP_DONE;
