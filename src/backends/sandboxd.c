@@ -540,6 +540,9 @@ sandboxd_list_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	return MESH_STEP_DONE;
 }
 
+/* The transport deadline of a capture: 1 GB of small files copies in about a minute here. */
+#define SANDBOXD_CAPTURE_TIMEOUT_MS (30L * 60 * 1000)
+
 /* Snapshot names: the install id keeps installs apart, like workspaces'. */
 static char *
 sandboxd_snapshot_ref(const MeshBackend *be, const char *install_id, int64_t snapshot_id)
@@ -555,6 +558,8 @@ sandboxd_snapshot_capture_request(const MeshBackend *be, MeshOpState *st, const 
 								 "mesh.install", install_id, "mesh.backend", be->name);
 
 	sandboxd_begin(be, req, "PUT", psprintf("/v1/snapshots/%s", snap_ref));
+	/* a copy: its time grows with the tree, like an exec's with its timeout */
+	req->timeout_ms = Max(req->timeout_ms, SANDBOXD_CAPTURE_TIMEOUT_MS);
 	mesh_http_json_body(req, body);
 }
 
