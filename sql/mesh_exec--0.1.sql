@@ -1198,6 +1198,10 @@ BEGIN
     ELSIF w.status IN ('released', 'releasing', 'failed') THEN
         RAISE EXCEPTION 'run "%" is %', p_run_id, w.status
             USING ERRCODE = 'object_not_in_prerequisite_state', HINT = 'Capture a run before it is released.';
+    ELSIF w.status = 'pending' AND w.external_ref IS NOT NULL THEN
+        RAISE EXCEPTION 'the workspace of run "%" is hibernated', p_run_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Its next mesh_exec, mesh_read_file or mesh_write_file wakes it; capture it then.';
     ELSIF w.status <> 'ready' THEN
         RAISE EXCEPTION 'run "%" has no materialized workspace yet (it is %)', p_run_id, w.status
             USING ERRCODE = 'object_not_in_prerequisite_state',

@@ -140,11 +140,16 @@ CHILD_ENTRY static bool become_sandbox_user(void)
                     g_config.sandbox_uid) == 0);
 }
 
-/* What the mount helper needs, prepared before it starts; it writes back only error. */
+/* The mount helper's steps; its exit status is the step that failed (0: mounted). */
+static const char *const mount_steps[] = {
+    "mounted", "become the sandbox user", "join the user namespace", "open the layers",
+    "make the overlay", "join the mount namespace", "mount it on /workspace"};
+
+/* What the mount helper needs, prepared before it starts. It writes back only error (seen
+ * by the daemon when the helper shares its memory, not in sanitizer builds). */
 struct mount_job {
     struct workspace *ws;
     char *lower, *upper, *work;
-    const char *failed;      /* the step that failed, NULL on success */
     int error;
 };
 
@@ -156,30 +161,28 @@ CHILD_ENTRY static int mount_helper(void *arg)
 {
     struct mount_job *job = arg;
     struct workspace *ws = job->ws;
-    int layers[3] = {-1, -1, -1}, mnt = -1;
-    job->failed = "become the sandbox user";
+    int layers[3] = {-1, -1, -1}, mnt = -1, step = 1;
     if (!become_sandbox_user())
         goto fail;
-    job->failed = "join the user namespace";
+    step++;
     if (setns(ws->ns_fds[0], CLONE_NEWUSER) != 0 || unshare(CLONE_NEWNS) != 0)
         goto fail;
-    job->failed = "open the layers";
+    step++;
     if (!layers_open(job->lower, job->upper, job->work, layers))
         goto fail;
-    job->failed = "make the overlay";
+    step++;
     if ((mnt = overlay_make(layers[0], layers[1], layers[2])) < 0)
         goto fail;
-    job->failed = "join the mount namespace";
+    step++;
     if (setns(ws->ns_fds[4], CLONE_NEWNS) != 0 || fchdir(ws->root_fd) != 0 || chroot(".") != 0)
         goto fail;
-    job->failed = "mount it on /workspace";
+    step++;
     if (sys_move_mount(mnt, "", AT_FDCWD, "/workspace", MOVE_MOUNT_F_EMPTY_PATH) != 0)
         goto fail;
-    job->failed = NULL;
     _exit(0);
 fail:
     job->error = errno;
-    _exit(1);
+    _exit(step);
 }
 
 /*
@@ -194,7 +197,7 @@ bool snapshot_mount(struct workspace *ws, struct api_error *err)
         return true;
     struct mount_job job = {.ws = ws, .lower = snapshot_tree(ws->snapshot),
                             .upper = workspace_files_dir(ws->id),
-                            .work = workspace_work_dir(ws->id), .failed = "spawn"};
+                            .work = workspace_work_dir(ws->id)};
     int status = 0;
     pid_t pid = spawn_borrowing(mount_helper, &job);
     if (pid < 0)
@@ -202,10 +205,12 @@ bool snapshot_mount(struct workspace *ws, struct api_error *err)
     else
         while (waitpid(pid, &status, __WALL) < 0 && errno == EINTR)
             ;
-    bool ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 && !job.failed;
+    int step = pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    bool ok = step == 0;
     if (!ok) {
         log_event("workspace %s: cannot mount snapshot %s (%s: %s)", ws->id, ws->snapshot,
-                  job.failed ? job.failed : "helper", strerror(job.error));
+                  step > 0 && step < (int)(sizeof mount_steps / sizeof mount_steps[0])
+                      ? mount_steps[step] : "helper", job.error ? strerror(job.error) : "?");
         api_error_set(err, 500, "spawn_failed", "the workspace's snapshot could not be mounted");
     }
     free(job.lower);
