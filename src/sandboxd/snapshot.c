@@ -274,11 +274,11 @@ static void probe_child(const char *dir)
  * any thread exists, so a plain fork is fine). */
 bool snapshot_detect(void)
 {
-    char *root = snapshots_root();
-    char *dir = xasprintf("%s/.probe", root);
+    char *root = xasprintf("%s/workspaces", g_config.state_dir);
+    char *dir = xasprintf("%s/.snapshot-probe", root);
     static const char *parts[] = {"lower", "upper", "work"};
-    bool ok = mkdir_p(root, 0711) && chmod(root, 0711) == 0;
-    remove_tree(dir);
+    bool ok = mkdir_p(root, 0711);
+    remove_tree(dir);   /* left by a daemon killed while probing */
     ok = ok && mkdir(dir, 0700) == 0 &&
          (!g_config.is_root || chown(dir, g_config.sandbox_uid, g_config.sandbox_gid) == 0);
     for (int i = 0; ok && i < 3; i++) {
@@ -822,6 +822,8 @@ json_t *snapshot_capture(const char *id, json_t *body, struct api_error *err)
     char *root = snapshots_root();
     char *staging = xasprintf("%s/%s%s", root, CAPTURE_PREFIX, id);
     char *dir = snapshot_dir(id);
+    if (!mkdir_p(root, 0711))
+        log_event("snapshot %s: cannot create %s: %s", id, root, strerror(errno));
     remove_tree(staging);   /* left by a capture that failed to clean up */
     pthread_mutex_lock(&ws->lifecycle);
     bool ok = !ws->removed && workspace_state(ws) == WS_RUNNING && holder_running(ws);
@@ -857,19 +859,17 @@ json_t *snapshot_capture(const char *id, json_t *body, struct api_error *err)
 }
 
 /* Start-up: removes what captures and deletes left half done (a daemon killed meanwhile)
- * and snapshot directories without a valid meta.json. */
+ * and snapshot directories without a valid meta.json. (.snapshots is made by the first
+ * capture, so a daemon that never captured leaves nothing beside its workspaces.) */
 void snapshots_init(void)
 {
     char *root = snapshots_root();
-    mkdir_p(root, 0711);
-    chmod(root, 0711);
     DIR *d = opendir(root);
     struct dirent *e;
     while (d && (e = readdir(d))) {
         const char *name = e->d_name;
         bool leftover = strncmp(name, CAPTURE_PREFIX, strlen(CAPTURE_PREFIX)) == 0 ||
-                        strncmp(name, TRASH_PREFIX, strlen(TRASH_PREFIX)) == 0 ||
-                        strcmp(name, ".probe") == 0;
+                        strncmp(name, TRASH_PREFIX, strlen(TRASH_PREFIX)) == 0;
         json_t *meta = NULL;
         if (!leftover && (name[0] == '.' || !workspace_id_valid(name)))
             continue;
