@@ -501,28 +501,39 @@ sandboxd_list_request(const MeshBackend *be, MeshOpState *st, const char *instal
 				   psprintf("/v1/workspaces?label=%s", mesh_url_encode(psprintf("mesh.install=%s", install_id))));
 }
 
+/*
+ * The array FIELD of a list call's answer, in *DOC (the caller decrefs it);
+ * NULL with ERR when the answer is an error or has no such array.
+ */
+static json_t *
+listed_array(const MeshBackend *be, const MeshHttpResponse *resp, const char *field,
+			 json_t **doc, MeshError *err)
+{
+	json_t	   *list;
+
+	if (!mesh_http_error_from_json(resp, be->name, err) ||
+		(*doc = parse_body(resp, be, err)) == NULL)
+		return NULL;
+	list = json_object_get(*doc, field);
+	if (json_is_array(list))
+		return list;
+	json_decref(*doc);
+	mesh_error_set(err, MESH_FAIL_PROTOCOL, "backend \"%s\" answered a list without %s",
+				   be->name, field);
+	return NULL;
+}
+
 static MeshStepResult
 sandboxd_list_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 					   MeshListedWorkspace **items, int *nitems, MeshError *err)
 {
 	json_t	   *doc;
-	json_t	   *list;
+	json_t	   *list = listed_array(be, resp, "workspaces", &doc, err);
 	size_t		i;
 	json_t	   *entry;
 
-	if (!mesh_http_error_from_json(resp, be->name, err))
+	if (list == NULL)
 		return MESH_STEP_FAILED;
-	doc = parse_body(resp, be, err);
-	if (doc == NULL)
-		return MESH_STEP_FAILED;
-	list = json_object_get(doc, "workspaces");
-	if (!json_is_array(list))
-	{
-		json_decref(doc);
-		mesh_error_set(err, MESH_FAIL_PROTOCOL, "backend \"%s\" answered a list without workspaces",
-					   be->name);
-		return MESH_STEP_FAILED;
-	}
 	*items = palloc0(sizeof(MeshListedWorkspace) * (json_array_size(list) + 1));
 	*nitems = 0;
 	json_array_foreach(list, i, entry)
@@ -650,23 +661,12 @@ sandboxd_snapshot_list_response(const MeshBackend *be, MeshOpState *st,
 								int *nitems, MeshError *err)
 {
 	json_t	   *doc;
-	json_t	   *list;
+	json_t	   *list = listed_array(be, resp, "snapshots", &doc, err);
 	size_t		i;
 	json_t	   *entry;
 
-	if (!mesh_http_error_from_json(resp, be->name, err))
+	if (list == NULL)
 		return MESH_STEP_FAILED;
-	doc = parse_body(resp, be, err);
-	if (doc == NULL)
-		return MESH_STEP_FAILED;
-	list = json_object_get(doc, "snapshots");
-	if (!json_is_array(list))
-	{
-		json_decref(doc);
-		mesh_error_set(err, MESH_FAIL_PROTOCOL, "backend \"%s\" answered a list without snapshots",
-					   be->name);
-		return MESH_STEP_FAILED;
-	}
 	*items = palloc0(sizeof(MeshSnapshotInfo) * (json_array_size(list) + 1));
 	*nitems = 0;
 	json_array_foreach(list, i, entry)

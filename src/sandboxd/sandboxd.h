@@ -130,6 +130,9 @@ bool json_get_string(json_t *obj, const char *field, const char **out, struct ap
 bool json_get_uint(json_t *obj, const char *field, uint64_t *out, struct api_error *err);
 bool json_get_object(json_t *obj, const char *field, json_t **out, struct api_error *err);
 bool json_string_map_valid(json_t *map, const char *field, struct api_error *err);
+bool label_filter_parse(const char *filter, char *key, size_t key_size, const char **value,
+                        struct api_error *err);
+bool labels_match(json_t *labels, const char *key, const char *value);
 char *base64_encode(const unsigned char *data, size_t len);
 unsigned char *base64_decode(const char *text, size_t *out_len, bool *ok);
 json_t *json_number_or_null(bool present, double value);

@@ -406,28 +406,14 @@ json_t *snapshot_get(const char *id, struct api_error *err)
     return meta ? snapshot_describe(id, meta) : NULL;
 }
 
-/* True when META's labels hold KEY=VALUE (no filter when VALUE is NULL). */
-static bool labels_match(json_t *labels, const char *key, const char *value)
-{
-    json_t *v = value ? json_object_get(labels, key) : NULL;
-    return !value || (json_is_string(v) && strcmp(json_string_value(v), value) == 0);
-}
-
 /* GET /v1/snapshots[?label=k=v]: ready snapshots and those being captured (for the caller's
  * reconciliation: a capture in flight is not a vanished snapshot). */
 json_t *snapshot_list(const char *label_filter, struct api_error *err)
 {
-    char key[256] = "";
-    const char *value = NULL;
-    if (label_filter) {
-        const char *eq = strchr(label_filter, '=');
-        if (!eq || eq == label_filter || (size_t)(eq - label_filter) >= sizeof key) {
-            api_error_set(err, 400, "bad_request", "query parameter \"label\" must be key=value");
-            return NULL;
-        }
-        memcpy(key, label_filter, (size_t)(eq - label_filter));
-        value = eq + 1;
-    }
+    char key[256];
+    const char *value;
+    if (!label_filter_parse(label_filter, key, sizeof key, &value, err))
+        return NULL;
     json_t *list = json_array();
     char *root = snapshots_root();
     pthread_mutex_lock(&snap_lock);

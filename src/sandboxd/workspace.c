@@ -603,23 +603,14 @@ json_t *workspace_release(const char *id, json_t *body, struct api_error *err)
 /* GET /v1/workspaces[?label=k=v] */
 json_t *workspace_list(const char *label_filter, struct api_error *err)
 {
-    char key[256] = "";
-    const char *value = NULL;
-    if (label_filter) {
-        const char *eq = strchr(label_filter, '=');
-        if (!eq || eq == label_filter || (size_t)(eq - label_filter) >= sizeof key) {
-            api_error_set(err, 400, "bad_request", "query parameter \"label\" must be key=value");
-            return NULL;
-        }
-        memcpy(key, label_filter, (size_t)(eq - label_filter));
-        key[eq - label_filter] = '\0';
-        value = eq + 1;
-    }
+    char key[256];
+    const char *value;
+    if (!label_filter_parse(label_filter, key, sizeof key, &value, err))
+        return NULL;
     json_t *list = json_array();
     pthread_mutex_lock(&registry_lock);
     for (struct workspace *ws = registry; ws; ws = ws->next) {
-        json_t *v = value ? json_object_get(ws->labels, key) : NULL;
-        if (value && (!json_is_string(v) || strcmp(json_string_value(v), value) != 0))
+        if (!labels_match(ws->labels, key, value))
             continue;
         if (workspace_state(ws) == WS_STOPPING)
             continue;   /* being created or released */
