@@ -78,20 +78,21 @@ char *workspace_work_dir(const char *id)
 }
 
 /* The raw mount-API system calls (glibc 2.36 has wrappers, older ones do not). */
-static int sys_fsopen(const char *name, unsigned flags)
+CHILD_ENTRY static int sys_fsopen(const char *name, unsigned flags)
 {
     return (int)syscall(SYS_fsopen, name, flags);
 }
-static int sys_fsconfig(int fd, unsigned cmd, const char *key, const void *value, int aux)
+CHILD_ENTRY static int sys_fsconfig(int fd, unsigned cmd, const char *key, const void *value,
+                                     int aux)
 {
     return (int)syscall(SYS_fsconfig, fd, cmd, key, value, aux);
 }
-static int sys_fsmount(int fd, unsigned flags, unsigned attrs)
+CHILD_ENTRY static int sys_fsmount(int fd, unsigned flags, unsigned attrs)
 {
     return (int)syscall(SYS_fsmount, fd, flags, attrs);
 }
-static int sys_move_mount(int from, const char *from_path, int to, const char *to_path,
-                          unsigned flags)
+CHILD_ENTRY static int sys_move_mount(int from, const char *from_path, int to,
+                                      const char *to_path, unsigned flags)
 {
     return (int)syscall(SYS_move_mount, from, from_path, to, to_path, flags);
 }
@@ -101,7 +102,7 @@ static int sys_move_mount(int from, const char *from_path, int to, const char *t
  * namespace it owns, the descriptors opened there: overlayfs takes private clones of the
  * layers' mounts, which the kernel allows only from the caller's own mount namespace. Layers
  * given by descriptor need Linux 6.13. */
-static int overlay_make(int lower, int upper, int work)
+CHILD_ENTRY static int overlay_make(int lower, int upper, int work)
 {
     int fs = sys_fsopen("overlay", FSOPEN_CLOEXEC);
     if (fs < 0)
@@ -120,7 +121,8 @@ static int overlay_make(int lower, int upper, int work)
 
 /* Opens the three layer directories of an overlay (not O_PATH: fsconfig takes only real
  * open files); false when one is missing. */
-static bool layers_open(const char *lower, const char *upper, const char *work, int fds[3])
+CHILD_ENTRY static bool layers_open(const char *lower, const char *upper, const char *work,
+                                    int fds[3])
 {
     const char *paths[3] = {lower, upper, work};
     for (int i = 0; i < 3; i++)
@@ -234,11 +236,9 @@ bool snapshot_make_work_dir(struct workspace *ws)
 
 /* ---- capability detection ---- */
 
-/* Writes TEXT to /proc/self/FILE (uid_map, gid_map, setgroups of a fresh user namespace). */
-static bool write_self_proc(const char *file, const char *text)
+/* Writes TEXT to PATH (/proc/self/uid_map and the like of a fresh user namespace). */
+CHILD_ENTRY static bool write_proc_file(const char *path, const char *text)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/%s", file);
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     bool ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
     if (fd >= 0)
@@ -246,56 +246,70 @@ static bool write_self_proc(const char *file, const char *text)
     return ok;
 }
 
-/* The probe child: as the sandbox user, a new user and mount namespace, then an overlay of
- * DIR's lower, upper and work. Exits 0 when the kernel allowed it. */
-static void probe_child(const char *dir)
+/* The probe's paths and maps, prepared before it starts (it makes system calls only). */
+struct probe_job {
+    char *lower, *upper, *work;
+    char uid_map[64], gid_map[64];
+};
+
+/* The probe child (spawn_borrowing, not fork: a sanitizer's fork child runs a thread of the
+ * runtime's, and a multithreaded process cannot unshare its user namespace): as the sandbox
+ * user, a new user and mount namespace, then an overlay of the job's directories. Exits 0
+ * when the kernel allowed it, else the step that failed. */
+CHILD_ENTRY static int probe_child(void *arg)
 {
-    char map[64];
+    struct probe_job *job = arg;
+    int layers[3];
     /* the daemon is not dumpable (main.c), and changing user resets it, which would leave
      * /proc/self/uid_map root's */
-    if (!become_sandbox_user() || prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0 ||
-        unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+    if (!become_sandbox_user() || prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0)
         _exit(1);
-    snprintf(map, sizeof map, "%d %d 1", (int)g_config.sandbox_uid, (int)g_config.sandbox_uid);
-    if (!write_self_proc("uid_map", map) || !write_self_proc("setgroups", "deny"))
-        _exit(1);
-    snprintf(map, sizeof map, "%d %d 1", (int)g_config.sandbox_gid, (int)g_config.sandbox_gid);
-    if (!write_self_proc("gid_map", map))
-        _exit(1);
-    char *lower = xasprintf("%s/lower", dir), *upper = xasprintf("%s/upper", dir);
-    char *work = xasprintf("%s/work", dir);
-    int layers[3];
-    _exit(layers_open(lower, upper, work, layers) &&
-          overlay_make(layers[0], layers[1], layers[2]) >= 0 ? 0 : 1);
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+        _exit(2);
+    if (!write_proc_file("/proc/self/uid_map", job->uid_map) ||
+        !write_proc_file("/proc/self/setgroups", "deny") ||
+        !write_proc_file("/proc/self/gid_map", job->gid_map))
+        _exit(3);
+    if (!layers_open(job->lower, job->upper, job->work, layers))
+        _exit(4);
+    _exit(overlay_make(layers[0], layers[1], layers[2]) >= 0 ? 0 : 5);
 }
 
 /* Whether workspaces can stand on snapshots here: an unprivileged overlay mount in a user
- * namespace of the sandbox user, on the workspaces' filesystem, tried once at start (before
- * any thread exists, so a plain fork is fine). */
+ * namespace of the sandbox user, on the workspaces' filesystem, tried once at start. */
 bool snapshot_detect(void)
 {
     char *root = xasprintf("%s/workspaces", g_config.state_dir);
     char *dir = xasprintf("%s/.snapshot-probe", root);
-    static const char *parts[] = {"lower", "upper", "work"};
+    struct probe_job job = {.lower = xasprintf("%s/lower", dir),
+                            .upper = xasprintf("%s/upper", dir),
+                            .work = xasprintf("%s/work", dir)};
+    const char *parts[] = {job.lower, job.upper, job.work};
+    snprintf(job.uid_map, sizeof job.uid_map, "%d %d 1", (int)g_config.sandbox_uid,
+             (int)g_config.sandbox_uid);
+    snprintf(job.gid_map, sizeof job.gid_map, "%d %d 1", (int)g_config.sandbox_gid,
+             (int)g_config.sandbox_gid);
     bool ok = mkdir_p(root, 0711);
     remove_tree(dir);   /* left by a daemon killed while probing */
     ok = ok && mkdir(dir, 0700) == 0 &&
          (!g_config.is_root || chown(dir, g_config.sandbox_uid, g_config.sandbox_gid) == 0);
-    for (int i = 0; ok && i < 3; i++) {
-        char *part = xasprintf("%s/%s", dir, parts[i]);
-        ok = mkdir(part, 0700) == 0 &&
-             (!g_config.is_root || chown(part, g_config.sandbox_uid, g_config.sandbox_gid) == 0);
-        free(part);
-    }
+    for (int i = 0; ok && i < 3; i++)
+        ok = mkdir(parts[i], 0700) == 0 &&
+             (!g_config.is_root ||
+              chown(parts[i], g_config.sandbox_uid, g_config.sandbox_gid) == 0);
     int status = 0;
-    pid_t pid = ok ? fork() : -1;
-    if (pid == 0)
-        probe_child(dir);
-    ok = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-         WEXITSTATUS(status) == 0;
+    pid_t pid = ok ? spawn_borrowing(probe_child, &job) : -1;
+    if (pid > 0)
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
+    ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     remove_tree(dir);
-    if (!ok)
-        log_event("snapshots unavailable: no overlay mount in a user namespace here");
+    if (!ok)   /* the probe's exit status is its step: 2 user namespace, 5 overlay */
+        log_event("snapshots unavailable: no overlay mount in a user namespace here (probe "
+                  "status %d)", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    free(job.lower);
+    free(job.upper);
+    free(job.work);
     free(dir);
     free(root);
     return ok;
