@@ -692,7 +692,8 @@ static bool capture_tree(struct workspace *ws, const char *tree, struct copy_sta
                 copy_fail(cs, errno, "create"));
     ok = ok && copy_tree(src, dst, 0, cs);
     ok = ok && ((fchmod(dst, st.st_mode & 01777) == 0 &&
-                 (!g_config.is_root || fchown(dst, g_config.sandbox_uid, g_config.sandbox_gid) == 0)) ||
+                 (!g_config.is_root ||
+                  fchown(dst, g_config.sandbox_uid, g_config.sandbox_gid) == 0)) ||
                 copy_fail(cs, errno, "set attributes of"));
     ok = ok && (fsync(dst) == 0 || copy_fail(cs, errno, "sync"));
     if (dst >= 0)

@@ -5,8 +5,9 @@
  * On disk: <state>/workspaces/<id>/meta.json (one small JSON per workspace, replaced
  * atomically) and <state>/workspaces/<id>/files (the workspace's /workspace, owned by the
  * sandbox user; for a workspace created from a snapshot, the overlay's upper layer, with its
- * work directory beside it: snapshot.c). A restarted daemon reloads every meta.json and re-adopts live holders, or
- * starts a new holder over the same files when the old one is gone.
+ * work directory beside it: snapshot.c). A restarted daemon reloads every meta.json and
+ * re-adopts live holders, or starts a new holder over the same files when the old one is
+ * gone.
  */
 #include "sandboxd.h"
 #include <dirent.h>
@@ -259,7 +260,8 @@ static bool workspace_make_dirs(struct workspace *ws)
     char *files = workspace_files_dir(ws->id);
     bool ok = (mkdir(dir, 0711) == 0 || errno == EEXIST) &&
               (mkdir(files, 0700) == 0 || errno == EEXIST) &&
-              (!g_config.is_root || chown(files, g_config.sandbox_uid, g_config.sandbox_gid) == 0) &&
+              (!g_config.is_root ||
+               chown(files, g_config.sandbox_uid, g_config.sandbox_gid) == 0) &&
               snapshot_make_work_dir(ws);
     free(dir);
     free(files);
