@@ -67,7 +67,6 @@ finish_snapshot(WorkerCall *call, const MeshHttpResponse *resp)
 	if (r == MESH_STEP_FAILED)
 	{
 		/* a workspace the backend stopped (its daemon restarted) is woken, then captured */
-		call->be.driver = NULL;
 		if (!wake_and_retry(call, &merr))
 			reply_backend_error(call, "capturing the workspace", &merr);
 		return;
