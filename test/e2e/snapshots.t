@@ -5,9 +5,10 @@
 # once each see the parent's tree and none of their siblings' writes; retire + sweep
 # reclaims (row and the daemon's tree); reconciliation deletes a snapshot no row explains and
 # fails a row whose snapshot vanished; a daemon SIGKILLed during a capture leaves no
-# 'capturing' row after the sweep, and nothing half made on the daemon.
+# 'capturing' row after the sweep, and nothing half made on the daemon; a capture that does not
+# fit the disk fails cleanly.
 . "$(dirname "$0")/lib.sh"
-plan 23
+plan 25
 SOCK="$PGDIR/data/mesh_sandboxd/sandboxd.sock"
 SNAPS="$PGDIR/data/mesh_sandboxd/workspaces/.snapshots"
 tag="snp$$"
@@ -107,5 +108,12 @@ q "INSERT INTO mesh.snapshots (project, backend, external_ref, source_run_id, ac
 q "SELECT count(*) FROM mesh.sweep()" >/dev/null
 is "$(q "SELECT status || ': ' || status_reason FROM mesh.snapshots WHERE external_ref = 'mesh-$install-snap-lost$$'")" \
    "failed: the capture was interrupted (the backend does not have it)" "an interrupted capture's row is failed by the sweep, with the reason"
+# a capture that does not fit the workspaces' filesystem (test/run.sh gives it 512 MB)
+out "$tag-s" 'rm -rf big; head -c 300000000 /dev/zero > huge; echo written' >/dev/null
+err=$(psql -X -qAt -v VERBOSITY=verbose -c "SELECT mesh_snapshot('$tag-s')" 2>&1)
+case "$err" in *53000*) r=0 ;; *) r=1 ;; esac
+ok $r "a capture that does not fit fails with 53000: $(echo "$err" | head -1)"
+is "$(q "SELECT status || ' ' || (status_reason LIKE '%full%') FROM mesh.snapshots WHERE source_run_id = '$tag-s' ORDER BY id DESC LIMIT 1")" \
+   "failed true" "its row is failed, saying the disk is full; nothing half made is ready"
 q "SELECT mesh_release('$tag-s')" >/dev/null
 done_testing
