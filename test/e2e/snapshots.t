@@ -8,7 +8,7 @@
 # 'capturing' row after the sweep, and nothing half made on the daemon; a capture that does not
 # fit the disk fails cleanly.
 . "$(dirname "$0")/lib.sh"
-plan 25
+plan 26
 SOCK="$PGDIR/data/mesh_sandboxd/sandboxd.sock"
 SNAPS="$PGDIR/data/mesh_sandboxd/workspaces/.snapshots"
 tag="snp$$"
@@ -43,6 +43,14 @@ q "SELECT 1 FROM mesh_acquire('$tag-c', '$tag-agent', 'carol', from_snapshot => 
 is "$(out "$tag-c" 'cat README; ls node_modules | wc -l; ls b-only 2>&1 >/dev/null | grep -c "No such"')" \
    "$(printf 'from-a\n300\n1')" "C, started from the same snapshot, sees none of B's writes"
 is "$(out "$tag-a" 'cat README')" from-a "nor does A, which keeps working after its capture"
+# idle hibernation and wake keep C's view: the snapshot's tree and C's own writes
+out "$tag-c" 'echo c > c-own' >/dev/null
+q "SELECT mesh.run_set_budget('$tag-c', idle_timeout => '1 second')" >/dev/null
+sleep 1.5
+q "SELECT count(*) FROM mesh.sweep()" >/dev/null
+q "SELECT mesh.run_set_budget('$tag-c', idle_timeout => '1 hour')" >/dev/null
+is "$(q "SELECT status FROM mesh.workspaces WHERE run_id = '$tag-c'")/$(out "$tag-c" 'cat README c-own' | xargs)" \
+   "pending/from-a c" "C, hibernated while idle, wakes standing on the snapshot with its own writes"
 
 # fork: five children from one snapshot, at once
 pids=()
