@@ -6,7 +6,7 @@
 # small filesystem of its own shows that a capture that does not fit leaves nothing behind.
 # The last part runs the same cycle on a root daemon (sandboxes as nobody).
 . "$(dirname "$0")/lib.sh"
-plan 44
+plan 45
 id postgres >/dev/null 2>&1 || { echo "1..0 # skip no postgres user"; exit 0; }
 sd_prepare_as postgres
 CG="mesh-test-$$-$RANDOM"
@@ -37,6 +37,28 @@ is "$(status) $(err_code "$r")" "404 workspace_not_found" "capture of an unknown
 r=$(api PUT '/v1/snapshots/-bad' '{"workspace":"a"}')
 is "$(status) $(err_code "$r")" "400 bad_snapshot_id" "a bad snapshot id is refused"
 is "$(ls "$SNAPS" | grep -c '^\.capture-')" 0 "refused captures leave no staging directory"
+
+# --- a command racing the capture cannot make it read what the sandbox cannot ---
+# it swaps an entry between a file of its own and symlinks to a host file (absolute, and
+# through /proc) while captures run; a capture never follows a link, so every regular file in
+# a snapshot holds the command's own bytes
+secret="$SD_STATE/host.json"
+exec_json a "$(jq -nc --arg t "$secret" '{argv:["sh","-c","end=$(($(date +%s)+6)); while [ $(date +%s) -lt $end ]; do for n in 1 2 3 4 5 6 7 8; do ln -sfn \($t) r$n; ln -sfn /proc/1/root\($t) r$n; rm -f r$n; echo mine > r$n; rm -f r$n; ln -sfn / d$n; rm -f d$n; mkdir d$n; echo mine > d$n/f; rm -rf d$n; done; done"]}')" >/dev/null &
+racer=$!
+leaked=0 seen=0
+for i in 1 2 3 4 5; do
+    api PUT "/v1/snapshots/race$i" '{"workspace":"a"}' >/dev/null
+    t="$SNAPS/race$i/tree"
+    [ -d "$t" ] || continue
+    while IFS= read -r -d '' f; do
+        case "$(cat "$f")" in mine|"") ;; *) leaked=$((leaked + 1)); diag "leaked: $f: $(head -c 80 "$f")" ;; esac
+        seen=$((seen + 1))
+    done < <(find "$t" -maxdepth 2 -type f \( -path "$t/r[1-8]" -o -path "$t/d[1-8]/f" \) -print0)
+    api DELETE "/v1/snapshots/race$i" >/dev/null
+done
+wait "$racer"
+diag "$seen racing files were captured"
+is "$leaked" 0 "captures racing a command that swaps files for symlinks never copy a host file"
 
 # --- workspaces on the snapshot ---
 before=$(cd "$SNAPS/s1/tree" && find . -printf '%p %s %m\n' | sort | md5sum)
