@@ -19,7 +19,8 @@
  *
  * Shared mutable data and its lock: the registry list, every workspace's refcount and the
  * count of running workspaces under registry_lock (workspace.c); requests in flight under
- * in_flight_lock (http.c); g_shutting_down through __atomic builtins; each workspace's fields
+ * in_flight_lock (http.c); the snapshots being captured under snap_lock (snapshot.c);
+ * g_shutting_down through __atomic builtins; each workspace's fields
  * as struct workspace says; each egress proxy's denial ring and counts under its lock.
  *
  * Data written only before the listeners start, read-only afterwards (no lock): g_config,
