@@ -3,7 +3,7 @@
 -- reclaim, reconcile), the operators' view and who may call what. Rows are made directly
 -- here (as the workers would) and everything is rolled back.
 BEGIN;
-SELECT plan(47);
+SELECT plan(48);
 
 SELECT has_table('mesh', 'snapshots', 'table mesh.snapshots');
 SELECT enum_has_labels('mesh', 'snapshot_status', ARRAY['capturing', 'ready', 'retired', 'reclaimed', 'failed']);
@@ -106,6 +106,9 @@ SELECT ok(NOT has_function_privilege('mesh_harness', 'mesh.snapshot_retire(bigin
 SELECT ok(has_table_privilege('mesh_admin', 'mesh.project_snapshots', 'SELECT') AND NOT has_table_privilege('mesh_harness', 'mesh.snapshots', 'SELECT'),
           'the admin reads the view; the harness does not read the table');
 SELECT ok(NOT has_function_privilege('public', 'mesh.snapshot_begin(text, boolean)', 'EXECUTE'), 'PUBLIC cannot begin captures');
+SELECT ok(has_function_privilege('mesh_harness', 'mesh_snapshot(text)', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'mesh_snapshot(text)', 'EXECUTE'),
+          'the harness calls mesh_snapshot; PUBLIC does not');
 
 SELECT * FROM finish();
 ROLLBACK;
