@@ -4,6 +4,8 @@ MODULE_big = mesh_exec
 OBJS = \
 	src/mesh_exec.o \
 	src/handoff.o \
+	src/calls.o \
+	src/stages.o \
 	src/api.o \
 	src/worker.o \
 	src/worker_acquire.o \
@@ -13,6 +15,7 @@ OBJS = \
 	src/worker_snapshot.o \
 	src/store_snapshot.o \
 	src/worker_http.o \
+	src/runner.o \
 	src/store.o \
 	src/txn.o \
 	src/launcher.o \

@@ -134,12 +134,11 @@ store_snapshot_begin(MeshWorkspace *ws, const MeshBackend *be, const char *insta
 typedef struct FinishArgs
 {
 	const char *args[5];
-	char	   *row_json;
+	Datum		row;			/* the mesh.snapshots row, a composite datum */
 } FinishArgs;
 
 static const char finish_sql[] =
-"SELECT pg_catalog.row_to_json(s)::text "
-"  FROM mesh.snapshot_finish($1::bigint, $2::boolean, $3::bigint, $4::bigint, $5) s";
+"SELECT s FROM mesh.snapshot_finish($1::bigint, $2::boolean, $3::bigint, $4::bigint, $5) s";
 
 static void
 finish_body(void *arg)
@@ -147,21 +146,24 @@ finish_body(void *arg)
 	FinishArgs *a = (FinishArgs *) arg;
 
 	mesh_sql(finish_sql, 5, a->args);
-	a->row_json = kept(mesh_sql_value(0, 1));
+	a->row = mesh_sql_datum(0, 1);
 }
 
-/* The capture ended: INFO when it is ready, else REASON. */
+/*
+ * The capture ended: INFO when it is ready, else REASON.  The row comes
+ * back as the statement returned it, for the caller to return as it is.
+ */
 bool
 store_snapshot_finish(int64 snapshot_id, const MeshSnapshotInfo *info, const char *reason,
-					  char **row_json, ErrorData **err)
+					  Datum *row, ErrorData **err)
 {
 	FinishArgs	a = {{int64_text(snapshot_id), info ? "t" : "f",
 		info ? int64_text(info->size_bytes) : NULL, info ? int64_text(info->file_count) : NULL,
-	reason}, NULL};
+	reason}, (Datum) 0};
 
 	if (!mesh_txn("mesh worker: finish snapshot", finish_body, &a, true, err))
 		return false;
-	if (row_json)
-		*row_json = a.row_json;
+	if (row)
+		*row = a.row;
 	return true;
 }

@@ -27,12 +27,17 @@ can_snapshot(WorkerCall *call)
 		call->be.driver->snapshot_ref != NULL && workspace_has_capability(call, "snapshot");
 }
 
+/*
+ * The capturing row first (refusals raised by its SQL function), then the
+ * backend is asked to capture.
+ */
 void
 start_snapshot(WorkerCall *call)
 {
 	MeshHttpRequest req;
 	ErrorData  *err;
 	char	   *snap_ref;
+	bool		built;
 
 	if (!store_snapshot_begin(&call->ws, can_snapshot(call) ? &call->be : NULL,
 							  worker_install_id, &call->snapshot_id, &snap_ref, &err))
@@ -40,36 +45,34 @@ start_snapshot(WorkerCall *call)
 		reply_txn_error(call, err);
 		return;
 	}
-	call->be.driver->snapshot_capture_request(&call->be, begin_op(call), snap_ref,
-											  call->ws.external_ref, worker_install_id, &req);
-	start_transfer(call, &req, worker_small_response_limit(call));
-	call->step = STEP_OPERATING;
+	built = call->be.driver->snapshot_capture_request(&call->be, begin_op(call), snap_ref,
+													  call->ws.external_ref, worker_install_id,
+													  &req, &call->run.err);
+	start_op(call, STEP_OPERATING, built, &req, mesh_parse_snapshot_capture, &call->out.snapshot,
+			 worker_small_response_limit(call));
 }
 
+/* The capture's driver run ended: the row becomes ready (and current) or failed. */
 void
-finish_snapshot(WorkerCall *call, const MeshHttpResponse *resp)
+finish_snapshot(WorkerCall *call)
 {
-	MeshSnapshotInfo info = {0};
-	MeshError	merr = {0};
+	bool		captured = call->run.result == MESH_STEP_DONE;
+	MeshError	merr = call->run.err;
 	ErrorData  *err;
-	char	   *row_json;
-	MeshStepResult r = call->be.driver->snapshot_capture_response(&call->be, &call->opstate, resp,
-																  &info, &merr);
+	Datum		row;
 
-	if (continue_op(call, r, worker_small_response_limit(call)))
-		return;
-	if (!store_snapshot_finish(call->snapshot_id, r == MESH_STEP_DONE ? &info : NULL,
-							   r == MESH_STEP_DONE ? NULL : merr.message, &row_json, &err))
+	if (!store_snapshot_finish(call->snapshot_id, captured ? &call->out.snapshot : NULL,
+							   captured ? NULL : merr.message, &row, &err))
 	{
 		reply_txn_error(call, err);
 		return;
 	}
-	if (r == MESH_STEP_FAILED)
+	if (!captured)
 	{
 		/* a workspace the backend stopped (its daemon restarted) is woken, then captured */
 		if (!wake_and_retry(call, &merr))
 			reply_backend_error(call, "capturing the workspace", &merr);
 		return;
 	}
-	reply_ok(call, json_pack("{s:s}", "row", row_json), NULL, 0);
+	reply_row(call, row);
 }

@@ -169,7 +169,7 @@ parse_body(const MeshHttpResponse *resp, const MeshBackend *be, MeshError *err)
 /*
  * The acquire body's network fields from the workspace's captured policy:
  * "allowlist" with its domains, "open" when the policy is open and enforced
- * here, else "none" (loopback only: rows from before policies, or a daemon
+ * here, else "none" (loopback only: no policy recorded, or a daemon
  * declared without egress_control).
  */
 static void
@@ -194,18 +194,19 @@ set_network(json_t *body, const char *egress_text)
 		json_decref(egress);
 }
 
-static void
-sandboxd_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref, MeshSize size,
-						 const char *install_id, MeshHttpRequest *req)
+static bool
+sandboxd_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+						 const MeshAcquireSpec *spec, MeshHttpRequest *req, MeshError *err)
 {
-	json_t	   *body = json_pack("{s:s,s:{s:s}}", "size", mesh_size_name(size),
-								 "labels", "mesh.install", install_id);
+	json_t	   *body = json_pack("{s:s,s:{s:s}}", "size", mesh_size_name(spec->size),
+								 "labels", "mesh.install", spec->install_id);
 
 	sandboxd_begin(be, req, "PUT", psprintf("/v1/workspaces/%s", ref));
-	set_network(body, st->egress);
-	if (st->snapshot)
-		json_object_set_new(body, "snapshot", json_string(st->snapshot));
+	set_network(body, spec->egress);
+	if (spec->snapshot)
+		json_object_set_new(body, "snapshot", json_string(spec->snapshot));
 	mesh_http_json_body(req, body);
+	return true;
 }
 
 /* Take what the host says it enforces, where it says anything. */
@@ -250,9 +251,9 @@ sandboxd_acquire_response(const MeshBackend *be, MeshOpState *st, const MeshHttp
 	return MESH_STEP_DONE;
 }
 
-static void
+static bool
 sandboxd_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-					  const MeshExecSpec *spec, MeshHttpRequest *req)
+					  const MeshExecSpec *spec, MeshHttpRequest *req, MeshError *err)
 {
 	json_t	   *body = json_object();
 	json_t	   *argv = json_array();
@@ -275,6 +276,7 @@ sandboxd_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 		mesh_http_json_body(req, body);
 	/* the transport deadline must outlast the command's own timeout */
 	req->timeout_ms += spec->timeout_ms;
+	return true;
 }
 
 static bool
@@ -395,13 +397,14 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	return MESH_STEP_DONE;
 }
 
-static void
+static bool
 sandboxd_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-					  const char *exec_key, MeshHttpRequest *req)
+					  const char *exec_key, MeshHttpRequest *req, MeshError *err)
 {
 	sandboxd_begin(be, req, "POST",
 				   psprintf("/v1/workspaces/%s/execs/%s/kill", ref, mesh_url_encode(exec_key)));
 	req->timeout_ms = Min(req->timeout_ms, 10000);
+	return true;
 }
 
 /* An exec that already ended (exec_not_found) needs no kill: success too. */
@@ -414,12 +417,13 @@ sandboxd_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
 }
 
-static void
+static bool
 sandboxd_read_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
-					  MeshHttpRequest *req)
+					  MeshHttpRequest *req, MeshError *err)
 {
 	sandboxd_begin(be, req, "GET",
 				   psprintf("/v1/workspaces/%s/files?path=%s", ref, mesh_url_encode(path)));
+	return true;
 }
 
 /* The body is the file: nothing to parse beyond the status. */
@@ -434,15 +438,16 @@ sandboxd_read_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	return MESH_STEP_DONE;
 }
 
-static void
+static bool
 sandboxd_write_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
-					   int mode, const char *data, size_t len, MeshHttpRequest *req)
+					   int mode, const char *data, size_t len, MeshHttpRequest *req, MeshError *err)
 {
 	sandboxd_begin(be, req, "PUT",
 				   psprintf("/v1/workspaces/%s/files?path=%s&mode=%d", ref, mesh_url_encode(path), mode));
 	req->body = data;
 	req->body_len = len;
 	mesh_http_add_header(req, "Content-Type: application/octet-stream");
+	return true;
 }
 
 static MeshStepResult
@@ -452,9 +457,9 @@ sandboxd_write_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRe
 	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
 }
 
-static void
+static bool
 sandboxd_release_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-						 bool prefer_hibernate, MeshHttpRequest *req)
+						 bool prefer_hibernate, MeshHttpRequest *req, MeshError *err)
 {
 	json_t	   *release = json_object_get(be->config, "release");
 
@@ -463,6 +468,7 @@ sandboxd_release_request(const MeshBackend *be, MeshOpState *st, const char *ref
 		mesh_http_json_body(req, json_pack("{s:s}", "prefer", "hibernate"));
 	else if (release)
 		mesh_http_json_body(req, json_pack("{s:s}", "prefer", json_string_value(release)));
+	return true;
 }
 
 static MeshStepResult
@@ -493,12 +499,13 @@ sandboxd_release_response(const MeshBackend *be, MeshOpState *st, const MeshHttp
 	return MESH_STEP_DONE;
 }
 
-static void
+static bool
 sandboxd_list_request(const MeshBackend *be, MeshOpState *st, const char *install_id,
-					  MeshHttpRequest *req)
+					  MeshHttpRequest *req, MeshError *err)
 {
 	sandboxd_begin(be, req, "GET",
 				   psprintf("/v1/workspaces?label=%s", mesh_url_encode(psprintf("mesh.install=%s", install_id))));
+	return true;
 }
 
 /*
@@ -561,9 +568,10 @@ sandboxd_snapshot_ref(const MeshBackend *be, const char *install_id, int64_t sna
 	return psprintf("mesh-%s-snap-%lld", install_id, (long long) snapshot_id);
 }
 
-static void
+static bool
 sandboxd_snapshot_capture_request(const MeshBackend *be, MeshOpState *st, const char *snap_ref,
-								  const char *ref, const char *install_id, MeshHttpRequest *req)
+								  const char *ref, const char *install_id, MeshHttpRequest *req,
+								  MeshError *err)
 {
 	json_t	   *body = json_pack("{s:s,s:{s:s,s:s}}", "workspace", ref, "labels",
 								 "mesh.install", install_id, "mesh.backend", be->name);
@@ -572,6 +580,7 @@ sandboxd_snapshot_capture_request(const MeshBackend *be, MeshOpState *st, const 
 	/* a copy: its time grows with the tree, like an exec's with its timeout */
 	req->timeout_ms = Max(req->timeout_ms, SANDBOXD_CAPTURE_TIMEOUT_MS);
 	mesh_http_json_body(req, body);
+	return true;
 }
 
 /* One snapshot object of the daemon: its id, whether it is ready, its size. */
@@ -624,11 +633,12 @@ sandboxd_snapshot_capture_response(const MeshBackend *be, MeshOpState *st,
 	return mesh_step(ok);
 }
 
-static void
+static bool
 sandboxd_snapshot_delete_request(const MeshBackend *be, MeshOpState *st, const char *snap_ref,
-								 MeshHttpRequest *req)
+								 MeshHttpRequest *req, MeshError *err)
 {
 	sandboxd_begin(be, req, "DELETE", psprintf("/v1/snapshots/%s", snap_ref));
+	return true;
 }
 
 /* A snapshot that is already gone counts as deleted. */
@@ -641,12 +651,13 @@ sandboxd_snapshot_delete_response(const MeshBackend *be, MeshOpState *st,
 	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
 }
 
-static void
+static bool
 sandboxd_snapshot_list_request(const MeshBackend *be, MeshOpState *st, const char *install_id,
-							   MeshHttpRequest *req)
+							   MeshHttpRequest *req, MeshError *err)
 {
 	sandboxd_begin(be, req, "GET", "/v1/snapshots");
 	st->data = pstrdup(install_id);	/* the parser keeps this install's only */
+	return true;
 }
 
 /*
