@@ -695,9 +695,9 @@ exec_start_body(void *arg)
 
 /*
  * The exec row, committed before the command is sent.  The commit does not
- * wait for its WAL flush: the worker flushes to *commit_lsn right after the
- * request is on the wire (mesh_flush_to), so the fsync overlaps the command
- * instead of adding to every exec's latency.
+ * wait for its WAL flush: the worker flushes to *commit_lsn before the
+ * request leaves, once for all the calls of a turn of its loop
+ * (worker_want_durable), so a command never runs without its row on disk.
  */
 bool
 store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
@@ -743,17 +743,6 @@ store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err)
 	MintArgs	a = {ws, hash_hex};
 
 	return mesh_txn("mesh worker: mint run token", mint_body, &a, true, err);
-}
-
-/* Make an asynchronously committed row durable. */
-void
-mesh_flush_to(XLogRecPtr lsn)
-{
-	uint64		started = mesh_clock_ns();
-
-	if (lsn != InvalidXLogRecPtr)
-		XLogFlush(lsn);
-	mesh_txn_time_ns += mesh_clock_ns() - started;
 }
 
 typedef struct ExecFinishArgs

@@ -72,7 +72,6 @@ extern bool store_materialize_failed(MeshWorkspace *ws, bool retryable, const ch
 extern bool store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
 							   XLogRecPtr *commit_lsn, List **delivered, ErrorData **err);
 extern bool store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err);
-extern void mesh_flush_to(XLogRecPtr lsn);
 extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
 								XLogRecPtr *commit_lsn, ErrorData **err);
 extern bool store_tier_climb_on_oom(int64 exec_id, char **notice, ErrorData **err);

@@ -701,13 +701,17 @@ complete_run(WorkerCall *call)
 }
 
 /*
- * WAL this turn of the loop must make durable before any message goes out:
- * exec rows just started and exec results just recorded, committed
+ * WAL this turn of the loop must make durable before any request or message
+ * goes out: exec rows just started (before their commands are sent) and
+ * exec results just recorded (before their callers hear of them), committed
  * asynchronously, so one flush covers every call of the turn.
  */
 static XLogRecPtr durable_wanted = InvalidXLogRecPtr;
 
-/* What the call committed up to lsn must be on disk before the caller hears more. */
+/*
+ * What the call committed up to lsn must be on disk before the loop sends
+ * the requests the turn started and the messages it queued.
+ */
 void
 worker_want_durable(XLogRecPtr lsn)
 {
@@ -716,23 +720,30 @@ worker_want_durable(XLogRecPtr lsn)
 }
 
 /*
- * Make this turn's commits durable (one flush, whatever the number of
- * calls), then send what the calls queued and free the calls that ended.
+ * Make this turn's commits durable: one flush, whatever the number of
+ * calls.  Runs before the turn's requests are put on the wire (they only
+ * leave in mesh_http_drive), so a command never runs without its exec row
+ * on disk, whatever crashes.  Returns the flush's time, in ns.
  */
+static uint64
+make_turn_durable(void)
+{
+	uint64		started;
+
+	if (durable_wanted == InvalidXLogRecPtr)
+		return 0;
+	started = mesh_clock_ns();
+	XLogFlush(durable_wanted);
+	durable_wanted = InvalidXLogRecPtr;
+	return mesh_clock_ns() - started;
+}
+
+/* Send what the calls queued (the turn made durable) and free the calls that ended. */
 static void
-send_all(void)
+send_all(uint64 flush_ns)
 {
 	dlist_mutable_iter iter;
-	uint64		flush_ns = 0;
 
-	if (durable_wanted != InvalidXLogRecPtr)
-	{
-		uint64		started = mesh_clock_ns();
-
-		XLogFlush(durable_wanted);
-		flush_ns = mesh_clock_ns() - started;
-	}
-	durable_wanted = InvalidXLogRecPtr;
 	dlist_foreach_modify(iter, &calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
@@ -966,6 +977,7 @@ mesh_worker_main(Datum arg)
 		long		calls_wait;
 		bool		runnable;
 		int			completed;
+		uint64		flush_ns;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -977,9 +989,10 @@ mesh_worker_main(Datum arg)
 		take_new_calls();
 		mesh_http_drive();
 		runnable = advance_all();
-		/* push new requests onto the wire, then make the turn's commits durable and reply */
+		/* make the turn's commits durable, then push new requests onto the wire and reply */
+		flush_ns = make_turn_durable();
 		completed = mesh_http_drive();
-		send_all();
+		send_all(flush_ns);
 		/* finished requests mean another pass */
 		if (completed > 0 || runnable || any_call_ready() || queued_calls_fit())
 			continue;

@@ -4,10 +4,10 @@
  *	  The mesh worker's exec operation.
  *
  * Runs a command in a ready workspace: the exec row first (made durable
- * while the request is on the wire), the remaining budget bounding the
- * timeout, secrets delivered as environment and redacted from what comes
- * back, egress denials told as a notice; and the kill of a command whose
- * caller stopped waiting.
+ * before the request leaves, by the loop's one flush per turn), the
+ * remaining budget bounding the timeout, secrets delivered as environment
+ * and redacted from what comes back, egress denials told as a notice; and
+ * the kill of a command whose caller stopped waiting.
  *
  *-------------------------------------------------------------------------
  */
@@ -201,13 +201,17 @@ start_exec(WorkerCall *call)
 	call->op_started = GetCurrentTimestamp();
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec, &call->out.exec,
 			 exec_response_limit(call));
-	/* the loop puts the request on the wire, then makes the exec row durable meanwhile */
+	/* the loop makes the exec row durable, then puts the request on the wire */
 	worker_want_durable(call->exec_row_lsn);
 }
 
 /*
  * The kernel's OOM kill comes first: a command that ran out of memory and
- * then hit its timeout still ran out of memory.
+ * then hit its timeout still ran out of memory.  A command the backend says
+ * was killed was not killed for this call's caller: a cancelled call
+ * abandons its exec's response (cancel_exec).  The backend ended it itself
+ * (its sandbox stopped or released, as when the server restarts and the
+ * embedded daemon stops with it), so it was interrupted, not cancelled.
  */
 static const char *
 exec_status(const MeshExecResult *r)
@@ -217,9 +221,12 @@ exec_status(const MeshExecResult *r)
 	if (r->timed_out)
 		return "timeout";
 	if (r->killed)
-		return "cancelled";
+		return "error";
 	return "ok";
 }
+
+#define EXEC_INTERRUPTED_BY_BACKEND \
+	"interrupted: the backend ended the command while it ran (its sandbox was stopped or released, as when the server restarts)"
 
 static double
 seconds_since(TimestampTz start)
@@ -334,6 +341,8 @@ finish_exec(WorkerCall *call)
 	rec.status = exec_status(&result);
 	if (strcmp(rec.status, "timeout") == 0 && call->budget_bound)
 		rec.status = "budget_exhausted";
+	if (strcmp(rec.status, "error") == 0)
+		rec.error = EXEC_INTERRUPTED_BY_BACKEND;
 	rec.result = &result;
 	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
 	/* stopped at the bound the budget set: what was left of it is spent, whatever the basis */
@@ -351,7 +360,14 @@ finish_exec(WorkerCall *call)
 	notice_egress_denials(call, result.egress_denials);
 	if (strcmp(rec.status, "oom") == 0)
 		climb_tier(call);
-	reply_exec(call, &result, rec.status);
+	if (strcmp(rec.status, "error") == 0)
+		reply_error(call, failure_sqlstate(MESH_FAIL_UNAVAILABLE),
+					psprintf("the command of run \"%s\" was interrupted: backend \"%s\" ended it while it ran",
+							 call->run_id, call->ws.backend_kind),
+					"Its sandbox was stopped or released, as when the server restarts; the exec is recorded as failed.",
+					"Run the command again: the run's next call wakes its workspace.");
+	else
+		reply_exec(call, &result, rec.status);
 }
 
 /* The caller stopped waiting: kill the command's tree in the sandbox. */
