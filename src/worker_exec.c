@@ -37,7 +37,7 @@ bound_by_budget(WorkerCall *call)
 	{
 		if (!store_budget_exhausted(&call->ws, call->ws.compute_seconds, &err))
 			FreeErrorData(err);
-		reply_error(call, "53400", call->ws.status_reason, NULL,
+		reply_error(call, ERRCODE_CONFIGURATION_LIMIT_EXCEEDED, call->ws.status_reason, NULL,
 					"Raise the budget with mesh.run_set_budget() or mesh.agent_set_budget(), or start a new run.");
 		spawn_internal_release(call->run_id, call->ws.status_reason);
 		return false;
@@ -174,11 +174,12 @@ start_exec(WorkerCall *call)
 {
 	MeshHttpRequest req;
 	ErrorData  *err;
+	XLogRecPtr	exec_row_lsn;
 	bool		built;
 
 	if (!workspace_has_capability(call, "shell"))
 	{
-		reply_error(call, "0A000",
+		reply_error(call, ERRCODE_FEATURE_NOT_SUPPORTED,
 					psprintf("backend \"%s\" cannot run commands (it does not declare the shell capability)",
 							 call->ws.backend_kind),
 					NULL, "Pin this agent to a backend with shell, or use only file calls.");
@@ -188,7 +189,7 @@ start_exec(WorkerCall *call)
 	if (!bound_by_budget(call))
 		return;
 
-	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &call->exec_row_lsn,
+	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &exec_row_lsn,
 							&call->delivered, &err))
 	{
 		reply_txn_error(call, err);
@@ -202,7 +203,7 @@ start_exec(WorkerCall *call)
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec, &call->out.exec,
 			 exec_response_limit(call));
 	/* the loop makes the exec row durable, then puts the request on the wire */
-	worker_want_durable(call->exec_row_lsn);
+	worker_want_durable(exec_row_lsn);
 }
 
 /*
@@ -213,16 +214,16 @@ start_exec(WorkerCall *call)
  * (its sandbox stopped or released, as when the server restarts and the
  * embedded daemon stops with it), so it was interrupted, not cancelled.
  */
-static const char *
+static MeshExecStatus
 exec_status(const MeshExecResult *r)
 {
 	if (r->oom_killed)
-		return "oom";
+		return MESH_EXEC_OOM;
 	if (r->timed_out)
-		return "timeout";
+		return MESH_EXEC_TIMEOUT;
 	if (r->killed)
-		return "error";
-	return "ok";
+		return MESH_EXEC_ERROR;
+	return MESH_EXEC_OK;
 }
 
 #define EXEC_INTERRUPTED_BY_BACKEND \
@@ -293,7 +294,7 @@ notice_egress_denials(WorkerCall *call, const char *denials_text)
 
 /* The command's result, for the caller's row. */
 static void
-reply_exec(WorkerCall *call, const MeshExecResult *result, const char *status)
+reply_exec(WorkerCall *call, const MeshExecResult *result, MeshExecStatus status)
 {
 	StringInfo	head = begin_reply(call, sizeof(MeshExecReply));
 	MeshExecReply r;
@@ -301,7 +302,7 @@ reply_exec(WorkerCall *call, const MeshExecResult *result, const char *status)
 	r.exec_id = call->exec_id;
 	r.exit_code = result->exit_code;
 	r.truncated = result->truncated;
-	r.status = mesh_msg_add_string(head, status);
+	r.status = mesh_msg_add_string(head, mesh_exec_status_names[status]);
 	r.stdout_text = mesh_msg_add_string(head, result->stdout_data);
 	r.stderr_text = mesh_msg_add_string(head, result->stderr_data);
 	mesh_msg_set_fixed(head, &r, sizeof(r));
@@ -319,7 +320,7 @@ finish_exec(WorkerCall *call)
 
 	if (call->run.result == MESH_STEP_FAILED)
 	{
-		rec.status = "error";
+		rec.status = MESH_EXEC_ERROR;
 		merr.message = redact_message(call, merr.message);
 		merr.reason = redact_message(call, merr.reason);
 		rec.error = merr.message;
@@ -327,7 +328,7 @@ finish_exec(WorkerCall *call)
 			rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
 		rec.charged_seconds = seconds_since(call->op_started);
 		rec.charge_basis = "wall";
-		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
+		if (!store_exec_finished(call->exec_id, &rec, &lsn, &err))
 			FreeErrorData(err);
 		else
 			worker_want_durable(lsn);
@@ -339,18 +340,18 @@ finish_exec(WorkerCall *call)
 	result.stdout_data = mesh_sanitize_text(result.stdout_data, result.stdout_len);
 	result.stderr_data = mesh_sanitize_text(result.stderr_data, result.stderr_len);
 	rec.status = exec_status(&result);
-	if (strcmp(rec.status, "timeout") == 0 && call->budget_bound)
-		rec.status = "budget_exhausted";
-	if (strcmp(rec.status, "error") == 0)
+	if (rec.status == MESH_EXEC_TIMEOUT && call->budget_bound)
+		rec.status = MESH_EXEC_BUDGET_EXHAUSTED;
+	if (rec.status == MESH_EXEC_ERROR)
 		rec.error = EXEC_INTERRUPTED_BY_BACKEND;
 	rec.result = &result;
 	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
 	/* stopped at the bound the budget set: what was left of it is spent, whatever the basis */
-	if (strcmp(rec.status, "budget_exhausted") == 0)
+	if (rec.status == MESH_EXEC_BUDGET_EXHAUSTED)
 		rec.charged_seconds = Max(rec.charged_seconds,
 								  call->ws.budget_seconds - call->ws.compute_seconds);
 	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
+	if (!store_exec_finished(call->exec_id, &rec, &lsn, &err))
 	{
 		reply_txn_error(call, err);
 		return;
@@ -358,10 +359,10 @@ finish_exec(WorkerCall *call)
 	worker_want_durable(lsn);
 	charge_budget(call, rec.charged_seconds);
 	notice_egress_denials(call, result.egress_denials);
-	if (strcmp(rec.status, "oom") == 0)
+	if (rec.status == MESH_EXEC_OOM)
 		climb_tier(call);
-	if (strcmp(rec.status, "error") == 0)
-		reply_error(call, failure_sqlstate(MESH_FAIL_UNAVAILABLE),
+	if (rec.status == MESH_EXEC_ERROR)
+		reply_error(call, failure_sqlerrcode(MESH_FAIL_UNAVAILABLE),
 					psprintf("the command of run \"%s\" was interrupted: backend \"%s\" ended it while it ran",
 							 call->run_id, call->ws.backend_kind),
 					"Its sandbox was stopped or released, as when the server restarts; the exec is recorded as failed.",
@@ -392,13 +393,13 @@ finish_cancel(WorkerCall *call)
 	XLogRecPtr	lsn;
 	const char *transport_error = call->run.resp.transport_error;
 
-	rec.status = "cancelled";
+	rec.status = MESH_EXEC_CANCELLED;
 	rec.error = transport_error
 		? psprintf("cancelled by the caller; the kill request failed: %s", transport_error)
 		: "cancelled by the caller (interrupt or statement_timeout)";
 	rec.charged_seconds = seconds_since(call->op_started);
 	rec.charge_basis = "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
+	if (!store_exec_finished(call->exec_id, &rec, &lsn, &err))
 		FreeErrorData(err);
 	else
 	{

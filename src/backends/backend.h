@@ -73,6 +73,7 @@ typedef struct MeshHttpRequest
 	const char *method;
 	char	   *url;
 	char	   *unix_socket;	/* NULL for TCP */
+	const char *ca_pem;			/* PEM bundle trusted for https instead of the system's; NULL: system */
 	char	   *headers[MESH_HTTP_MAX_HEADERS];
 	int			nheaders;
 	const char *body;
@@ -336,6 +337,8 @@ extern bool mesh_http_error_from_json(const MeshHttpResponse *resp, const char *
 									  MeshError *err);
 extern MeshStepResult mesh_step(bool ok);
 extern void mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...);
+extern bool mesh_acquire_without_snapshot(const MeshBackend *be, const MeshAcquireSpec *spec,
+										  MeshError *err);
 extern bool mesh_base64_decode(const char *text, char **out, size_t *outlen);
 
 #endif							/* MESH_BACKEND_H */

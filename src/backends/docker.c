@@ -609,13 +609,8 @@ docker_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 {
 	DockerOp   *op;
 
-	/* the layer above never asks (no snapshot declared); refused rather than started empty */
-	if (spec->snapshot)
-	{
-		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
-					   "backend \"%s\" cannot start a workspace on a snapshot", be->name);
+	if (!mesh_acquire_without_snapshot(be, spec, err))
 		return false;
-	}
 	op = op_new(st, ref);
 	op->install_id = pstrdup(spec->install_id);
 	op->phase = PH_CREATE;

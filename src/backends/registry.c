@@ -24,10 +24,12 @@
 
 extern const MeshDriver mesh_sandboxd_driver;
 extern const MeshDriver mesh_docker_driver;
+extern const MeshDriver mesh_kubernetes_driver;
 
 static const MeshDriver *const drivers[] = {
 	&mesh_sandboxd_driver,
 	&mesh_docker_driver,
+	&mesh_kubernetes_driver,
 };
 
 static char *base64_encode_into(const char *data, size_t len, char *out);
@@ -175,6 +177,22 @@ mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...)
 	err->failure = failure;
 	err->message = pstrdup(buf);
 	err->reason = NULL;
+}
+
+/*
+ * For the acquire builder of a driver without snapshots: false, with the
+ * reason, when asked to stand a workspace on one.  The layer above never
+ * asks (the capability is not declared); a request that did is refused
+ * rather than started empty.
+ */
+bool
+mesh_acquire_without_snapshot(const MeshBackend *be, const MeshAcquireSpec *spec, MeshError *err)
+{
+	if (spec->snapshot == NULL)
+		return true;
+	mesh_error_set(err, MESH_FAIL_BAD_REQUEST, "backend \"%s\" cannot start a workspace on a snapshot",
+				   be->name);
+	return false;
 }
 
 /*

@@ -32,7 +32,7 @@ SELECT throws_ok($$SELECT mesh.snapshot_begin('no-such-run', true)$$, '42704', N
 CREATE TEMP TABLE s1 AS SELECT * FROM mesh.snapshot_begin('snap-run-a', true);
 SELECT is((SELECT status::text FROM s1), 'capturing', 'the row is written before the backend call, capturing');
 SELECT is((SELECT project || ' ' || backend || ' ' || actor_id FROM s1), 'github.com/org/repo snap-a alice', 'it records project, backend and actor');
-UPDATE mesh.snapshots SET external_ref = 'snap-ref-1' WHERE id = (SELECT id FROM s1);
+SELECT mesh.snapshot_named((SELECT id FROM s1), 'snap-ref-1');
 SELECT throws_ok(format('SELECT mesh.snapshot_declare(NULL, %s)', (SELECT id FROM s1)), '55000', NULL, 'a capturing snapshot cannot be started from');
 SELECT is((mesh.snapshot_finish((SELECT id FROM s1), true, 1000, 10, NULL)).status::text, 'ready', 'a finished capture is ready');
 SELECT is(mesh.snapshot_declare(NULL, (SELECT id FROM s1)), 'github.com/org/repo', 'from_snapshot alone declares the snapshot''s project');
@@ -40,7 +40,7 @@ SELECT throws_ok(format($$SELECT mesh.snapshot_declare('other', %s)$$, (SELECT i
 
 -- a second capture retires the first
 CREATE TEMP TABLE s2 AS SELECT * FROM mesh.snapshot_begin('snap-run-a', true);
-UPDATE mesh.snapshots SET external_ref = 'snap-ref-2' WHERE id = (SELECT id FROM s2);
+SELECT mesh.snapshot_named((SELECT id FROM s2), 'snap-ref-2');
 SELECT is((mesh.snapshot_finish((SELECT id FROM s2), true, 2000, 20, NULL)).status::text, 'ready', 'the new capture is ready');
 SELECT is((SELECT status::text FROM mesh.snapshots WHERE id = (SELECT id FROM s1)), 'retired', 'and the previous current one is retired');
 SELECT is((SELECT count(*)::int FROM mesh.snapshots WHERE project = 'github.com/org/repo' AND status = 'ready'), 1, 'one current snapshot per project and backend');
@@ -95,9 +95,9 @@ SELECT is((SELECT status::text FROM mesh.snapshots WHERE id = (SELECT id FROM s1
 
 -- reconcile: a vanished snapshot fails, an unexplained one is to be deleted, a capture in flight is left
 CREATE TEMP TABLE s4 AS SELECT * FROM mesh.snapshot_begin('snap-run-a', true);
-UPDATE mesh.snapshots SET external_ref = 'snap-ref-4' WHERE id = (SELECT id FROM s4);
-SELECT results_eq($$SELECT action, external_ref FROM mesh.snapshot_reconcile('snap-a', '[{"ref":"stray-1","state":"ready"},{"ref":"snap-ref-4","state":"capturing"}]', '0'::interval) ORDER BY 1$$,
-                  $$VALUES ('delete_unexplained', 'stray-1'), ('failed', 'snap-ref-2')$$,
+SELECT mesh.snapshot_named((SELECT id FROM s4), 'snap-ref-4');
+SELECT results_eq($$SELECT failed, external_ref FROM mesh.snapshot_reconcile('snap-a', '[{"ref":"stray-1","state":"ready"},{"ref":"snap-ref-4","state":"capturing"}]', '0'::interval) ORDER BY 1$$,
+                  $$VALUES (false, 'stray-1'), (true, 'snap-ref-2')$$,
                   'reconciliation fails what vanished and names what no row explains, leaving a capture in flight');
 
 -- who may do what
