@@ -286,8 +286,9 @@ json_t *files_write(struct workspace *ws, const char *path, const char *mode_tex
 /* ---- routing (route.c) ---- */
 #define ROUTE_MAX_SEGMENTS 8
 enum route_kind {
-    ROUTE_NONE, ROUTE_CAPABILITIES, ROUTE_WORKSPACES, ROUTE_WORKSPACE, ROUTE_EXEC, ROUTE_FILES,
-    ROUTE_KILL, ROUTE_SNAPSHOTS, ROUTE_SNAPSHOT, ROUTE_REFUSED
+    /* the list routes first: from ROUTE_WORKSPACE on, a route names one object (fuzz_route) */
+    ROUTE_NONE, ROUTE_CAPABILITIES, ROUTE_WORKSPACES, ROUTE_SNAPSHOTS, ROUTE_WORKSPACE, ROUTE_EXEC,
+    ROUTE_FILES, ROUTE_KILL, ROUTE_SNAPSHOT, ROUTE_REFUSED
 };
 struct route_path {
     char *text;                              /* the request's own copy of the path */
