@@ -152,6 +152,7 @@ static const char *const mount_steps[] = {
 struct mount_job {
     struct workspace *ws;
     char *lower, *upper, *work;
+    int mnt_ns_fd;   /* the holder's mount namespace (the daemon keeps no descriptor of it) */
     int error;
 };
 
@@ -167,7 +168,7 @@ CHILD_ENTRY static int mount_helper(void *arg)
     if (!become_sandbox_user())
         goto fail;
     step++;
-    if (setns(ws->ns_fds[0], CLONE_NEWUSER) != 0 || unshare(CLONE_NEWNS) != 0)
+    if (setns(ws->user_ns_fd, CLONE_NEWUSER) != 0 || unshare(CLONE_NEWNS) != 0)
         goto fail;
     step++;
     if (!layers_open(job->lower, job->upper, job->work, layers))
@@ -176,7 +177,7 @@ CHILD_ENTRY static int mount_helper(void *arg)
     if ((mnt = overlay_make(layers[0], layers[1], layers[2])) < 0)
         goto fail;
     step++;
-    if (setns(ws->ns_fds[4], CLONE_NEWNS) != 0 || fchdir(ws->root_fd) != 0 || chroot(".") != 0)
+    if (setns(job->mnt_ns_fd, CLONE_NEWNS) != 0 || fchdir(ws->root_fd) != 0 || chroot(".") != 0)
         goto fail;
     step++;
     if (sys_move_mount(mnt, "", AT_FDCWD, "/workspace", MOVE_MOUNT_F_EMPTY_PATH) != 0)
@@ -199,9 +200,13 @@ bool snapshot_mount(struct workspace *ws, struct api_error *err)
         return true;
     struct mount_job job = {.ws = ws, .lower = snapshot_tree(ws->snapshot),
                             .upper = workspace_files_dir(ws->id),
-                            .work = workspace_work_dir(ws->id)};
+                            .work = workspace_work_dir(ws->id), .mnt_ns_fd = -1};
+    char ns_path[64];
     int status = 0;
-    pid_t pid = spawn_borrowing(mount_helper, &job);
+    /* the holder has just started and runs (its bubblewrap is our child): the pid is its own */
+    snprintf(ns_path, sizeof ns_path, "/proc/%d/ns/mnt", (int)ws->holder_pid);
+    job.mnt_ns_fd = open(ns_path, O_RDONLY | O_CLOEXEC);
+    pid_t pid = job.mnt_ns_fd >= 0 ? spawn_borrowing(mount_helper, &job) : -1;
     if (pid < 0)
         job.error = errno;
     else
@@ -215,6 +220,8 @@ bool snapshot_mount(struct workspace *ws, struct api_error *err)
                       ? mount_steps[step] : "helper", job.error ? strerror(job.error) : "?");
         api_error_set(err, 500, "spawn_failed", "the workspace's snapshot could not be mounted");
     }
+    if (job.mnt_ns_fd >= 0)
+        close(job.mnt_ns_fd);
     free(job.lower);
     free(job.upper);
     free(job.work);
