@@ -12,6 +12,8 @@ OBJS = \
 	src/worker_exec.o \
 	src/worker_files.o \
 	src/worker_release.o \
+	src/worker_snapshot.o \
+	src/store_snapshot.o \
 	src/worker_http.o \
 	src/runner.o \
 	src/store.o \
@@ -30,7 +32,7 @@ EXTENSION = mesh_exec
 DATA = sql/mesh_exec--0.1.sql
 PGFILEDESC = "mesh_exec - sandboxed execution for AI-agent harnesses"
 
-REGRESS = setup api_errors lifecycle files durability cancel budgets credentials egress privileges privilege_escalation input_limits ownership containment
+REGRESS = setup api_errors lifecycle files durability cancel budgets credentials egress privileges privilege_escalation input_limits ownership containment snapshots
 REGRESS_OPTS = --inputdir=. --use-existing
 
 PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl libmicrohttpd)

@@ -640,16 +640,21 @@ $$;
 -- Declare a run (mesh_acquire): intent only.  Declaring it again with the
 -- same particulars returns the row; anything else is refused.
 CREATE FUNCTION mesh.workspace_declare(p_run_id text, p_agent_id text, p_actor_id text,
-                                       p_parent_run_id text, p_environment text, p_owner oid)
+                                       p_parent_run_id text, p_environment text, p_owner oid,
+                                       p_project text DEFAULT NULL, p_from_snapshot bigint DEFAULT NULL)
 RETURNS mesh.workspaces
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     ws mesh.workspaces;
     env mesh.environments;
     missing text;
+    -- project and from_snapshot are checked by mesh.snapshot_declare (it raises)
+    v_project text := mesh.snapshot_declare(p_project, p_from_snapshot);
 BEGIN
-    INSERT INTO mesh.workspaces AS w (run_id, agent_id, created_by_actor_id, parent_run_id, environment, owner_role)
-    VALUES (p_run_id, p_agent_id, p_actor_id, p_parent_run_id, p_environment, p_owner::regrole)
+    INSERT INTO mesh.workspaces AS w (run_id, agent_id, created_by_actor_id, parent_run_id, environment, owner_role,
+                                      project, from_snapshot)
+    VALUES (p_run_id, p_agent_id, p_actor_id, p_parent_run_id, p_environment, p_owner::regrole,
+            v_project, p_from_snapshot)
     ON CONFLICT (run_id) DO NOTHING RETURNING w.* INTO ws;
     IF ws.id IS NOT NULL THEN
         IF p_environment IS NOT NULL THEN
@@ -682,8 +687,9 @@ BEGIN
             USING ERRCODE = 'unique_violation', HINT = 'Run ownership is on: use a new run_id.';
     END IF;
     IF ws.agent_id <> p_agent_id OR ws.created_by_actor_id <> p_actor_id
-       OR ws.parent_run_id IS DISTINCT FROM p_parent_run_id OR ws.environment IS DISTINCT FROM p_environment THEN
-        RAISE EXCEPTION 'run "%" is already declared with a different agent, actor, parent or environment', p_run_id
+       OR ws.parent_run_id IS DISTINCT FROM p_parent_run_id OR ws.environment IS DISTINCT FROM p_environment
+       OR ws.from_snapshot IS DISTINCT FROM p_from_snapshot OR (p_project IS NOT NULL AND ws.project IS DISTINCT FROM p_project) THEN
+        RAISE EXCEPTION 'run "%" is already declared with a different agent, actor, parent, environment, project or snapshot', p_run_id
             USING ERRCODE = 'unique_violation',
                   DETAIL = format('It was declared by agent "%s" for actor "%s" with parent run %s and environment %s.',
                                   ws.agent_id, ws.created_by_actor_id, coalesce(ws.parent_run_id, '(none)'),
@@ -1599,11 +1605,362 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp
 $$;
 
 ------------------------------------------------------------------------------
+-- Project-state snapshots (README "Snapshots"): a run's /workspace captured so
+-- that later runs of the same project start from it (a checked-out repository,
+-- installed dependencies, warm caches) instead of an empty tree.  The base
+-- image is never part of one.  Rows are written by mesh workers (before the
+-- backend call, every change in a worker transaction) and by the admin's
+-- mesh.snapshot_retire.
+------------------------------------------------------------------------------
+CREATE TYPE mesh.snapshot_status AS ENUM ('capturing', 'ready', 'retired', 'reclaimed', 'failed');
+
+-- A project is a key the harness chooses (a repository name, say), never a
+-- path: letters, digits and . _ / @ : + -, no ".." or "//", at most 200.
+CREATE FUNCTION mesh.project_name_valid(p text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    SELECT p ~ '^[A-Za-z0-9@][A-Za-z0-9._/@:+-]{0,199}$' AND p !~ '\.\.|//'
+$$;
+
+CREATE TABLE mesh.snapshots (
+    id              bigserial PRIMARY KEY,
+    project         text NOT NULL CHECK (mesh.project_name_valid(project)),
+    backend         text NOT NULL,        -- catalog name of the backend that holds it
+    external_ref    text,                 -- opaque: only its driver parses it; recorded before the backend call
+    status          mesh.snapshot_status NOT NULL DEFAULT 'capturing',
+    status_reason   text,                 -- why it failed, or what retired it
+    size_bytes      bigint CHECK (size_bytes >= 0),
+    file_count      bigint CHECK (file_count >= 0),
+    source_run_id   text NOT NULL,
+    actor_id        text NOT NULL CHECK (actor_id <> ''),
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    ready_at        timestamptz,
+    retired_at      timestamptz,
+    reclaimed_at    timestamptz,
+    UNIQUE (backend, external_ref),
+    CHECK (status IN ('capturing', 'failed') OR ready_at IS NOT NULL),
+    CHECK (status <> 'failed' OR status_reason IS NOT NULL)
+);
+-- a project's current snapshot on a backend: at most one ready
+CREATE UNIQUE INDEX snapshots_current_idx ON mesh.snapshots (project, backend) WHERE status = 'ready';
+CREATE INDEX snapshots_retired_idx ON mesh.snapshots (backend, retired_at) WHERE status = 'retired';
+CREATE INDEX snapshots_capturing_idx ON mesh.snapshots (backend, created_at) WHERE status = 'capturing';
+
+-- What a run declared (project, from_snapshot) and what its /workspace stands on.
+ALTER TABLE mesh.workspaces
+    ADD COLUMN project text CHECK (mesh.project_name_valid(project)),
+    ADD COLUMN from_snapshot bigint REFERENCES mesh.snapshots (id),
+    ADD COLUMN snapshot_id bigint REFERENCES mesh.snapshots (id);
+CREATE INDEX workspaces_snapshot_idx ON mesh.workspaces (snapshot_id)
+    WHERE snapshot_id IS NOT NULL AND status <> 'released';
+
+SELECT pg_catalog.pg_extension_config_dump('mesh.snapshots', '');
+
+-- A project name as an error message may show it: no control characters, bounded.
+CREATE FUNCTION mesh.shown_name(p text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT regexp_replace(left(p, 64), '[^[:print:]]', '?', 'g') || CASE WHEN length(p) > 64 THEN '...' ELSE '' END
+$$;
+
+-- What mesh_acquire's project and from_snapshot declare: the run's project
+-- (the snapshot's when only from_snapshot is given), or a clear error.
+-- Writes nothing; the declaring worker stores the result on the pending row.
+CREATE FUNCTION mesh.snapshot_declare(p_project text, p_from_snapshot bigint, OUT project text)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    s mesh.snapshots;
+BEGIN
+    IF p_project IS NOT NULL AND NOT mesh.project_name_valid(p_project) THEN
+        RAISE EXCEPTION 'project name "%" is not valid', mesh.shown_name(p_project)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A project is 1 to 200 characters: letters, digits and . _ / @ : + -, starting with a letter, a digit or @, without ".." or "//" (e.g. github.com/org/repo).';
+    END IF;
+    project := p_project;
+    IF p_from_snapshot IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT * INTO s FROM mesh.snapshots WHERE id = p_from_snapshot;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'snapshot % does not exist', p_from_snapshot
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'mesh.project_snapshots lists the snapshots there are; mesh_snapshot(run_id) captures one.';
+    END IF;
+    IF s.status <> 'ready' THEN
+        RAISE EXCEPTION 'snapshot % is %, not ready', p_from_snapshot, s.status
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = CASE WHEN s.status = 'capturing' THEN 'Wait until its capture has finished.'
+                              ELSE format('Start from project "%s"''s current snapshot (mesh.project_snapshots), or pass only project.', mesh.shown_name(s.project)) END;
+    END IF;
+    IF p_project IS NOT NULL AND p_project <> s.project THEN
+        RAISE EXCEPTION 'snapshot % belongs to project "%", not "%"', p_from_snapshot,
+                        mesh.shown_name(s.project), mesh.shown_name(p_project)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Omit project to take the snapshot''s, or name a snapshot of this project.';
+    END IF;
+    project := s.project;
+END
+$$;
+
+-- At materialization, in the worker's transaction that records the backend:
+-- which snapshot the workspace's /workspace stands on, recorded on its row,
+-- or why none applies (notice, for the set-up NOTICE).  A snapshot the run
+-- named explicitly that cannot be used on this backend raises: such a run is
+-- never silently started empty.
+CREATE FUNCTION mesh.snapshot_choose(p_workspace_id bigint, p_backend text, p_can_snapshot boolean,
+                                     OUT snapshot_id bigint, OUT external_ref text, OUT notice text)
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    w mesh.workspaces;
+    s mesh.snapshots;
+BEGIN
+    SELECT * INTO STRICT w FROM mesh.workspaces WHERE id = p_workspace_id;
+    IF w.from_snapshot IS NOT NULL THEN
+        SELECT * INTO STRICT s FROM mesh.snapshots WHERE id = w.from_snapshot;
+        IF NOT p_can_snapshot THEN
+            RAISE EXCEPTION 'run "%" starts from snapshot %, but backend "%" cannot snapshot', w.run_id, s.id, p_backend
+                USING ERRCODE = 'feature_not_supported',
+                      HINT = 'Pin the agent to a backend that declares the snapshot capability, or acquire without from_snapshot.';
+        ELSIF s.backend <> p_backend THEN
+            RAISE EXCEPTION 'snapshot % is held by backend "%", but run "%" is materialized on backend "%"',
+                            s.id, s.backend, w.run_id, p_backend
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = format('Pin agent "%s" to backend "%s" (mesh.agent_set), or acquire without from_snapshot.', w.agent_id, s.backend);
+        ELSIF s.status <> 'ready' THEN
+            RAISE EXCEPTION 'snapshot % was % at %', s.id, s.status, coalesce(s.retired_at, s.reclaimed_at, now())
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = format('Release this run and start again from project "%s"''s current snapshot.', mesh.shown_name(s.project));
+        END IF;
+    ELSIF w.project IS NULL THEN
+        notice := 'the run names no project: it starts empty';
+        RETURN;
+    ELSIF NOT p_can_snapshot THEN
+        notice := format('backend "%s" cannot snapshot: project "%s" starts empty', p_backend, w.project);
+        RETURN;
+    ELSE
+        SELECT * INTO s FROM mesh.snapshots x
+         WHERE x.project = w.project AND x.backend = p_backend AND x.status = 'ready';
+        IF NOT FOUND THEN
+            notice := format('no snapshot yet for project "%s": it starts empty', w.project);
+            RETURN;
+        END IF;
+    END IF;
+    UPDATE mesh.workspaces SET snapshot_id = s.id WHERE id = p_workspace_id;
+    snapshot_id := s.id;
+    external_ref := s.external_ref;
+    notice := format('snapshot %s of project "%s": %s in %s files, captured %s ago', s.id, s.project,
+                     pg_size_pretty(s.size_bytes), s.file_count, date_trunc('second', now() - s.ready_at));
+END
+$$;
+
+-- mesh_snapshot(run_id), before the backend call: checks that the run can be
+-- captured and inserts its 'capturing' row (the worker then records the
+-- external_ref its driver chooses, mesh.snapshot_named, and commits).
+CREATE FUNCTION mesh.snapshot_begin(p_run_id text, p_can_snapshot boolean) RETURNS mesh.snapshots
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    w mesh.workspaces;
+    s mesh.snapshots;
+BEGIN
+    SELECT * INTO w FROM mesh.workspaces WHERE run_id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run "%" has no workspace', p_run_id
+            USING ERRCODE = 'undefined_object', HINT = 'Declare it with mesh_acquire(run_id, agent_id, actor_id, project => ...).';
+    ELSIF w.project IS NULL THEN
+        RAISE EXCEPTION 'run "%" names no project', p_run_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Declare the run with mesh_acquire(..., project => ''name''): a snapshot is its project''s.';
+    ELSIF w.status IN ('released', 'releasing', 'failed') THEN
+        RAISE EXCEPTION 'run "%" is %', p_run_id, w.status
+            USING ERRCODE = 'object_not_in_prerequisite_state', HINT = 'Capture a run before it is released.';
+    ELSIF w.status = 'pending' AND w.external_ref IS NOT NULL THEN
+        RAISE EXCEPTION 'the workspace of run "%" is hibernated', p_run_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Its next mesh_exec, mesh_read_file or mesh_write_file wakes it; capture it then.';
+    ELSIF w.status <> 'ready' THEN
+        RAISE EXCEPTION 'run "%" has no materialized workspace yet (it is %)', p_run_id, w.status
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Its first mesh_exec, mesh_read_file or mesh_write_file materializes it.';
+    ELSIF NOT p_can_snapshot THEN
+        RAISE EXCEPTION 'backend "%" of run "%" cannot snapshot', w.backend_kind, p_run_id
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Runs on backends that declare the snapshot capability can be captured.';
+    END IF;
+    INSERT INTO mesh.snapshots (project, backend, source_run_id, actor_id)
+    VALUES (w.project, w.backend_kind, w.run_id, w.created_by_actor_id)
+    RETURNING * INTO s;
+    INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
+    VALUES ('snapshot_capture', w.run_id, w.id, w.backend_kind, jsonb_build_object('snapshot', s.id, 'project', s.project));
+    RETURN s;
+END
+$$;
+
+-- The name the backend's driver chose for a capture (from its id), recorded
+-- with its row before the backend is called.
+CREATE FUNCTION mesh.snapshot_named(p_id bigint, p_ref text) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
+    UPDATE mesh.snapshots SET external_ref = p_ref
+     WHERE id = p_id AND status = 'capturing' AND external_ref IS NULL
+$$;
+
+-- The capture ended: ready (the project's previous current snapshot on this
+-- backend is retired in the same transaction) or failed with the reason.  A
+-- row the reaper already settled is left as it is.
+CREATE FUNCTION mesh.snapshot_finish(p_id bigint, p_ok boolean, p_size_bytes bigint,
+                                     p_file_count bigint, p_reason text) RETURNS mesh.snapshots
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    s mesh.snapshots;
+BEGIN
+    SELECT * INTO STRICT s FROM mesh.snapshots WHERE id = p_id FOR UPDATE;
+    IF s.status <> 'capturing' THEN
+        RETURN s;
+    END IF;
+    IF p_ok THEN
+        -- serialise captures of one project: the current row is locked first
+        PERFORM 1 FROM mesh.snapshots x WHERE x.project = s.project AND x.backend = s.backend
+                                          AND x.status = 'ready' FOR UPDATE;
+        UPDATE mesh.snapshots x SET status = 'retired', retired_at = now(),
+                                    status_reason = format('replaced by snapshot %s', p_id)
+         WHERE x.project = s.project AND x.backend = s.backend AND x.status = 'ready';
+        UPDATE mesh.snapshots x SET status = 'ready', ready_at = now(), size_bytes = p_size_bytes,
+                                    file_count = p_file_count
+         WHERE x.id = p_id RETURNING * INTO s;
+    ELSE
+        UPDATE mesh.snapshots x SET status = 'failed', status_reason = coalesce(p_reason, 'capture failed')
+         WHERE x.id = p_id RETURNING * INTO s;
+    END IF;
+    INSERT INTO mesh.events (kind, run_id, backend, detail)
+    VALUES (CASE WHEN p_ok THEN 'snapshot_ready' ELSE 'snapshot_failed' END, s.source_run_id, s.backend,
+            jsonb_build_object('snapshot', s.id, 'project', s.project, 'size_bytes', s.size_bytes,
+                               'file_count', s.file_count, 'reason', s.status_reason));
+    RETURN s;
+END
+$$;
+
+-- The admin retires a snapshot: no new run starts from it; the reaper reclaims
+-- it once no live workspace stands on it.
+CREATE FUNCTION mesh.snapshot_retire(id bigint) RETURNS mesh.snapshots
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    s mesh.snapshots;
+BEGIN
+    PERFORM mesh.require_args('snapshot_retire', ARRAY['id'], ARRAY[snapshot_retire.id IS NULL]);
+    SELECT * INTO s FROM mesh.snapshots x WHERE x.id = snapshot_retire.id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'snapshot % does not exist', snapshot_retire.id
+            USING ERRCODE = 'undefined_object', HINT = 'mesh.project_snapshots lists the snapshots there are.';
+    ELSIF s.status IN ('retired', 'reclaimed', 'failed') THEN
+        RETURN s;   -- already out of use: retiring is idempotent
+    ELSIF s.status = 'capturing' THEN
+        RAISE EXCEPTION 'snapshot % is still being captured', s.id
+            USING ERRCODE = 'object_not_in_prerequisite_state', HINT = 'Retire it once it is ready.';
+    END IF;
+    UPDATE mesh.snapshots x SET status = 'retired', retired_at = now(),
+                                status_reason = format('retired by %s', session_user)
+     WHERE x.id = s.id RETURNING * INTO s;
+    INSERT INTO mesh.events (kind, run_id, backend, detail)
+    VALUES ('snapshot_retired', s.source_run_id, s.backend,
+            jsonb_build_object('snapshot', s.id, 'project', s.project, 'by', session_user));
+    RETURN s;
+END
+$$;
+
+-- Live workspaces standing on a snapshot (anything not released holds it).
+CREATE FUNCTION mesh.snapshot_live_workspaces(p_id bigint) RETURNS bigint
+LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT count(*) FROM mesh.workspaces w WHERE w.snapshot_id = p_id AND w.status <> 'released'
+$$;
+
+-- For the reaper: backends with retired snapshots that no live workspace
+-- stands on (each backend gets its own share of a sweep), and per backend the
+-- oldest of them, at most p_limit.
+CREATE FUNCTION mesh.snapshot_reclaimable_backends() RETURNS SETOF text
+LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT DISTINCT s.backend FROM mesh.snapshots s
+     WHERE s.status = 'retired' AND mesh.snapshot_live_workspaces(s.id) = 0
+     ORDER BY 1
+$$;
+
+CREATE FUNCTION mesh.snapshot_reclaimable(p_backend text, p_limit integer) RETURNS SETOF mesh.snapshots
+LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT * FROM mesh.snapshots s
+     WHERE s.backend = p_backend AND s.status = 'retired' AND mesh.snapshot_live_workspaces(s.id) = 0
+     ORDER BY s.retired_at, s.id LIMIT p_limit
+$$;
+
+-- The backend deleted a retired snapshot (or had it no longer).
+CREATE FUNCTION mesh.snapshot_reclaimed(p_id bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    UPDATE mesh.snapshots SET status = 'reclaimed', reclaimed_at = now()
+     WHERE id = p_id AND status = 'retired';
+    IF FOUND THEN
+        INSERT INTO mesh.events (kind, backend, detail)
+        SELECT 'snapshot_reclaimed', s.backend, jsonb_build_object('snapshot', s.id, 'project', s.project)
+          FROM mesh.snapshots s WHERE s.id = p_id;
+    END IF;
+END
+$$;
+
+-- Reconciliation of one backend's snapshot list (p_listed: [{"ref", "state"}],
+-- state "ready" or "capturing") with the rows: a row whose snapshot vanished
+-- is failed; a capture no worker can still be waiting for (older than
+-- p_capture_grace, unknown to the backend) is failed; each is an event.
+-- Returns those, and the refs no row explains, which the caller deletes and
+-- logs.
+CREATE FUNCTION mesh.snapshot_reconcile(p_backend text, p_listed jsonb, p_capture_grace interval)
+RETURNS TABLE (failed boolean, snapshot_id bigint, external_ref text)
+LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
+    WITH listed AS (
+        SELECT e->>'ref' AS ref, e->>'state' AS state FROM jsonb_array_elements(p_listed) e
+    ), settled AS (
+        UPDATE mesh.snapshots s
+           SET status = 'failed',
+               status_reason = CASE WHEN s.status = 'capturing'
+                                    THEN 'the capture was interrupted (the backend does not have it)'
+                                    ELSE 'the backend no longer has this snapshot' END
+         WHERE s.backend = p_backend
+           AND ((s.status IN ('ready', 'retired')
+                 AND NOT EXISTS (SELECT 1 FROM listed l WHERE l.ref = s.external_ref AND l.state = 'ready'))
+             OR (s.status = 'capturing' AND s.created_at < now() - p_capture_grace
+                 AND NOT EXISTS (SELECT 1 FROM listed l WHERE l.ref = s.external_ref)))
+        RETURNING s.id, s.external_ref, s.source_run_id, s.status_reason
+    ), logged AS (
+        INSERT INTO mesh.events (kind, run_id, backend, detail)
+        SELECT 'snapshot_failed', t.source_run_id, p_backend,
+               jsonb_build_object('snapshot', t.id, 'reason', t.status_reason)
+          FROM settled t
+    )
+    SELECT true, t.id, t.external_ref FROM settled t
+    UNION ALL
+    SELECT false, NULL::bigint, l.ref FROM listed l
+     WHERE l.state = 'ready' AND l.ref IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM mesh.snapshots s
+                        WHERE s.backend = p_backend AND s.external_ref = l.ref
+                          AND s.status IN ('capturing', 'ready', 'retired'))
+$$;
+
+-- For operators: every snapshot not yet reclaimed, per project and backend,
+-- whether it is the current one, its age and size, and how many live
+-- workspaces stand on it.
+CREATE VIEW mesh.project_snapshots AS
+SELECT s.project, s.backend, s.id AS snapshot_id, s.status, (s.status = 'ready') AS current,
+       date_trunc('second', now() - coalesce(s.ready_at, s.created_at)) AS age,
+       s.size_bytes, s.file_count,
+       (SELECT count(*) FROM mesh.workspaces w
+         WHERE w.snapshot_id = s.id AND w.status <> 'released') AS live_workspaces,
+       s.source_run_id, s.actor_id, s.status_reason, s.created_at, s.ready_at, s.retired_at
+  FROM mesh.snapshots s
+ WHERE s.status <> 'reclaimed'
+ ORDER BY s.project, s.backend, s.id DESC;
+
+------------------------------------------------------------------------------
 -- The harness API (in the extension's schema, public by default).
 ------------------------------------------------------------------------------
 CREATE FUNCTION @extschema@.mesh_acquire(run_id text, agent_id text, actor_id text,
                                          parent_run_id text DEFAULT NULL,
-                                         environment text DEFAULT NULL)
+                                         environment text DEFAULT NULL,
+                                         project text DEFAULT NULL,
+                                         from_snapshot bigint DEFAULT NULL)
 RETURNS mesh.workspaces
     AS 'MODULE_PATHNAME', 'mesh_acquire' LANGUAGE C;
 
@@ -1627,6 +1984,11 @@ CREATE FUNCTION @extschema@.mesh_release(run_id text, reason text DEFAULT NULL)
 RETURNS text
     AS 'MODULE_PATHNAME', 'mesh_release' LANGUAGE C;
 
+-- Capture the run's /workspace as its project's new current snapshot.
+CREATE FUNCTION @extschema@.mesh_snapshot(run_id text)
+RETURNS mesh.snapshots
+    AS 'MODULE_PATHNAME', 'mesh_snapshot' LANGUAGE C;
+
 ------------------------------------------------------------------------------
 -- Privileges: PUBLIC gets nothing; the harness calls the API and reads views;
 -- the admin configures.  Credentials are readable by neither.
@@ -1634,28 +1996,31 @@ RETURNS text
 REVOKE ALL ON ALL TABLES IN SCHEMA mesh FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA mesh FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA mesh FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.mesh_acquire(text, text, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_acquire(text, text, text, text, text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_exec(text, text[], text, bytea, interval, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_read_file(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_release(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_snapshot(text) FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA mesh TO mesh_harness, mesh_admin, mesh_worker;
 -- the workers read and write mesh's rows (no DELETE, no DDL), call its functions
 GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA mesh TO mesh_worker;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA mesh TO mesh_worker;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA mesh TO mesh_worker;
-GRANT EXECUTE ON FUNCTION @extschema@.mesh_acquire(text, text, text, text, text) TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_acquire(text, text, text, text, text, text, bigint) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec(text, text[], text, bytea, interval, jsonb) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_read_file(text, text) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_release(text, text) TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_snapshot(text) TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.live_workspaces, mesh.run_workspaces, mesh.exec_log, mesh.spend_by_run TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION mesh.may_drive(regrole, oid) TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.spend_by_agent, mesh.run_limits, mesh.settings, mesh.run_budgets, mesh.tier_climbs TO mesh_admin;
 GRANT SELECT ON mesh.secret_catalog, mesh.environments, mesh.grants TO mesh_admin;
 GRANT SELECT ON mesh.backend_catalog, mesh.event_log TO mesh_admin;
 GRANT SELECT ON mesh.backends, mesh.agents, mesh.workspaces, mesh.execs, mesh.events TO mesh_admin;
+GRANT SELECT ON mesh.snapshots, mesh.project_snapshots TO mesh_admin;
 GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, mesh.size_tier),
                           mesh.backend_configure(text, jsonb),
                           mesh.backend_enable(text),
@@ -1678,7 +2043,8 @@ GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, 
                           mesh.run_grants(text),
                           mesh.egress_policy(),
                           mesh.set_egress_policy(jsonb),
-                          mesh.run_network(text)
+                          mesh.run_network(text),
+                          mesh.snapshot_retire(bigint)
       TO mesh_admin;
 
 ------------------------------------------------------------------------------

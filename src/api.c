@@ -2,7 +2,7 @@
  *
  * api.c
  *	  The harness API: mesh_acquire, mesh_exec, mesh_read_file,
- *	  mesh_write_file, mesh_release.
+ *	  mesh_write_file, mesh_release, mesh_snapshot.
  *
  * These run in the caller's backend.  They validate input, build the typed
  * request (calls.h), hand it to the run's worker (handoff.c) and wait,
@@ -51,6 +51,7 @@ PG_FUNCTION_INFO_V1(mesh_exec);
 PG_FUNCTION_INFO_V1(mesh_read_file);
 PG_FUNCTION_INFO_V1(mesh_write_file);
 PG_FUNCTION_INFO_V1(mesh_release);
+PG_FUNCTION_INFO_V1(mesh_snapshot);
 
 /* A required argument: NULL is the caller's error, named, with a hint. */
 static void
@@ -195,23 +196,24 @@ begin_request(MeshOp op, Size fixed_size)
 }
 
 /*
- * The worker's reply to mesh_acquire is the mesh.workspaces row its INSERT
- * (or SELECT) returned, as that composite datum: returned as it is, after
- * checking it is a row of the type this function returns.
+ * The worker's reply to mesh_acquire and mesh_snapshot is the row its
+ * statement returned (mesh.workspaces, mesh.snapshots), as that composite
+ * datum: returned as it is, after checking it is a row of the type the
+ * calling function returns.
  */
 static Datum
-workspace_row(FunctionCallInfo fcinfo, const MeshMsg *reply)
+row_reply(FunctionCallInfo fcinfo, const MeshMsg *reply)
 {
-	const MeshAcquireReply *r = mesh_msg_fixed(reply, sizeof(MeshAcquireReply));
+	const MeshRowReply *r = mesh_msg_fixed(reply, sizeof(MeshRowReply));
 	const char *data;
 	Size		len = mesh_msg_bytes(reply, r->row, &data);
 	TupleDesc	tupdesc;
 	HeapTupleHeader row;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "mesh: mesh_acquire must return a composite type");
+		elog(ERROR, "mesh: the function must return a composite type");
 	if (data == NULL || len < SizeofHeapTupleHeader)
-		elog(ERROR, "mesh: the worker sent no workspace row");
+		elog(ERROR, "mesh: the worker sent no row");
 	row = (HeapTupleHeader) palloc(len);
 	memcpy(row, data, len);
 	if (VARSIZE(row) != len || HeapTupleHeaderGetTypeId(row) != tupdesc->tdtypeid)
@@ -221,7 +223,8 @@ workspace_row(FunctionCallInfo fcinfo, const MeshMsg *reply)
 
 /*
  * mesh_acquire: declare the run's workspace, and with an environment, what
- * the run may see (its grants).  No backend is called.
+ * the run may see (its grants); with a project or a snapshot, what its
+ * /workspace starts from.  No backend is called.
  */
 Datum
 mesh_acquire(PG_FUNCTION_ARGS)
@@ -231,8 +234,9 @@ mesh_acquire(PG_FUNCTION_ARGS)
 	char	   *actor_id = required_id(fcinfo, 2, "actor_id");
 	char	   *parent = check_id_length(optional_text(fcinfo, 3), "parent_run_id");
 	char	   *environment = check_id_length(optional_text(fcinfo, 4), "environment");
+	char	   *project = check_id_length(optional_text(fcinfo, 5), "project");
 	StringInfo	req = begin_request(MESH_OP_ACQUIRE, sizeof(MeshAcquireRequest));
-	MeshAcquireRequest r;
+	MeshAcquireRequest r = {0};
 	MeshMsg		reply;
 
 	if (parent && strcmp(parent, run_id) == 0)
@@ -244,10 +248,13 @@ mesh_acquire(PG_FUNCTION_ARGS)
 	r.actor_id = request_text(req, actor_id);
 	r.parent_run_id = request_text(req, parent);
 	r.environment = request_text(req, environment);
+	r.project = request_text(req, project);
+	r.has_from_snapshot = !PG_ARGISNULL(6);
+	r.from_snapshot = r.has_from_snapshot ? PG_GETARG_INT64(6) : 0;
 	mesh_msg_set_fixed(req, &r, sizeof(r));
 
 	mesh_call(run_id, req, NULL, 0, &reply);
-	PG_RETURN_DATUM(workspace_row(fcinfo, &reply));
+	PG_RETURN_DATUM(row_reply(fcinfo, &reply));
 }
 
 /*
@@ -550,4 +557,18 @@ mesh_release(PG_FUNCTION_ARGS)
 	mesh_call(run_id, req, NULL, 0, &reply);
 	PG_RETURN_DATUM(reply_text(&reply, ((const MeshReleaseReply *)
 										mesh_msg_fixed(&reply, sizeof(MeshReleaseReply)))->outcome));
+}
+
+/*
+ * mesh_snapshot: capture the run's /workspace as its project's new current
+ * snapshot, while the run keeps working; returns the ready row.
+ */
+Datum
+mesh_snapshot(PG_FUNCTION_ARGS)
+{
+	char	   *run_id = required_id(fcinfo, 0, "run_id");
+	MeshMsg		reply;
+
+	mesh_call(run_id, begin_request(MESH_OP_SNAPSHOT, 0), NULL, 0, &reply);
+	PG_RETURN_DATUM(row_reply(fcinfo, &reply));
 }

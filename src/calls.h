@@ -35,6 +35,7 @@ typedef enum MeshOp
 	MESH_OP_READ_FILE,
 	MESH_OP_WRITE_FILE,
 	MESH_OP_RELEASE,
+	MESH_OP_SNAPSHOT,			/* capture the run's /workspace (mesh_snapshot) */
 	MESH_OP_SWEEP				/* to the reaper: sweep now, reply with what it did */
 } MeshOp;
 
@@ -85,6 +86,9 @@ typedef struct MeshAcquireRequest
 	MeshSpan	actor_id;
 	MeshSpan	parent_run_id;	/* NULL: a top-level run */
 	MeshSpan	environment;	/* NULL: no grants */
+	MeshSpan	project;		/* NULL: the run names no project */
+	bool		has_from_snapshot;	/* the run starts from snapshot from_snapshot */
+	int64		from_snapshot;
 } MeshAcquireRequest;
 
 typedef struct MeshExecRequest
@@ -106,6 +110,8 @@ typedef struct MeshFileRequest
 	int32		mode;
 } MeshFileRequest;
 
+/* mesh_snapshot's request is its header alone: the run's id says what to capture */
+
 typedef struct MeshReleaseRequest
 {
 	MeshSpan	reason;			/* NULL: the caller gave none */
@@ -125,11 +131,14 @@ typedef union MeshRequest
  *--------------------------------------------------------------------------
  */
 
-/* a mesh.workspaces row, as the composite datum the worker's INSERT returned */
-typedef struct MeshAcquireReply
+/*
+ * A row as the composite datum the worker's statement returned: acquire's
+ * mesh.workspaces row, snapshot's mesh.snapshots row.
+ */
+typedef struct MeshRowReply
 {
 	MeshSpan	row;
-} MeshAcquireReply;
+} MeshRowReply;
 
 typedef struct MeshExecReply
 {

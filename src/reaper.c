@@ -18,7 +18,12 @@
  *	   says a sandbox runs, is being made, or may have been made is settled
  *	   to what the backend shows (settle_row): a ready row whose sandbox
  *	   vanished fails, an acquiring one goes back to pending (so it no
- *	   longer holds a concurrency slot), and so on.
+ *	   longer holds a concurrency slot), and so on;
+ *	4. on each backend whose driver keeps snapshots, retired snapshots no
+ *	   live workspace stands on are deleted and marked reclaimed, and the
+ *	   backend's own snapshot list is reconciled with mesh.snapshots (a
+ *	   snapshot no row explains is deleted and logged; a row whose snapshot
+ *	   vanished, or an interrupted capture, is marked failed).
  *
  * Backends share the sweep's time fairly: each gets an equal share of what
  * is left when its turn comes, so one hung backend cannot starve the rest.
@@ -472,6 +477,157 @@ reconcile_all(json_t *rows, TimestampTz deadline)
 }
 
 /*--------------------------------------------------------------------------
+ * 4. Snapshots: reclaim retired ones, reconcile each backend's own list
+ *--------------------------------------------------------------------------
+ */
+static const char reclaimable_sql[] =
+"SELECT s.id, s.external_ref FROM mesh.snapshot_reclaimable($1, 100) s";
+
+static const char reclaimed_sql[] = "SELECT mesh.snapshot_reclaimed($1)";
+
+/* A capture whose row is older than this and that the backend does not know was interrupted. */
+static const char snapshot_reconcile_sql[] =
+"SELECT r.failed, r.external_ref, r.snapshot_id "
+"  FROM mesh.snapshot_reconcile($1, $2::jsonb, interval '1 minute') r";
+
+/* Deletes snapshot REF on its backend; NULL when it is gone, else why not. */
+static const char *
+delete_snapshot(const MeshBackend *be, const char *ref, TimestampTz until)
+{
+	MeshHttpRequest req;
+	MeshDriverRun run = {0};
+	MeshOpState *st = mesh_run_begin(&run, be);
+	MeshError	merr = {0};
+	bool		built = be->driver->snapshot_delete_request(be, st, ref, &req, &run.err);
+	bool		deleted = run_until(&run, built, &req, until, mesh_parse_snapshot_delete, NULL,
+									&merr);
+
+	mesh_run_end(&run);
+	return deleted ? NULL : merr.message;
+}
+
+/* Retired snapshots no live workspace stands on: deleted on the backend, marked reclaimed. */
+static void
+reclaim_snapshots(json_t *rows, const MeshBackend *be, TimestampTz until)
+{
+	MeshParam	backend = mesh_text_param(be->name);
+	MeshRows   *retired = reaper_query(reclaimable_sql, 1, &backend);
+
+	for (uint64 r = 0; retired != NULL && r < retired->n; r++)
+	{
+		int64		id = mesh_col_int64(retired, r, "id");
+		char	   *ref = mesh_col_text(retired, r, "external_ref");
+		MeshParam	id_param = mesh_int8_param(id);
+		const char *failed = GetCurrentTimestamp() >= until ? "the sweep's time is up"
+			: ref ? delete_snapshot(be, ref, until) : NULL;
+
+		if (failed)
+		{
+			note(rows, "snapshot_reclaim_failed", NULL, be->name,
+				 psprintf("snapshot " INT64_FORMAT ": %s; retried at the next sweep", id, failed));
+			continue;
+		}
+		(void) reaper_query(reclaimed_sql, 1, &id_param);
+		note(rows, "snapshot_reclaimed", NULL, be->name, psprintf("snapshot " INT64_FORMAT, id));
+	}
+}
+
+/* The backend's snapshots, as mesh.snapshot_reconcile takes them: [{"ref", "state"}]. */
+static char *
+listed_snapshots_json(const MeshSnapshotListing *listing)
+{
+	json_t	   *listed = json_array();
+	char	   *text;
+	char	   *copy;
+
+	for (int i = 0; i < listing->nitems; i++)
+		json_array_append_new(listed, json_pack("{s:s,s:s}", "ref", listing->items[i].ref, "state",
+												listing->items[i].ready ? "ready" : "capturing"));
+	text = json_dumps(listed, JSON_COMPACT);
+	json_decref(listed);
+	copy = pstrdup(text);
+	free(text);
+	return copy;
+}
+
+/*
+ * The backend's list against the rows: rows whose snapshot vanished and
+ * interrupted captures are failed; a snapshot no row explains is deleted
+ * and logged.
+ */
+static void
+reconcile_snapshots(json_t *rows, const MeshBackend *be, TimestampTz until)
+{
+	MeshHttpRequest req;
+	MeshDriverRun run = {0};
+	MeshOpState *st = mesh_run_begin(&run, be);
+	MeshSnapshotListing listing = {NULL, 0};
+	MeshError	merr = {0};
+	bool		built = be->driver->snapshot_list_request(be, st, install_id, &req, &run.err);
+	bool		listed_ok = run_until(&run, built, &req, until, mesh_parse_snapshot_list, &listing,
+									  &merr);
+	MeshParam	p[2];
+	MeshRows   *settled;
+
+	/* the items are the driver's own copies: the run's response may go */
+	mesh_run_end(&run);
+	if (!listed_ok)
+	{
+		note(rows, "backend_unreachable", NULL, be->name,
+			 psprintf("%s; its snapshots are reconciled at a later sweep", merr.message));
+		return;
+	}
+	p[0] = mesh_text_param(be->name);
+	p[1] = mesh_text_param(listed_snapshots_json(&listing));
+	settled = reaper_query(snapshot_reconcile_sql, 2, p);
+	for (uint64 r = 0; settled != NULL && r < settled->n; r++)
+	{
+		char	   *ref = mesh_col_text(settled, r, "external_ref");
+		const char *failed;
+
+		if (mesh_col_bool(settled, r, "failed"))
+		{
+			note(rows, "snapshot_failed", NULL, be->name,
+				 psprintf("snapshot " INT64_FORMAT " (%s): the backend does not have it",
+						  mesh_col_int64(settled, r, "snapshot_id"), ref ? ref : "no reference"));
+			continue;
+		}
+		failed = GetCurrentTimestamp() < until ? delete_snapshot(be, ref, until)
+			: "the sweep's time is up";
+		ereport(LOG, (errmsg("mesh reaper: deleting snapshot %s on backend \"%s\", which no row explains: %s",
+							 ref, be->name, failed ? failed : "deleted")));
+		note(rows, failed ? "orphan_snapshot_kept" : "orphan_snapshot_deleted", NULL, be->name,
+			 failed ? psprintf("%s: %s", ref, failed) : ref);
+	}
+}
+
+/* Every backend whose driver keeps snapshots, each with its fair share of the time left. */
+static void
+sweep_snapshots(json_t *rows, TimestampTz deadline)
+{
+	MeshRows   *backends = reaper_query(backends_sql, 0, NULL);
+
+	for (uint64 b = 0; backends != NULL && b < backends->n; b++)
+	{
+		TimestampTz until = fair_share(deadline, (int) (backends->n - b));
+		MeshBackend be;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!mesh_backend_make(mesh_col_text(backends, b, "name"), mesh_col_text(backends, b, "driver"),
+							   mesh_col_text(backends, b, "config"),
+							   mesh_col_text(backends, b, "credential"), &be))
+			continue;
+		if (be.driver->snapshot_list_request != NULL &&
+			!(be.driver->needs_credential(be.config) && be.credential == NULL))
+		{
+			reclaim_snapshots(rows, &be, until);
+			reconcile_snapshots(rows, &be, until);
+		}
+		json_decref(be.config);
+	}
+}
+
+/*--------------------------------------------------------------------------
  * The sweep
  *--------------------------------------------------------------------------
  */
@@ -502,7 +658,10 @@ sweep(json_t *rows)
 		fail_lost_execs(rows);
 		release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													  (deadline - GetCurrentTimestamp()) / 2000));
-		reconcile_all(rows, deadline);
+		/* two thirds of what is left for the workspaces, the rest for the snapshots */
+		reconcile_all(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														(deadline - GetCurrentTimestamp()) / 1500));
+		sweep_snapshots(rows, deadline);
 	}
 	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(old);

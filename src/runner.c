@@ -88,6 +88,30 @@ mesh_parse_list(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *
 	return be->driver->list_response(be, st, resp, &listing->items, &listing->nitems, err);
 }
 
+MeshStepResult
+mesh_parse_snapshot_capture(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+							void *out, MeshError *err)
+{
+	return be->driver->snapshot_capture_response(be, st, resp, (MeshSnapshotInfo *) out, err);
+}
+
+MeshStepResult
+mesh_parse_snapshot_delete(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+						   void *out, MeshError *err)
+{
+	return be->driver->snapshot_delete_response(be, st, resp, err);
+}
+
+MeshStepResult
+mesh_parse_snapshot_list(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+						 void *out, MeshError *err)
+{
+	MeshSnapshotListing *listing = (MeshSnapshotListing *) out;
+
+	return be->driver->snapshot_list_response(be, st, resp, &listing->items, &listing->nitems,
+											  err);
+}
+
 /*--------------------------------------------------------------------------
  * Runs
  *--------------------------------------------------------------------------

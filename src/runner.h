@@ -58,6 +58,24 @@ extern MeshStepResult mesh_parse_release(const MeshBackend *be, MeshOpState *st,
 extern MeshStepResult mesh_parse_list(const MeshBackend *be, MeshOpState *st,
 									  const MeshHttpResponse *resp, void *out, MeshError *err);	/* MeshListing */
 
+/* A snapshot list call's result. */
+typedef struct MeshSnapshotListing
+{
+	MeshSnapshotInfo *items;
+	int			nitems;
+} MeshSnapshotListing;
+
+/* The parsers of the snapshot capability's operations (drivers that declare it). */
+extern MeshStepResult mesh_parse_snapshot_capture(const MeshBackend *be, MeshOpState *st,
+												  const MeshHttpResponse *resp, void *out,
+												  MeshError *err);	/* MeshSnapshotInfo */
+extern MeshStepResult mesh_parse_snapshot_delete(const MeshBackend *be, MeshOpState *st,
+												 const MeshHttpResponse *resp, void *out,
+												 MeshError *err);	/* none */
+extern MeshStepResult mesh_parse_snapshot_list(const MeshBackend *be, MeshOpState *st,
+											   const MeshHttpResponse *resp, void *out,
+											   MeshError *err);	/* MeshSnapshotListing */
+
 typedef struct MeshDriverRun
 {
 	const MeshBackend *be;

@@ -33,6 +33,7 @@ static const char *const op_names[MESH_OP_COUNT] = {
 	[MESH_OP_READ_FILE] = "read_file",
 	[MESH_OP_WRITE_FILE] = "write_file",
 	[MESH_OP_RELEASE] = "release",
+	[MESH_OP_SNAPSHOT] = "snapshot",
 	[MESH_OP_SWEEP] = "sweep",
 };
 

@@ -88,22 +88,23 @@ col_reason(const MeshRows *rows, uint64 row, const char *name)
  */
 static const char declare_sql[] =
 "SELECT d AS row, 'mesh.workspaces'::pg_catalog.regtype::pg_catalog.oid AS row_type "
-"  FROM mesh.workspace_declare($1, $2, $3, $4, $5, $6) d";
+"  FROM mesh.workspace_declare($1, $2, $3, $4, $5, $6, $7, $8) d";
 
 /*
- * The declared mesh.workspaces row as one composite datum the caller's
- * backend can return as is: detoasted, with a plain header, in the caller's
- * memory (it outlives the transaction's).
+ * The row a state-change function returned (columns "row" and "row_type":
+ * a mesh.workspaces or mesh.snapshots row) as one composite datum the
+ * caller's backend can return as is: detoasted, with a plain header, in the
+ * caller's memory (it outlives the transaction's).
  */
-static Datum
-workspace_row_copy(const MeshRows *rows)
+Datum
+store_row_copy(const MeshRows *rows)
 {
 	bool		isnull;
 	Oid			type = DatumGetObjectId(mesh_col_datum(rows, 0, "row_type", OIDOID, &isnull));
 	Datum		row = mesh_col_datum(rows, 0, "row", type, &isnull);
 
 	if (isnull)
-		elog(ERROR, "mesh: mesh.workspace_declare returned no row");
+		elog(ERROR, "mesh: a state-change function returned no row");
 	return PointerGetDatum(PG_DETOAST_DATUM_COPY(row));
 }
 
@@ -115,17 +116,19 @@ workspace_row_copy(const MeshRows *rows)
 bool
 store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 			  const char *parent_run_id, const char *environment, const char *owner_role,
-			  Datum *row, ErrorData **err)
+			  const char *project, const int64 *from_snapshot, Datum *row, ErrorData **err)
 {
-	MeshParam	p[6] = {mesh_text_param(run_id), mesh_text_param(agent_id), mesh_text_param(actor_id),
+	MeshParam	p[8] = {mesh_text_param(run_id), mesh_text_param(agent_id), mesh_text_param(actor_id),
 		mesh_text_param(parent_run_id), mesh_text_param(environment),
-	owner_role ? mesh_oid_param(atooid(owner_role)) : mesh_null_param(OIDOID)};
+		owner_role ? mesh_oid_param(atooid(owner_role)) : mesh_null_param(OIDOID),
+		mesh_text_param(project),
+	from_snapshot ? mesh_int8_param(*from_snapshot) : mesh_null_param(INT8OID)};
 	MeshRows   *rows;
 
 	if (!mesh_txn_sql("mesh worker: declare run", environment ? MESH_COMMIT_DURABLE : MESH_COMMIT_DEFERRED,
-					  declare_sql, 6, p, &rows, err))
+					  declare_sql, 8, p, &rows, err))
 		return false;
-	*row = workspace_row_copy(rows);
+	*row = store_row_copy(rows);
 	return true;
 }
 
@@ -153,11 +156,12 @@ static const char load_sql[] =
 "       EXISTS (SELECT 1 FROM mesh.grants g WHERE g.run_id = w.run_id AND g.revoked_at IS NULL) AS has_grants, "
 "       EXISTS (SELECT 1 FROM mesh.run_tokens t WHERE t.run_id = w.run_id AND t.revoked_at IS NULL "
 "               AND t.expires_at > pg_catalog.now() + interval '1 minute') AS token_valid, "
-"       w.egress::text AS egress "
+"       w.egress::text AS egress, s.external_ref AS snapshot_ref "
 "  FROM mesh.workspaces w "
 "  JOIN mesh.run_limits l ON l.workspace_id = w.id "
 "  LEFT JOIN mesh.backends b ON b.name = w.backend_kind "
 "  LEFT JOIN mesh.backend_credentials c ON c.backend = b.name "
+"  LEFT JOIN mesh.snapshots s ON s.id = w.snapshot_id "
 " WHERE w.run_id = $1 AND mesh.may_drive(w.owner_role, $2)";
 
 static void
@@ -185,6 +189,7 @@ fill_workspace(MeshWorkspace *ws, const MeshRows *r)
 	ws->has_grants = mesh_col_bool(r, 0, "has_grants");
 	ws->token_valid = mesh_col_bool(r, 0, "token_valid");
 	ws->egress = mesh_col_text(r, 0, "egress");
+	ws->snapshot_ref = mesh_col_text(r, 0, "snapshot_ref");
 }
 
 /*
@@ -341,6 +346,8 @@ materialize_body(void *arg)
 		acquiring = mesh_sql(begin_acquire_sql, 6, p);
 	}
 	ws->egress = mesh_col_text(acquiring, 0, "egress");
+	/* the snapshot it starts from, or why none (it raises for one that cannot be used) */
+	store_snapshot_choose(ws, caps.snapshot);
 	if (implicit)
 		ereport(LOG,
 				(errmsg("mesh: run \"%s\" of agent \"%s\" uses backend \"%s\", the instance default (the agent has no pin)",
@@ -560,10 +567,9 @@ exec_start_body(void *arg)
 
 /*
  * The exec row, committed before the command is sent.  The commit does not
- * wait for its WAL flush: the worker flushes to *commit_lsn at the end of
- * the turn of its loop that put the request on the wire
- * (worker_want_durable), so the fsync overlaps the command instead of
- * adding to every exec's latency.
+ * wait for its WAL flush: the worker flushes to *commit_lsn before the
+ * request leaves, once for all the calls of a turn of its loop
+ * (worker_want_durable), so a command never runs without its row on disk.
  */
 bool
 store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,

@@ -84,6 +84,9 @@ typedef struct MeshWorkspace
 	char	   *size;
 	char	   *capabilities;	/* JSON text or NULL */
 	char	   *egress;			/* network policy captured at creation: JSON text or NULL */
+	/* what /workspace stands on (store_snapshot_choose at materialization, then the row) */
+	char	   *snapshot_ref;	/* the snapshot's external_ref; NULL: empty */
+	char	   *snapshot_notice;	/* which snapshot, or why none, for the set-up NOTICE */
 	char	   *release_outcome;
 	double		compute_seconds;	/* charged so far */
 	double		budget_seconds;	/* max compute-seconds in force; < 0: none */
@@ -120,12 +123,14 @@ typedef struct MeshExecRecord
 	const char *charge_basis;
 } MeshExecRecord;
 
+extern Datum store_row_copy(const MeshRows *rows);
 extern bool mesh_backend_from_workspace(const MeshWorkspace *ws, MeshBackend *be);
 extern char *mesh_sanitize_text(const char *data, size_t len);
 
 extern bool store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 						  const char *parent_run_id, const char *environment,
-						  const char *owner_role, Datum *row, ErrorData **err);
+						  const char *owner_role, const char *project,
+						  const int64 *from_snapshot, Datum *row, ErrorData **err);
 extern bool store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, ErrorData **err);
 
 /*
@@ -183,5 +188,12 @@ typedef struct MeshLostExec
 	int64		exec_id;
 	char	   *run_id;
 } MeshLostExec;
+
+/* store_snapshot.c: project-state snapshots */
+extern void store_snapshot_choose(MeshWorkspace *ws, bool can_snapshot);
+extern bool store_snapshot_begin(MeshWorkspace *ws, const MeshBackend *be, const char *install_id,
+								 int64 *snapshot_id, char **snap_ref, ErrorData **err);
+extern bool store_snapshot_finish(int64 snapshot_id, const MeshSnapshotInfo *info,
+								  const char *reason, Datum *row, ErrorData **err);
 
 #endif							/* MESH_STORE_H */

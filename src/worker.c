@@ -85,6 +85,8 @@ static const WorkerOpDef op_defs[] = {
 	worker_small_response_limit},
 	[MESH_OP_RELEASE] = {"the release", OP_SCOPE_ANY_WORKSPACE, start_release, finish_release,
 	worker_small_response_limit},
+	[MESH_OP_SNAPSHOT] = {"the snapshot", OP_SCOPE_ANY_WORKSPACE, start_snapshot, finish_snapshot,
+	worker_small_response_limit},
 };
 
 /* The definition of an operation a worker performs; NULL for any other. */
@@ -153,6 +155,22 @@ finish_with(WorkerCall *call, StringInfo head, const char *blob, Size blob_len)
 	settle_txn_time(call);
 	queue_message(call, head, blob, blob_len, true);
 	call->step = STEP_FINISHED;
+}
+
+/*
+ * A reply that is a row (declare's mesh.workspaces, a capture's
+ * mesh.snapshots), as the composite datum the statement returned: encoded
+ * once, returned by the caller as it is.
+ */
+void
+reply_row(WorkerCall *call, Datum row)
+{
+	StringInfo	head = begin_reply(call, sizeof(MeshRowReply));
+	MeshRowReply r;
+
+	r.row = mesh_msg_add_bytes(head, DatumGetPointer(row), VARSIZE(DatumGetPointer(row)));
+	mesh_msg_set_fixed(head, &r, sizeof(r));
+	finish_with(call, head, NULL, 0);
 }
 
 /* A reply without fields (a file write's). */
@@ -319,6 +337,8 @@ request_size(MeshOp op)
 			return sizeof(MeshFileRequest);
 		case MESH_OP_RELEASE:
 			return sizeof(MeshReleaseRequest);
+		case MESH_OP_SNAPSHOT:
+			return 0;			/* the header alone: the run's id says what to capture */
 		default:
 			return 0;
 	}
@@ -693,13 +713,17 @@ complete_run(WorkerCall *call)
 }
 
 /*
- * WAL this turn of the loop must make durable before any message goes out:
- * exec rows just started and exec results just recorded, committed
- * asynchronously, so one flush covers every call of the turn.
+ * WAL this turn of the loop must make durable before any request or message
+ * goes out: every commit the turn deferred (the moves and exec rows that
+ * come before a backend call, the results its callers are about to hear
+ * of), so one flush covers every call of the turn.
  */
 static XLogRecPtr durable_wanted = InvalidXLogRecPtr;
 
-/* What the call committed up to lsn must be on disk before the caller hears more. */
+/*
+ * What the call committed up to lsn must be on disk before the loop sends
+ * the requests the turn started and the messages it queued.
+ */
 void
 worker_want_durable(XLogRecPtr lsn)
 {
@@ -708,16 +732,26 @@ worker_want_durable(XLogRecPtr lsn)
 }
 
 /*
- * Make this turn's commits durable (one flush, whatever the number of
- * calls), then send what the calls queued and free the calls that ended.
+ * Make this turn's commits durable: one flush, whatever the number of
+ * calls.  Runs before the turn's requests are put on the wire (they only
+ * leave in mesh_http_drive), so a command never runs without its exec row
+ * on disk, whatever crashes.  Returns the flush's time, in ns.
  */
-static void
-send_all(void)
+static uint64
+make_turn_durable(void)
 {
-	dlist_mutable_iter iter;
 	uint64		flush_ns = mesh_flush_to(durable_wanted);
 
 	durable_wanted = InvalidXLogRecPtr;
+	return flush_ns;
+}
+
+/* Send what the calls queued (the turn made durable) and free the calls that ended. */
+static void
+send_all(uint64 flush_ns)
+{
+	dlist_mutable_iter iter;
+
 	dlist_foreach_modify(iter, &calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
@@ -962,6 +996,7 @@ mesh_worker_main(Datum arg)
 		long		calls_wait;
 		bool		runnable;
 		int			completed;
+		uint64		flush_ns;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -973,9 +1008,10 @@ mesh_worker_main(Datum arg)
 		take_new_calls();
 		mesh_http_drive();
 		runnable = advance_all();
-		/* push new requests onto the wire, then make the turn's commits durable and reply */
+		/* make the turn's commits durable, then push new requests onto the wire and reply */
+		flush_ns = make_turn_durable();
 		completed = mesh_http_drive();
-		send_all();
+		send_all(flush_ns);
 		/* finished requests mean another pass */
 		if (completed > 0 || runnable || any_call_ready() || queued_calls_fit())
 			continue;

@@ -5,9 +5,10 @@
  *
  * worker.c takes calls, runs the loop and sends replies; each operation
  * lives in a file of its own (worker_acquire.c, worker_exec.c,
- * worker_files.c, worker_release.c) and is described here by a WorkerOpDef:
- * how it starts, how the end of its driver run is finished, and how large
- * a response it accepts.  Only the worker process includes this header.
+ * worker_files.c, worker_release.c, worker_snapshot.c) and is described
+ * here by a WorkerOpDef: how it starts, how the end of its driver run is
+ * finished, and how large a response it accepts.  Only the worker process
+ * includes this header.
  *
  *-------------------------------------------------------------------------
  */
@@ -65,6 +66,7 @@ typedef struct WorkerCall
 		MeshExecResult exec;
 		MeshFileData file;
 		MeshReleaseOutcome release;
+		MeshSnapshotInfo snapshot;
 	}			out;
 	int64		exec_id;
 	MeshExecSpec spec;
@@ -81,6 +83,7 @@ typedef struct WorkerCall
 	uint64		txn_mark;		/* mesh_txn_time_ns when last added to times */
 	uint64		http_started;	/* when the request in flight was started */
 	TimestampTz wait_until;		/* STEP_AWAITING_BROKER: go on at the latest then */
+	int64		snapshot_id;	/* the capture in flight (mesh_snapshot) */
 } WorkerCall;
 
 /* What the worker needs to know about an operation, whichever it is. */
@@ -120,6 +123,7 @@ extern char *worker_install_id;
 extern void queue_notice(WorkerCall *call, const char *text);
 extern StringInfo begin_reply(WorkerCall *call, Size fixed_size);
 extern void finish_with(WorkerCall *call, StringInfo head, const char *blob, Size blob_len);
+extern void reply_row(WorkerCall *call, Datum row);
 extern void reply_done(WorkerCall *call);
 extern void reply_error(WorkerCall *call, int sqlerrcode, const char *message,
 						const char *detail, const char *hint);
@@ -165,6 +169,10 @@ extern void finish_read(WorkerCall *call);
 extern size_t read_response_limit(WorkerCall *call);
 extern void start_write(WorkerCall *call);
 extern void finish_write(WorkerCall *call);
+
+/* worker_snapshot.c: capture a run's /workspace (mesh_snapshot) */
+extern void start_snapshot(WorkerCall *call);
+extern void finish_snapshot(WorkerCall *call);
 
 /* worker_release.c: release, the caller's and the worker's own */
 extern void start_release(WorkerCall *call);

@@ -30,23 +30,21 @@ run_declare(WorkerCall *call)
 	const MeshAcquireRequest *r = &call->req.acquire;
 	Datum		row;
 	ErrorData  *err;
-	StringInfo	head;
-	MeshAcquireReply a;
 
 	if (!store_declare(call->run_id,
 					   mesh_msg_string(&call->msg, r->agent_id),
 					   mesh_msg_string(&call->msg, r->actor_id),
 					   mesh_msg_string(&call->msg, r->parent_run_id),
 					   mesh_msg_string(&call->msg, r->environment),
-					   caller_role(call), &row, &err))
+					   caller_role(call),
+					   mesh_msg_string(&call->msg, r->project),
+					   r->has_from_snapshot ? &r->from_snapshot : NULL,
+					   &row, &err))
 	{
 		reply_txn_error(call, err);
 		return;
 	}
-	head = begin_reply(call, sizeof(a));
-	a.row = mesh_msg_add_bytes(head, DatumGetPointer(row), VARSIZE(DatumGetPointer(row)));
-	mesh_msg_set_fixed(head, &a, sizeof(a));
-	finish_with(call, head, NULL, 0);
+	reply_row(call, row);
 }
 
 /* Ask the recorded backend to create (or wake) the workspace. */
@@ -54,14 +52,18 @@ static void
 start_acquire(WorkerCall *call)
 {
 	MeshHttpRequest req;
-	MeshAcquireSpec spec = {MESH_SIZE_STANDARD, worker_install_id, call->ws.egress};
+	MeshAcquireSpec spec = {MESH_SIZE_STANDARD, worker_install_id, call->ws.egress,
+	call->ws.snapshot_ref};
 	MeshOpState *st;
 	bool		built;
 
 	if (!load_backend(call))
 		return;
 	(void) mesh_size_parse(call->ws.size ? call->ws.size : "standard", &spec.size);
-	/* spec.egress is the creation-time policy, also on a wake: policy changes never retrofit */
+	/*
+	 * spec.egress is the creation-time policy, also on a wake: policy changes
+	 * never retrofit; spec.snapshot is what a new /workspace starts from.
+	 */
 	st = begin_op(call);
 	built = call->be.driver->acquire_request(&call->be, st, call->ws.external_ref, &spec, &req,
 											 &call->run.err);
@@ -105,10 +107,9 @@ begin_materialize(WorkerCall *call)
 		}
 		worker_want_durable(mesh_txn_commit_lsn());
 		queue_notice(call,
-					 psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"%s; the first call takes a moment",
+					 psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\" (%s); the first call takes a moment",
 							  call->run_id, call->ws.backend_kind,
-							  workspace_has_capability(call, "snapshot") ? ""
-							  : " (no snapshot capability: it starts empty)"));
+							  call->ws.snapshot_notice));
 	}
 	else if (call->ws.status == MESH_WS_PENDING)
 	{
@@ -127,7 +128,13 @@ begin_materialize(WorkerCall *call)
 							  : "mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
 							  call->run_id, call->ws.backend_kind));
 	}
-	/* else: acquiring left over from a crash: the same idempotent acquire */
+	/*
+	 * else: acquiring left over from a crash: the same idempotent acquire.
+	 * A repeated acquire (a wake, an interrupted one) names the snapshot the
+	 * row says the workspace stands on: a backend that no longer has the
+	 * workspace makes it again on the same snapshot, never empty; one that
+	 * has it keeps it.
+	 */
 	start_acquire(call);
 }
 

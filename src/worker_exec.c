@@ -4,10 +4,10 @@
  *	  The mesh worker's exec operation.
  *
  * Runs a command in a ready workspace: the exec row first (made durable
- * while the request is on the wire), the remaining budget bounding the
- * timeout, secrets delivered as environment and redacted from what comes
- * back, egress denials told as a notice; and the kill of a command whose
- * caller stopped waiting.
+ * before the request leaves, by the loop's one flush per turn), the
+ * remaining budget bounding the timeout, secrets delivered as environment
+ * and redacted from what comes back, egress denials told as a notice; and
+ * the kill of a command whose caller stopped waiting.
  *
  *-------------------------------------------------------------------------
  */
@@ -230,7 +230,7 @@ start_exec_row(WorkerCall *call)
 		reply_txn_error(call, err);
 		return false;
 	}
-	/* the loop puts the request on the wire, then makes the exec row durable meanwhile */
+	/* the loop makes the exec row durable, then puts the request on the wire */
 	worker_want_durable(exec_row_lsn);
 	return true;
 }
@@ -256,7 +256,11 @@ start_exec(WorkerCall *call)
 
 /*
  * The kernel's OOM kill comes first: a command that ran out of memory and
- * then hit its timeout still ran out of memory.
+ * then hit its timeout still ran out of memory.  A command the backend says
+ * was killed was not killed for this call's caller: a cancelled call
+ * abandons its exec's response (cancel_exec).  The backend ended it itself
+ * (its sandbox stopped or released, as when the server restarts and the
+ * embedded daemon stops with it), so it was interrupted, not cancelled.
  */
 static MeshExecStatus
 exec_status(const MeshExecResult *r)
@@ -266,9 +270,12 @@ exec_status(const MeshExecResult *r)
 	if (r->timed_out)
 		return MESH_EXEC_TIMEOUT;
 	if (r->killed)
-		return MESH_EXEC_CANCELLED;
+		return MESH_EXEC_ERROR;
 	return MESH_EXEC_OK;
 }
+
+#define EXEC_INTERRUPTED_BY_BACKEND \
+	"interrupted: the backend ended the command while it ran (its sandbox was stopped or released, as when the server restarts)"
 
 static double
 seconds_since(TimestampTz start)
@@ -383,6 +390,8 @@ finish_exec(WorkerCall *call)
 	rec.status = exec_status(&result);
 	if (rec.status == MESH_EXEC_TIMEOUT && call->budget_bound)
 		rec.status = MESH_EXEC_BUDGET_EXHAUSTED;
+	if (rec.status == MESH_EXEC_ERROR)
+		rec.error = EXEC_INTERRUPTED_BY_BACKEND;
 	rec.result = &result;
 	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
 	/* stopped at the bound the budget set: what was left of it is spent, whatever the basis */
@@ -400,7 +409,14 @@ finish_exec(WorkerCall *call)
 	notice_egress_denials(call, result.egress_denials);
 	if (rec.status == MESH_EXEC_OOM)
 		climb_tier(call);
-	reply_exec(call, &result, rec.status);
+	if (rec.status == MESH_EXEC_ERROR)
+		reply_error(call, failure_sqlerrcode(MESH_FAIL_UNAVAILABLE),
+					psprintf("the command of run \"%s\" was interrupted: backend \"%s\" ended it while it ran",
+							 call->run_id, call->ws.backend_kind),
+					"Its sandbox was stopped or released, as when the server restarts; the exec is recorded as failed.",
+					"Run the command again: the run's next call wakes its workspace.");
+	else
+		reply_exec(call, &result, rec.status);
 }
 
 /* The caller stopped waiting: kill the command's tree in the sandbox. */

@@ -131,6 +131,12 @@ typedef struct MeshAcquireSpec
 	 * "domains": [...], "enforced": bool}; NULL: no network at all.
 	 */
 	const char *egress;
+	/*
+	 * The snapshot a new workspace's /workspace starts from, as a
+	 * copy-on-write view (its external_ref in mesh.snapshots); NULL: empty.
+	 * Creation-time, like the network: a wake keeps the workspace's view.
+	 */
+	const char *snapshot;
 } MeshAcquireSpec;
 
 typedef struct MeshExecSpec
@@ -182,6 +188,15 @@ typedef struct MeshListedWorkspace
 	char	   *ref;
 	bool		running;
 } MeshListedWorkspace;
+
+/* A snapshot as its capture or the backend's list reports it. */
+typedef struct MeshSnapshotInfo
+{
+	char	   *ref;
+	bool		ready;			/* false: still being captured */
+	int64_t		size_bytes;
+	int64_t		file_count;
+} MeshSnapshotInfo;
 
 /*
  * How a response parser ends a step.  MESH_STEP_NEXT: the operation needs
@@ -275,6 +290,38 @@ typedef struct MeshDriver
 	MeshStepResult (*list_response) (const MeshBackend *be, MeshOpState *st,
 									 const MeshHttpResponse *resp,
 									 MeshListedWorkspace **items, int *nitems, MeshError *err);
+
+	/*
+	 * Project-state snapshots: only drivers whose backends may declare the
+	 * "snapshot" capability set these; the others leave them NULL.  A
+	 * snapshot holds a workspace's /workspace, never its base image.
+	 * snapshot_ref: the opaque name of a new snapshot, decided before the
+	 * backend is called (recorded first).  capture: workspace REF's
+	 * /workspace as snapshot SNAP_REF while the run keeps working.  delete:
+	 * a snapshot that is already gone is success.  list: this install's
+	 * snapshots on this backend, for reconciliation.
+	 */
+	char	   *(*snapshot_ref) (const MeshBackend *be, const char *install_id,
+								 int64_t snapshot_id);
+	bool		(*snapshot_capture_request) (const MeshBackend *be, MeshOpState *st,
+											 const char *snap_ref, const char *ref,
+											 const char *install_id, MeshHttpRequest *req,
+											 MeshError *err);
+	MeshStepResult (*snapshot_capture_response) (const MeshBackend *be, MeshOpState *st,
+												 const MeshHttpResponse *resp,
+												 MeshSnapshotInfo *info, MeshError *err);
+	bool		(*snapshot_delete_request) (const MeshBackend *be, MeshOpState *st,
+											const char *snap_ref, MeshHttpRequest *req,
+											MeshError *err);
+	MeshStepResult (*snapshot_delete_response) (const MeshBackend *be, MeshOpState *st,
+												const MeshHttpResponse *resp, MeshError *err);
+	bool		(*snapshot_list_request) (const MeshBackend *be, MeshOpState *st,
+										  const char *install_id, MeshHttpRequest *req,
+										  MeshError *err);
+	MeshStepResult (*snapshot_list_response) (const MeshBackend *be, MeshOpState *st,
+											  const MeshHttpResponse *resp,
+											  MeshSnapshotInfo **items, int *nitems,
+											  MeshError *err);
 } MeshDriver;
 
 /* src/backends/registry.c */
@@ -290,6 +337,8 @@ extern bool mesh_http_error_from_json(const MeshHttpResponse *resp, const char *
 									  MeshError *err);
 extern MeshStepResult mesh_step(bool ok);
 extern void mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...);
+extern bool mesh_acquire_without_snapshot(const MeshBackend *be, const MeshAcquireSpec *spec,
+										  MeshError *err);
 extern bool mesh_base64_decode(const char *text, char **out, size_t *outlen);
 
 #endif							/* MESH_BACKEND_H */

@@ -221,7 +221,10 @@ docker_needs_credential(json_t *config)
 /*
  * What a container enforces: limits (unless the daemon drops them, seen at
  * create), no network at all; but no per-exec CPU metering, no outbound
- * allowlist (network is none or nothing) and no snapshots.
+ * allowlist (network is none or nothing) and no project-state snapshots:
+ * the driver has no way to capture /workspace apart from the image (a volume
+ * per snapshot and a copy-on-write view of it are not implemented), and
+ * committing the container would capture the base image with the project.
  */
 static void
 docker_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
@@ -604,8 +607,11 @@ static bool
 docker_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 					   const MeshAcquireSpec *spec, MeshHttpRequest *req, MeshError *err)
 {
-	DockerOp   *op = op_new(st, ref);
+	DockerOp   *op;
 
+	if (!mesh_acquire_without_snapshot(be, spec, err))
+		return false;
+	op = op_new(st, ref);
 	op->install_id = pstrdup(spec->install_id);
 	op->phase = PH_CREATE;
 	docker_begin(be, req, "POST", psprintf("/containers/create?name=%s", mesh_url_encode(ref)));

@@ -585,8 +585,11 @@ static bool
 k8s_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 					const MeshAcquireSpec *spec, MeshHttpRequest *req, MeshError *err)
 {
-	K8sOp	   *op = op_new(st, ref);
+	K8sOp	   *op;
 
+	if (!mesh_acquire_without_snapshot(be, spec, err))
+		return false;
+	op = op_new(st, ref);
 	op->spec.size = spec->size;
 	op->spec.install_id = pstrdup(spec->install_id);
 	op->spec.egress = spec->egress ? pstrdup(spec->egress) : NULL;

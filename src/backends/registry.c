@@ -180,6 +180,22 @@ mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...)
 }
 
 /*
+ * For the acquire builder of a driver without snapshots: false, with the
+ * reason, when asked to stand a workspace on one.  The layer above never
+ * asks (the capability is not declared); a request that did is refused
+ * rather than started empty.
+ */
+bool
+mesh_acquire_without_snapshot(const MeshBackend *be, const MeshAcquireSpec *spec, MeshError *err)
+{
+	if (spec->snapshot == NULL)
+		return true;
+	mesh_error_set(err, MESH_FAIL_BAD_REQUEST, "backend \"%s\" cannot start a workspace on a snapshot",
+				   be->name);
+	return false;
+}
+
+/*
  * Error codes that are domain errors a harness can act on, whatever the
  * HTTP status (docs/protocol.md).
  */

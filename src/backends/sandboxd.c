@@ -33,6 +33,7 @@ sandboxd_validate_config(json_t *config)
 	json_t	   *release = json_object_get(config, "release");
 	json_t	   *timeout = json_object_get(config, "request_timeout_ms");
 	json_t	   *egress = json_object_get(config, "egress_control");
+	json_t	   *snapshot = json_object_get(config, "snapshot");
 	const char *key;
 	json_t	   *value;
 	int			endpoints = (socket != NULL) + (url != NULL) + (embedded != NULL);
@@ -41,8 +42,9 @@ sandboxd_validate_config(json_t *config)
 	{
 		if (strcmp(key, "socket") != 0 && strcmp(key, "url") != 0 &&
 			strcmp(key, "embedded") != 0 && strcmp(key, "release") != 0 &&
-			strcmp(key, "request_timeout_ms") != 0 && strcmp(key, "egress_control") != 0)
-			return psprintf("%s: unknown field (expected socket, url, embedded, release, request_timeout_ms, egress_control)", key);
+			strcmp(key, "request_timeout_ms") != 0 && strcmp(key, "egress_control") != 0 &&
+			strcmp(key, "snapshot") != 0)
+			return psprintf("%s: unknown field (expected socket, url, embedded, release, request_timeout_ms, egress_control, snapshot)", key);
 	}
 	if (endpoints != 1)
 		return "socket/url/embedded: exactly one of them must be given";
@@ -64,6 +66,8 @@ sandboxd_validate_config(json_t *config)
 		return "request_timeout_ms: must be an integer of at least 100";
 	if (egress && !json_is_boolean(egress))
 		return "egress_control: must be true or false";
+	if (snapshot && !json_is_boolean(snapshot))
+		return "snapshot: must be true or false";
 	return NULL;
 }
 
@@ -71,6 +75,21 @@ static bool
 sandboxd_needs_credential(json_t *config)
 {
 	return json_object_get(config, "url") != NULL;
+}
+
+/*
+ * Snapshots are declared unless the config says "snapshot": false: a daemon
+ * on a kernel without unprivileged overlay layers by descriptor (before 6.13)
+ * reports snapshot false, and its backend entry must say so, since the
+ * decision to stand on a snapshot is made before the daemon is asked (a
+ * wrong declaration fails closed: such a daemon refuses the acquire).
+ */
+static bool
+snapshot_declared(const MeshBackend *be)
+{
+	json_t	   *snapshot = be->config ? json_object_get(be->config, "snapshot") : NULL;
+
+	return snapshot == NULL || json_is_true(snapshot);
 }
 
 /*
@@ -91,6 +110,7 @@ sandboxd_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	caps->hibernate = true;
 	caps->caller_chosen_id = true;
 	caps->egress_control = egress == NULL || json_is_true(egress);
+	caps->snapshot = snapshot_declared(be);
 }
 
 static char *
@@ -183,6 +203,8 @@ sandboxd_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref
 
 	sandboxd_begin(be, req, "PUT", psprintf("/v1/workspaces/%s", ref));
 	set_network(body, spec->egress);
+	if (spec->snapshot)
+		json_object_set_new(body, "snapshot", json_string(spec->snapshot));
 	mesh_http_json_body(req, body);
 	return true;
 }
@@ -222,6 +244,8 @@ sandboxd_acquire_response(const MeshBackend *be, MeshOpState *st, const MeshHttp
 		return MESH_STEP_FAILED;
 	sandboxd_declared_capabilities(be, caps);
 	refine_capabilities(json_object_get(doc, "capabilities"), caps);
+	/* a backend declared without snapshots never stands a run on one: keep it so */
+	caps->snapshot = caps->snapshot && snapshot_declared(be);
 	/* a daemon without egress_control either refused or was sent "none" */
 	json_decref(doc);
 	return MESH_STEP_DONE;
@@ -484,28 +508,39 @@ sandboxd_list_request(const MeshBackend *be, MeshOpState *st, const char *instal
 	return true;
 }
 
+/*
+ * The array FIELD of a list call's answer, in *DOC (the caller decrefs it);
+ * NULL with ERR when the answer is an error or has no such array.
+ */
+static json_t *
+listed_array(const MeshBackend *be, const MeshHttpResponse *resp, const char *field,
+			 json_t **doc, MeshError *err)
+{
+	json_t	   *list;
+
+	if (!mesh_http_error_from_json(resp, be->name, err) ||
+		(*doc = parse_body(resp, be, err)) == NULL)
+		return NULL;
+	list = json_object_get(*doc, field);
+	if (json_is_array(list))
+		return list;
+	json_decref(*doc);
+	mesh_error_set(err, MESH_FAIL_PROTOCOL, "backend \"%s\" answered a list without %s",
+				   be->name, field);
+	return NULL;
+}
+
 static MeshStepResult
 sandboxd_list_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 					   MeshListedWorkspace **items, int *nitems, MeshError *err)
 {
 	json_t	   *doc;
-	json_t	   *list;
+	json_t	   *list = listed_array(be, resp, "workspaces", &doc, err);
 	size_t		i;
 	json_t	   *entry;
 
-	if (!mesh_http_error_from_json(resp, be->name, err))
+	if (list == NULL)
 		return MESH_STEP_FAILED;
-	doc = parse_body(resp, be, err);
-	if (doc == NULL)
-		return MESH_STEP_FAILED;
-	list = json_object_get(doc, "workspaces");
-	if (!json_is_array(list))
-	{
-		json_decref(doc);
-		mesh_error_set(err, MESH_FAIL_PROTOCOL, "backend \"%s\" answered a list without workspaces",
-					   be->name);
-		return MESH_STEP_FAILED;
-	}
 	*items = palloc0(sizeof(MeshListedWorkspace) * (json_array_size(list) + 1));
 	*nitems = 0;
 	json_array_foreach(list, i, entry)
@@ -518,6 +553,145 @@ sandboxd_list_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 		(*items)[*nitems].ref = pstrdup(id);
 		(*items)[*nitems].running = state && strcmp(state, "running") == 0;
 		(*nitems)++;
+	}
+	json_decref(doc);
+	return MESH_STEP_DONE;
+}
+
+/* The transport deadline of a capture: 1 GB of small files copies in about a minute here. */
+#define SANDBOXD_CAPTURE_TIMEOUT_MS (30L * 60 * 1000)
+
+/* Snapshot names: the install id keeps installs apart, like workspaces'. */
+static char *
+sandboxd_snapshot_ref(const MeshBackend *be, const char *install_id, int64_t snapshot_id)
+{
+	return psprintf("mesh-%s-snap-%lld", install_id, (long long) snapshot_id);
+}
+
+static bool
+sandboxd_snapshot_capture_request(const MeshBackend *be, MeshOpState *st, const char *snap_ref,
+								  const char *ref, const char *install_id, MeshHttpRequest *req,
+								  MeshError *err)
+{
+	json_t	   *body = json_pack("{s:s,s:{s:s,s:s}}", "workspace", ref, "labels",
+								 "mesh.install", install_id, "mesh.backend", be->name);
+
+	sandboxd_begin(be, req, "PUT", psprintf("/v1/snapshots/%s", snap_ref));
+	/* a copy: its time grows with the tree, like an exec's with its timeout */
+	req->timeout_ms = Max(req->timeout_ms, SANDBOXD_CAPTURE_TIMEOUT_MS);
+	mesh_http_json_body(req, body);
+	return true;
+}
+
+/* One snapshot object of the daemon: its id, whether it is ready, its size. */
+static bool
+snapshot_from_json(json_t *entry, MeshSnapshotInfo *info)
+{
+	const char *id = json_string_value(json_object_get(entry, "id"));
+	const char *state = json_string_value(json_object_get(entry, "state"));
+	json_t	   *bytes = json_object_get(entry, "bytes");
+	json_t	   *files = json_object_get(entry, "files");
+
+	if (id == NULL || state == NULL)
+		return false;
+	info->ref = pstrdup(id);
+	info->ready = strcmp(state, "ready") == 0;
+	info->size_bytes = json_is_integer(bytes) && json_integer_value(bytes) >= 0
+		? json_integer_value(bytes) : 0;
+	info->file_count = json_is_integer(files) && json_integer_value(files) >= 0
+		? json_integer_value(files) : 0;
+	return true;
+}
+
+static MeshStepResult
+sandboxd_snapshot_capture_response(const MeshBackend *be, MeshOpState *st,
+								   const MeshHttpResponse *resp, MeshSnapshotInfo *info,
+								   MeshError *err)
+{
+	json_t	   *doc;
+	bool		ok;
+
+	if (!mesh_http_error_from_json(resp, be->name, err))
+		return MESH_STEP_FAILED;
+	doc = parse_body(resp, be, err);
+	if (doc == NULL)
+		return MESH_STEP_FAILED;
+	ok = snapshot_from_json(doc, info) && info->ready;
+	/* the worker never repeats a capture: an existing one is not this capture's */
+	if (ok && !json_is_true(json_object_get(doc, "captured")))
+	{
+		json_decref(doc);
+		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
+					   "backend \"%s\" already has a snapshot named \"%s\" that this capture did not make (left by an earlier installation?); the reaper deletes it once no row explains it",
+					   be->name, info->ref);
+		return MESH_STEP_FAILED;
+	}
+	json_decref(doc);
+	if (!ok)
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" answered a capture without a ready snapshot", be->name);
+	return mesh_step(ok);
+}
+
+static bool
+sandboxd_snapshot_delete_request(const MeshBackend *be, MeshOpState *st, const char *snap_ref,
+								 MeshHttpRequest *req, MeshError *err)
+{
+	sandboxd_begin(be, req, "DELETE", psprintf("/v1/snapshots/%s", snap_ref));
+	return true;
+}
+
+/* A snapshot that is already gone counts as deleted. */
+static MeshStepResult
+sandboxd_snapshot_delete_response(const MeshBackend *be, MeshOpState *st,
+								  const MeshHttpResponse *resp, MeshError *err)
+{
+	if (resp->transport_error == NULL && resp->status == 404)
+		return MESH_STEP_DONE;
+	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
+}
+
+static bool
+sandboxd_snapshot_list_request(const MeshBackend *be, MeshOpState *st, const char *install_id,
+							   MeshHttpRequest *req, MeshError *err)
+{
+	sandboxd_begin(be, req, "GET", "/v1/snapshots");
+	st->data = pstrdup(install_id);	/* the parser keeps this install's only */
+	return true;
+}
+
+/*
+ * This backend's snapshots of this install (labels mesh.install and
+ * mesh.backend: two catalog entries on one daemon never take each other's
+ * for strays), and every capture in flight (listed without labels: never
+ * taken for vanished).
+ */
+static MeshStepResult
+sandboxd_snapshot_list_response(const MeshBackend *be, MeshOpState *st,
+								const MeshHttpResponse *resp, MeshSnapshotInfo **items,
+								int *nitems, MeshError *err)
+{
+	json_t	   *doc;
+	json_t	   *list = listed_array(be, resp, "snapshots", &doc, err);
+	size_t		i;
+	json_t	   *entry;
+
+	if (list == NULL)
+		return MESH_STEP_FAILED;
+	*items = palloc0(sizeof(MeshSnapshotInfo) * (json_array_size(list) + 1));
+	*nitems = 0;
+	json_array_foreach(list, i, entry)
+	{
+		json_t	   *labels = json_object_get(entry, "labels");
+		const char *install = json_string_value(json_object_get(labels, "mesh.install"));
+		const char *backend = json_string_value(json_object_get(labels, "mesh.backend"));
+		bool		ours = install && backend && strcmp(install, (const char *) st->data) == 0 &&
+			strcmp(backend, be->name) == 0;
+		const char *state = json_string_value(json_object_get(entry, "state"));
+
+		if ((ours || (state && strcmp(state, "capturing") == 0)) &&
+			snapshot_from_json(entry, &(*items)[*nitems]))
+			(*nitems)++;
 	}
 	json_decref(doc);
 	return MESH_STEP_DONE;
@@ -543,4 +717,11 @@ const MeshDriver mesh_sandboxd_driver = {
 	.release_response = sandboxd_release_response,
 	.list_request = sandboxd_list_request,
 	.list_response = sandboxd_list_response,
+	.snapshot_ref = sandboxd_snapshot_ref,
+	.snapshot_capture_request = sandboxd_snapshot_capture_request,
+	.snapshot_capture_response = sandboxd_snapshot_capture_response,
+	.snapshot_delete_request = sandboxd_snapshot_delete_request,
+	.snapshot_delete_response = sandboxd_snapshot_delete_response,
+	.snapshot_list_request = sandboxd_snapshot_list_request,
+	.snapshot_list_response = sandboxd_snapshot_list_response,
 };

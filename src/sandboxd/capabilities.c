@@ -53,12 +53,13 @@ void caps_detect(void)
     g_caps.egress_control = egress_detect();   /* the per-workspace proxy can be set up */
     g_caps.disk_limits = host_disk_isolated();
     g_caps.seccomp = seccomp_detect();          /* the system-call filter works here */
-    g_caps.snapshot = false;
+    g_caps.snapshot = snapshot_detect();        /* overlay mounts in a user namespace */
     g_caps.hibernate = true;
     g_caps.caller_chosen_id = true;
     log_event("capabilities: shell=%d resource_limits=%d compute_metering=%d egress_control=%d "
-              "disk_limits=%d seccomp=%d", g_caps.shell, g_caps.resource_limits,
-              g_caps.compute_metering, g_caps.egress_control, g_caps.disk_limits, g_caps.seccomp);
+              "disk_limits=%d seccomp=%d snapshot=%d", g_caps.shell, g_caps.resource_limits,
+              g_caps.compute_metering, g_caps.egress_control, g_caps.disk_limits, g_caps.seccomp,
+              g_caps.snapshot);
 }
 
 /* The GET /v1/capabilities document. */

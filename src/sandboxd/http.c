@@ -171,6 +171,25 @@ static enum MHD_Result route_workspace(struct route *r)
     return send_result(r->conn, resp, &err);
 }
 
+/* GET, PUT (capture) or DELETE /v1/snapshots/{id} */
+static enum MHD_Result route_snapshot(struct route *r)
+{
+    struct api_error err = {0};
+    json_t *body = NULL, *resp = NULL;
+    const char *id = r->segments[2];
+    if (strcmp(r->method, "GET") == 0)
+        return send_result(r->conn, snapshot_get(id, &err), &err);
+    if (strcmp(r->method, "DELETE") == 0)
+        return send_result(r->conn, snapshot_delete(id, &err), &err);
+    if (strcmp(r->method, "PUT") != 0)
+        return fail(r->conn, 405, "method_not_allowed", "use GET, PUT or DELETE");
+    if (!parse_body(r->req, &body, &err))
+        return send_error(r->conn, &err);
+    resp = snapshot_capture(id, body, &err);
+    json_decref(body);
+    return send_result(r->conn, resp, &err);
+}
+
 /* Fetches a workspace that must be running for exec and file calls. */
 static struct workspace *running_workspace(const char *id, struct api_error *err)
 {
@@ -281,6 +300,15 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, const char *url, co
                      : fail(conn, 405, "method_not_allowed", "use GET");
         break;
     }
+    case ROUTE_SNAPSHOTS: {
+        struct api_error err = {0};
+        const char *label = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "label");
+        result = strcmp(method, "GET") == 0
+                     ? send_result(conn, snapshot_list(label, &err), &err)
+                     : fail(conn, 405, "method_not_allowed", "use GET");
+        break;
+    }
+    case ROUTE_SNAPSHOT: result = route_snapshot(&r); break;
     case ROUTE_WORKSPACE: result = route_workspace(&r); break;
     case ROUTE_EXEC: result = route_exec(&r); break;
     case ROUTE_FILES: result = route_files(&r); break;

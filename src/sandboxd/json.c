@@ -167,3 +167,30 @@ unsigned char *base64_decode(const char *text, size_t *out_len, bool *ok)
     *out_len = o;
     return out;
 }
+
+/* A list call's "label=key=value" filter: KEY (bounded) and VALUE (in FILTER); no filter
+ * leaves *VALUE NULL. bad_request when it is not key=value. */
+bool label_filter_parse(const char *filter, char *key, size_t key_size, const char **value,
+                        struct api_error *err)
+{
+    *value = NULL;
+    key[0] = '\0';
+    if (!filter)
+        return true;
+    const char *eq = strchr(filter, '=');
+    if (!eq || eq == filter || (size_t)(eq - filter) >= key_size) {
+        api_error_set(err, 400, "bad_request", "query parameter \"label\" must be key=value");
+        return false;
+    }
+    memcpy(key, filter, (size_t)(eq - filter));
+    key[eq - filter] = '\0';
+    *value = eq + 1;
+    return true;
+}
+
+/* True when LABELS hold KEY=VALUE, or there is no filter (VALUE NULL). */
+bool labels_match(json_t *labels, const char *key, const char *value)
+{
+    json_t *v = value ? json_object_get(labels, key) : NULL;
+    return !value || (json_is_string(v) && strcmp(json_string_value(v), value) == 0);
+}

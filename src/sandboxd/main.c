@@ -360,8 +360,8 @@ static void announce_ready(void)
 }
 
 /* Start-up order matters: flags, lock, subreaper, signal mask (inherited by every thread),
- * the reaper's pipe, capabilities, base image, workspaces (re-adoption), then listeners; then
- * reap until told to stop. */
+ * the reaper's pipe, capabilities, base image, snapshots (leftovers removed), workspaces
+ * (re-adoption), then listeners; then reap until told to stop. */
 int main(int argc, char **argv)
 {
     sigset_t handled;
@@ -387,6 +387,7 @@ int main(int argc, char **argv)
     cgroup_init();
     caps_detect();
     sandbox_init();
+    snapshots_init();
     workspaces_init();
     if (!http_start())
         die("cannot start listeners");

@@ -37,13 +37,15 @@ static bool segment_is(const struct route_path *path, int i, const char *word)
 }
 
 /* Names the route of URL; PATH keeps its segments (free with route_path_free). The workspace
- * id, when the route has one, is segments[2]; an exec key segments[4]. */
+ * or snapshot id, when the route has one, is segments[2]; an exec key segments[4]. */
 enum route_kind route_match(const char *url, struct route_path *path)
 {
     if (!split_path(url, path) || !segment_is(path, 0, "v1"))
         return ROUTE_NONE;
     if (path->count == 2 && segment_is(path, 1, "capabilities"))
         return ROUTE_CAPABILITIES;
+    if (segment_is(path, 1, "snapshots"))
+        return path->count == 2 ? ROUTE_SNAPSHOTS : path->count == 3 ? ROUTE_SNAPSHOT : ROUTE_NONE;
     if (!segment_is(path, 1, "workspaces"))
         return ROUTE_NONE;
     if (path->count == 2)

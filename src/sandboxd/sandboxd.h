@@ -20,7 +20,8 @@
  *
  * Shared mutable data and its lock: the registry list, every workspace's refcount and the
  * count of running workspaces under registry_lock (workspace.c); requests in flight under
- * in_flight_lock (http.c); g_shutting_down through __atomic builtins; each workspace's fields
+ * in_flight_lock (http.c); the snapshots being captured under snap_lock (snapshot.c);
+ * g_shutting_down through __atomic builtins; each workspace's fields
  * as struct workspace says; each egress proxy's denial ring and counts under its lock.
  *
  * Data written only before the listeners start, read-only afterwards (no lock): g_config,
@@ -37,7 +38,8 @@
  *   modifies a shared document.
  * - log_event writes one stdio call per line (stdio locks the stream).
  * - Lock order: lifecycle, then registry_lock (workspace.c), then workspace lock, then an
- *   egress lock; in_flight_lock (http.c) is taken alone. No lock is held across an exec.
+ *   egress lock; snap_lock (snapshot.c) before registry_lock, never together with a
+ *   lifecycle lock; in_flight_lock (http.c) is taken alone. No lock is held across an exec.
  */
 #ifndef MESH_SANDBOXD_H
 #define MESH_SANDBOXD_H
@@ -134,6 +136,9 @@ bool json_get_string(json_t *obj, const char *field, const char **out, struct ap
 bool json_get_uint(json_t *obj, const char *field, uint64_t *out, struct api_error *err);
 bool json_get_object(json_t *obj, const char *field, json_t **out, struct api_error *err);
 bool json_string_map_valid(json_t *map, const char *field, struct api_error *err);
+bool label_filter_parse(const char *filter, char *key, size_t key_size, const char **value,
+                        struct api_error *err);
+bool labels_match(json_t *labels, const char *key, const char *value);
 char *base64_encode(const unsigned char *data, size_t len);
 unsigned char *base64_decode(const char *text, size_t *out_len, bool *ok);
 json_t *json_number_or_null(bool present, double value);
@@ -169,7 +174,7 @@ struct exec_run;
 
 /*
  * One workspace. Which thread may touch what:
- * - id, tier, network, allow, labels, created_at: set before the object is published in the
+ * - id, tier, network, allow, labels, created_at, snapshot: set before the object is published in the
  *   registry, never written again; read freely by whoever holds a reference.
  * - refcount, next: under registry_lock (workspace.c). A reference (workspace_get) keeps the
  *   object, not the workspace: it may be released meanwhile.
@@ -192,6 +197,7 @@ struct workspace {
     struct egress *egress;            /* the running proxy, NULL when none (egress.c) */
     json_t *labels;
     time_t created_at;
+    char snapshot[WORKSPACE_ID_MAX + 1]; /* the snapshot under /workspace, "" = none */
     enum ws_state state;
     /* holder: the bubblewrap sandbox, whose process is the exec agent */
     pid_t holder_pid;
@@ -232,6 +238,21 @@ void workspaces_hibernate_all(void);
 void workspaces_kill_execs(void);
 char *workspace_dir(const char *id);
 char *workspace_files_dir(const char *id);
+int workspaces_on_snapshot(const char *snapshot_id);
+
+/* ---- project-state snapshots (snapshot.c) ---- */
+bool snapshot_detect(void);
+void snapshots_init(void);
+void snapshot_lock(void);
+void snapshot_unlock(void);
+bool snapshot_usable(const char *id, struct api_error *err);
+bool snapshot_make_work_dir(struct workspace *ws);
+bool snapshot_mount(struct workspace *ws, struct api_error *err);
+char *workspace_work_dir(const char *id);
+json_t *snapshot_capture(const char *id, json_t *body, struct api_error *err);
+json_t *snapshot_get(const char *id, struct api_error *err);
+json_t *snapshot_list(const char *label_filter, struct api_error *err);
+json_t *snapshot_delete(const char *id, struct api_error *err);
 
 /* ---- sandbox holder (sandbox.c) ---- */
 void sandbox_init(void);
@@ -280,8 +301,9 @@ json_t *files_write(struct workspace *ws, const char *path, const char *mode_tex
 /* ---- routing (route.c) ---- */
 #define ROUTE_MAX_SEGMENTS 8
 enum route_kind {
-    ROUTE_NONE, ROUTE_CAPABILITIES, ROUTE_WORKSPACES, ROUTE_WORKSPACE, ROUTE_EXEC, ROUTE_FILES,
-    ROUTE_KILL, ROUTE_REFUSED
+    /* the list routes first: from ROUTE_WORKSPACE on, a route names one object (fuzz_route) */
+    ROUTE_NONE, ROUTE_CAPABILITIES, ROUTE_WORKSPACES, ROUTE_SNAPSHOTS, ROUTE_WORKSPACE, ROUTE_EXEC,
+    ROUTE_FILES, ROUTE_KILL, ROUTE_SNAPSHOT, ROUTE_REFUSED
 };
 struct route_path {
     char *text;                              /* the request's own copy of the path */

@@ -4,8 +4,10 @@
  *
  * On disk: <state>/workspaces/<id>/meta.json (one small JSON per workspace, replaced
  * atomically) and <state>/workspaces/<id>/files (the workspace's /workspace, owned by the
- * sandbox user). A restarted daemon reloads every meta.json and re-adopts live holders, or
- * starts a new holder over the same files when the old one is gone.
+ * sandbox user; for a workspace created from a snapshot, the overlay's upper layer, with its
+ * work directory beside it: snapshot.c). A restarted daemon reloads every meta.json and
+ * re-adopts live holders, or starts a new holder over the same files when the old one is
+ * gone.
  */
 #include "sandboxd.h"
 #include <dirent.h>
@@ -215,6 +217,8 @@ json_t *workspace_describe(struct workspace *ws)
                             "labels", ws->labels);
     if (doc && ws->allow)
         json_object_set(doc, "allow", ws->allow);
+    if (doc && ws->snapshot[0])
+        json_object_set_new(doc, "snapshot", json_string(ws->snapshot));
     return doc;
 }
 
@@ -233,6 +237,8 @@ static bool workspace_persist(struct workspace *ws, struct api_error *err)
                              (json_int_t)ws->holder_start);
     if (meta && ws->allow)
         json_object_set(meta, "allow", ws->allow);
+    if (meta && ws->snapshot[0])
+        json_object_set_new(meta, "snapshot", json_string(ws->snapshot));
     char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
     errno = ENOMEM;
     bool ok = text && write_file_atomic(path, text, strlen(text), 0600);
@@ -255,10 +261,24 @@ static bool workspace_make_dirs(struct workspace *ws)
     char *files = workspace_files_dir(ws->id);
     bool ok = (mkdir(dir, 0711) == 0 || errno == EEXIST) &&
               (mkdir(files, 0700) == 0 || errno == EEXIST) &&
-              (!g_config.is_root || chown(files, g_config.sandbox_uid, g_config.sandbox_gid) == 0);
+              (!g_config.is_root ||
+               chown(files, g_config.sandbox_uid, g_config.sandbox_gid) == 0) &&
+              snapshot_make_work_dir(ws);
     free(dir);
     free(files);
     return ok;
+}
+
+/* Starts the holder of WS and puts its snapshot (if any) under /workspace; on failure no
+ * holder is left running. */
+static bool workspace_start_holder(struct workspace *ws, struct api_error *err)
+{
+    if (!sandbox_start(ws, err))
+        return false;
+    if (snapshot_mount(ws, err))
+        return true;
+    sandbox_stop(ws);
+    return false;
 }
 
 /* Starts cgroups and holder for WS (new or hibernated); on failure nothing is left running. */
@@ -271,7 +291,7 @@ static bool workspace_start(struct workspace *ws, struct api_error *err)
         running_slot_give();
         return false;
     }
-    if (!sandbox_start(ws, err)) {
+    if (!workspace_start_holder(ws, err)) {
         cgroup_close_fds(ws->cgroup_fds);
         cgroup_workspace_remove(ws->id);
         running_slot_give();
@@ -359,11 +379,13 @@ static bool parse_network(json_t *body, const char **network, json_t **allow,
 
 /* Parses the acquire body into WS's settings (used only when the workspace is created). */
 static bool parse_acquire_body(json_t *body, const struct size_tier **tier, json_t **labels,
-                               struct api_error *err)
+                               const char **snapshot, struct api_error *err)
 {
     const char *size = "standard";
     *labels = NULL;
+    *snapshot = NULL;
     if (body && (!json_get_string(body, "size", &size, err) ||
+                 !json_get_string(body, "snapshot", snapshot, err) ||
                  !json_get_object(body, "labels", labels, err) ||
                  (*labels && !json_string_map_valid(*labels, "labels", err))))
         return false;
@@ -381,6 +403,7 @@ struct ws_settings {
     const char *network;
     json_t *allow;
     json_t *labels;
+    const char *snapshot;   /* NULL: an empty /workspace */
 };
 
 /* A new workspace object carrying SETTINGS, complete before any other thread can see it
@@ -393,6 +416,8 @@ static struct workspace *workspace_new_with(const char *id, const struct ws_sett
     ws->tier = settings->tier;
     snprintf(ws->network, sizeof ws->network, "%s", settings->network);
     ws->allow = json_incref(settings->allow);
+    if (settings->snapshot)
+        snprintf(ws->snapshot, sizeof ws->snapshot, "%s", settings->snapshot);
     if (settings->labels && json_object_update(ws->labels, settings->labels) != 0) {
         workspace_free(ws);
         return NULL;
@@ -419,6 +444,33 @@ static struct workspace *find_or_register(const char *id, const struct ws_settin
     return ws;
 }
 
+/* find_or_register for an acquire naming a snapshot: the snapshot must be ready, and stays
+ * so (a delete waits for snap_lock, then sees the workspace standing on it). NULL with ERR
+ * set when it cannot be used, NULL without when out of memory. */
+static struct workspace *register_on_snapshot(const char *id, const struct ws_settings *settings,
+                                              struct api_error *err)
+{
+    if (!settings->snapshot)
+        return find_or_register(id, settings);
+    snapshot_lock();
+    struct workspace *ws = snapshot_usable(settings->snapshot, err)
+                               ? find_or_register(id, settings) : NULL;
+    snapshot_unlock();
+    return ws;
+}
+
+/* Registered workspaces (running or hibernated) standing on snapshot SNAPSHOT_ID: a snapshot
+ * is deleted only when none is. */
+int workspaces_on_snapshot(const char *snapshot_id)
+{
+    int count = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (struct workspace *ws = registry; ws; ws = ws->next)
+        count += strcmp(ws->snapshot, snapshot_id) == 0;
+    pthread_mutex_unlock(&registry_lock);
+    return count;
+}
+
 /* PUT /v1/workspaces/{id}: create or wake, idempotent. */
 json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
 {
@@ -429,11 +481,13 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
         api_error_set(err, 400, "bad_workspace_id", "workspace id is not valid");
         return NULL;
     }
-    if (!parse_acquire_body(body, &settings.tier, &settings.labels, err) ||
+    if (!parse_acquire_body(body, &settings.tier, &settings.labels, &settings.snapshot, err) ||
         !parse_network(body, &settings.network, &settings.allow, err))
         return NULL;
-    struct workspace *ws = find_or_register(id, &settings);
+    struct workspace *ws = register_on_snapshot(id, &settings, err);
     json_decref(settings.allow);
+    if (!ws && err->http_status)
+        return NULL;
     if (!ws) {
         api_error_from_errno(err, ENOMEM, "cannot register the workspace");
         return NULL;
@@ -553,23 +607,14 @@ json_t *workspace_release(const char *id, json_t *body, struct api_error *err)
 /* GET /v1/workspaces[?label=k=v] */
 json_t *workspace_list(const char *label_filter, struct api_error *err)
 {
-    char key[256] = "";
-    const char *value = NULL;
-    if (label_filter) {
-        const char *eq = strchr(label_filter, '=');
-        if (!eq || eq == label_filter || (size_t)(eq - label_filter) >= sizeof key) {
-            api_error_set(err, 400, "bad_request", "query parameter \"label\" must be key=value");
-            return NULL;
-        }
-        memcpy(key, label_filter, (size_t)(eq - label_filter));
-        key[eq - label_filter] = '\0';
-        value = eq + 1;
-    }
+    char key[256];
+    const char *value;
+    if (!label_filter_parse(label_filter, key, sizeof key, &value, err))
+        return NULL;
     json_t *list = json_array();
     pthread_mutex_lock(&registry_lock);
     for (struct workspace *ws = registry; ws; ws = ws->next) {
-        json_t *v = value ? json_object_get(ws->labels, key) : NULL;
-        if (value && (!json_is_string(v) || strcmp(json_string_value(v), value) != 0))
+        if (!labels_match(ws->labels, key, value))
             continue;
         if (workspace_state(ws) == WS_STOPPING)
             continue;   /* being created or released */
@@ -616,6 +661,9 @@ static struct workspace *workspace_load(const char *id)
         json_object_update(ws->labels, json_object_get(meta, "labels"));
     ws->created_at = (time_t)json_integer_value(json_object_get(meta, "created_at"));
     load_network(ws, meta);
+    const char *snapshot = json_string_value(json_object_get(meta, "snapshot"));
+    if (snapshot && workspace_id_valid(snapshot))
+        snprintf(ws->snapshot, sizeof ws->snapshot, "%s", snapshot);
     const char *state = json_string_value(json_object_get(meta, "state"));
     ws->state = state && strcmp(state, "running") == 0 ? WS_RUNNING : WS_HIBERNATED;
     ws->holder_pid = (pid_t)json_integer_value(json_object_get(meta, "holder_pid"));
@@ -636,7 +684,7 @@ static void workspace_revive(struct workspace *ws)
         if (ws->holder_pid > 0 && holder_running(ws))
             sandbox_stop(ws);
         ws->holder_pid = 0;
-        if (!sandbox_start(ws, &err)) {
+        if (!workspace_start_holder(ws, &err)) {
             cgroup_close_fds(ws->cgroup_fds);
             cgroup_workspace_remove(ws->id);
             ws->state = WS_HIBERNATED;

@@ -4,7 +4,7 @@
 # each: no exec left running, the exec charged, the command gone from the host, and
 # a sweep finds no sandbox that no row explains and no row whose sandbox is gone.
 . "$(dirname "$0")/lib.sh"
-plan 22
+plan 27
 out=$(mktemp -d)
 
 # the command's process on the host (the embedded daemon runs sandboxes as postgres)
@@ -74,6 +74,22 @@ wait_for "SELECT status <> 'running' FROM mesh.execs WHERE argv = ARRAY['sleep',
 is "$(exec_state 74)" "error/true" "daemon kill: recorded as failed and charged"
 wait_command_gone 74; ok $? "daemon kill: the command is gone from the host"
 is "$(q "SELECT stdout FROM mesh_exec('fault-1', ARRAY['echo','after-daemon'])")" after-daemon "daemon kill: the workspace was re-adopted"
+
+# 5. mesh-sandboxd is stopped mid-exec (SIGTERM, as when the server stops or restarts): it ends
+#    the command and answers "killed"; nobody cancelled it, so it is recorded interrupted
+start_exec fault-1 75; caller=$!
+daemon=$(pgrep -u postgres -f "mesh-sandboxd --socket $PGDIR" | head -1)
+kill -TERM "$daemon"
+wait $caller; rc=$?
+ok $((rc == 0)) "daemon stop: the caller got an error"
+grep -q 'was interrupted: backend "local" ended it' "$out/75.err"
+ok $? "daemon stop: the error says the backend ended the command: $(head -1 "$out/75.err")"
+is "$(q "SELECT status || '/' || (error LIKE 'interrupted: the backend ended%')::text || '/' || (charged_seconds IS NOT NULL)::text
+         FROM mesh.execs WHERE argv = ARRAY['sleep','75']")" "error/true/true" \
+   "daemon stop: recorded as interrupted (not cancelled) and charged"
+wait_command_gone 75; ok $? "daemon stop: the command is gone from the host"
+wait_daemon_ready
+is "$(q "SELECT stdout FROM mesh_exec('fault-1', ARRAY['echo','after-stop'])")" after-stop "daemon stop: the workspace is usable"
 
 # after all of it
 is "$(q "SELECT count(*) FROM mesh.execs WHERE status = 'running'")" 0 "no exec is left running"

@@ -1,13 +1,15 @@
 /*
  * fuzz_requests.c - libFuzzer target for what request handlers validate before they touch a
- * workspace: exec bodies (exec.c), acquire bodies (workspace.c), file paths and modes
- * (files.c), label filters and workspace ids. The first byte picks the parser, the rest is
+ * workspace: exec bodies (exec.c), acquire bodies (workspace.c), snapshot capture bodies and
+ * snapshot list filters (snapshot.c), file paths and modes (files.c), label filters and
+ * workspace ids. The first byte picks the parser, the rest is
  * the untrusted input. The daemon's sources are included to reach their static parsers; the
  * rest of the daemon is linked as is (no main.c).
  */
 #include "../../src/sandboxd/exec.c"
 #include "../../src/sandboxd/files.c"
 #include "../../src/sandboxd/workspace.c"
+#include "../../src/sandboxd/snapshot.c"
 
 struct config g_config;
 struct host_caps g_caps;
@@ -47,7 +49,7 @@ static void fuzz_acquire_body(json_t *body)
 {
     struct ws_settings settings;
     struct api_error err = {0};
-    if (!parse_acquire_body(body, &settings.tier, &settings.labels, &err) ||
+    if (!parse_acquire_body(body, &settings.tier, &settings.labels, &settings.snapshot, &err) ||
         !parse_network(body, &settings.network, &settings.allow, &err)) {
         if (!err.code)
             abort();
@@ -59,6 +61,18 @@ static void fuzz_acquire_body(json_t *body)
         json_decref(workspace_describe(ws));
         workspace_free(ws);
     }
+}
+
+/* A snapshot capture body: workspace and labels. */
+static void fuzz_capture_body(json_t *body)
+{
+    const char *workspace;
+    json_t *labels;
+    struct api_error err = {0};
+    if (!parse_capture_body(body, &workspace, &labels, &err) && !err.code)
+        abort();
+    if (err.code == NULL && (!workspace || (labels && !json_is_object(labels))))
+        abort();   /* an accepted body names a workspace; labels are an object */
 }
 
 /* A file path and a mode (after the first NUL), as the query string gives them. */
@@ -86,7 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     g_config.max_output_bytes = 1 << 20;
     g_caps.egress_control = true;
-    uint8_t which = data[0] % 5;
+    uint8_t which = data[0] % 6;
     data++;
     size--;
     char *text = strndup((const char *)data, size);
@@ -102,6 +116,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_decref(body);
     } else if (which == 3) {
         fuzz_path(data, size);
+    } else if (which == 5) {
+        json_t *body = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
+        if (json_is_object(body))
+            fuzz_capture_body(body);
+        json_decref(body);
+        json_decref(snapshot_list(text, &err));
     } else {
         json_decref(workspace_list(text, &err));
         workspace_id_valid(text);

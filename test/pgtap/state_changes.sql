@@ -12,7 +12,7 @@ SELECT ok(NOT has_function_privilege(r, f, 'EXECUTE'), r || ' cannot call ' || f
                     'mesh.workspace_released(bigint, text, text)',
                     'mesh.exec_finish(bigint, mesh.exec_status, integer, text, text, boolean, double precision, double precision, double precision, text, text, bigint, jsonb)',
                     'mesh.fail_lost_execs(text, integer, integer)']) f;
-SELECT ok(has_function_privilege('mesh_worker', 'mesh.workspace_declare(text, text, text, text, text, oid)', 'EXECUTE'),
+SELECT ok(has_function_privilege('mesh_worker', 'mesh.workspace_declare(text, text, text, text, text, oid, text, bigint)', 'EXECUTE'),
           'mesh_worker calls the state-change functions');
 
 -- The codes are what the workers' C enums mirror, in order (src/store.h).
@@ -39,7 +39,7 @@ SELECT is((pg_temp.row_of('decl')).status, 'pending', 'a declared run is pending
 SELECT is((mesh.workspace_declare('st-decl', 'st-agent', 'st-actor', NULL, NULL, NULL)).id, pg_temp.ws('decl'),
           'declaring again with the same particulars returns the same row');
 SELECT throws_ok($$SELECT mesh.workspace_declare('st-decl', 'other-agent', 'st-actor', NULL, NULL, NULL)$$,
-                 '23505', 'run "st-decl" is already declared with a different agent, actor, parent or environment',
+                 '23505', 'run "st-decl" is already declared with a different agent, actor, parent, environment, project or snapshot',
                  'declaring it differently is refused');
 SELECT throws_ok($$SELECT mesh.workspace_declare('st-env', 'st-agent', 'st-actor', NULL, 'no-such-env', NULL)$$,
                  '42704', 'environment "no-such-env" is not declared', 'an undeclared environment is refused');

@@ -10,7 +10,7 @@ is "$(field "$caps" .protocol)" 1 "protocol version 1"
 is "$(field "$caps" .capabilities.resource_limits)" true "root: resource_limits detected"
 is "$(field "$caps" .capabilities.compute_metering)" true "root: compute_metering detected"
 is "$(field "$caps" '[.capabilities.egress_control,.capabilities.snapshot,.capabilities.hibernate,.capabilities.caller_chosen_id,.capabilities.shell]|map(tostring)|join(",")')" \
-   "true,false,true,true,true" "egress true, snapshot false, hibernate/caller id/shell true"
+   "true,true,true,true,true" "egress, snapshot (overlay in a user namespace), hibernate, caller id, shell true"
 is "$(field "$caps" .tiers.small.memory_mb)" 512 "tier table is served"
 
 resp=$(curl -s -m 10 -w '\n%{http_code}' -H "Authorization: Bearer wrong-$SD_TOKEN" "$SD_URL/v1/capabilities")
