@@ -8,6 +8,7 @@ OBJS = \
 	src/worker.o \
 	src/worker_acquire.o \
 	src/worker_exec.o \
+	src/exec_output.o \
 	src/worker_files.o \
 	src/worker_release.o \
 	src/worker_http.o \

@@ -148,6 +148,25 @@ fail_lost_execs(json_t *rows)
 	}
 }
 
+/*
+ * Stored output past mesh.exec_output_retention goes, a bounded batch per
+ * sweep; the exec rows then say all their output was dropped.
+ */
+static void
+expire_output(json_t *rows)
+{
+	const char *minutes = psprintf("%d", mesh_exec_output_retention_min);
+	List	   *done;
+
+	if (mesh_exec_output_retention_min == 0)
+		return;
+	done = reaper_query("SELECT mesh.exec_output_expire($1::integer)::text", 1, &minutes, 1);
+	if (done != NIL && strcmp(((char **) linitial(done))[0], "0") != 0)
+		note(rows, "output_expired", NULL, NULL,
+			 psprintf("the stored output of %s exec(s) passed mesh.exec_output_retention",
+					  ((char **) linitial(done))[0]));
+}
+
 /*--------------------------------------------------------------------------
  * 2. Workspaces to release
  *--------------------------------------------------------------------------
@@ -595,6 +614,7 @@ sweep(json_t *rows)
 		/* right after a start, a sweep would find the embedded daemon not yet serving */
 		mesh_wait_for_embedded_daemon(deadline);
 		fail_lost_execs(rows);
+		expire_output(rows);
 		release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													  (deadline - GetCurrentTimestamp()) / 2000));
 		reconcile_all(rows, deadline);

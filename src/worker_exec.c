@@ -18,6 +18,8 @@
 #include <math.h>
 
 #include "credentials.h"
+#include "exec_output.h"
+#include "mesh_exec.h"
 #include "worker.h"
 
 /*
@@ -50,11 +52,18 @@ bound_by_budget(WorkerCall *call)
 	return true;
 }
 
-/* Room for both streams at the clamp, base64-encoded, and the envelope. */
+/* Room for both streams as kept, base64-encoded, and the envelope. */
 size_t
 exec_response_limit(WorkerCall *call)
 {
 	return (size_t) call->spec.max_output_bytes * 3 + 64 * 1024;
+}
+
+/* What mesh_exec returns and mesh.execs keeps of each stream (mesh.max_output). */
+static long
+clamp_bytes(WorkerCall *call)
+{
+	return (long) json_integer_value(json_object_get(call->req, "max_output"));
 }
 
 static bool
@@ -166,7 +175,8 @@ start_exec(WorkerCall *call)
 		call->spec.stdin_len = call->blob_len;
 	}
 	call->spec.timeout_ms = (long) json_integer_value(json_object_get(call->req, "timeout_ms"));
-	call->spec.max_output_bytes = (long) json_integer_value(json_object_get(call->req, "max_output"));
+	/* the backend keeps what is stored whole, and never less than is shown */
+	call->spec.max_output_bytes = Max(mesh_exec_output_limit_bytes, clamp_bytes(call));
 	if (!bound_by_budget(call))
 		return;
 
@@ -185,6 +195,38 @@ start_exec(WorkerCall *call)
 	/* put the request on the wire, then make the exec row durable meanwhile */
 	mesh_http_drive();
 	mesh_flush_to(call->exec_row_lsn);
+}
+
+/*
+ * The output as the command wrote it, redacted, is stored whole (up to
+ * mesh.exec_output_limit); what is left in RESULT is the clamp people see.
+ * A failure to store loses only the stored copy: the exec's end is still
+ * recorded and returned.
+ */
+static void
+keep_output(WorkerCall *call, MeshExecResult *result)
+{
+	MeshOutputStream out = {NULL, 0, result->stdout_total - (int64) result->stdout_len};
+	MeshOutputStream errs = {NULL, 0, result->stderr_total - (int64) result->stderr_len};
+	ErrorData  *err;
+
+	redact_delivered(call, result);
+	out.data = result->stdout_data;
+	out.len = result->stdout_len;
+	errs.data = result->stderr_data;
+	errs.len = result->stderr_len;
+	if (!store_exec_output(call->exec_id, &out, &errs, &err))
+	{
+		ereport(LOG,
+				(errmsg("mesh: the output of exec " INT64_FORMAT " was not stored: %s",
+						call->exec_id, err->message)));
+		FreeErrorData(err);
+	}
+	result->truncated = false;
+	exec_output_clamp(&result->stdout_data, &result->stdout_len, out.dropped + (int64) out.len,
+					  clamp_bytes(call), &result->truncated);
+	exec_output_clamp(&result->stderr_data, &result->stderr_len, errs.dropped + (int64) errs.len,
+					  clamp_bytes(call), &result->truncated);
 }
 
 /*
@@ -294,7 +336,7 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 			reply_backend_error(call, NULL, &merr);
 		return;
 	}
-	redact_delivered(call, &result);
+	keep_output(call, &result);
 	result.stdout_data = mesh_sanitize_text(result.stdout_data, result.stdout_len);
 	result.stderr_data = mesh_sanitize_text(result.stderr_data, result.stderr_len);
 	rec.status = exec_status(&result);

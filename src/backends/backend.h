@@ -126,8 +126,15 @@ typedef struct MeshExecSpec
 	size_t		stdin_len;
 	long		timeout_ms;
 	const char *exec_key;		/* the caller's name for the exec, for kill */
-	long		max_output_bytes;
+	long		max_output_bytes;	/* per stream, the most recent bytes are kept */
 } MeshExecSpec;
+
+/*
+ * What an exec produced.  Each stream holds its last spec->max_output_bytes
+ * bytes as the command wrote them (NUL and invalid UTF-8 included, no
+ * marker); *_total counts every byte written, so what came before the kept
+ * bytes is *_total - *_len.  The worker clamps for people and stores whole.
+ */
 
 typedef struct MeshExecResult
 {
@@ -136,7 +143,9 @@ typedef struct MeshExecResult
 	size_t		stdout_len;
 	char	   *stderr_data;
 	size_t		stderr_len;
-	bool		truncated;
+	int64_t		stdout_total;
+	int64_t		stderr_total;
+	bool		truncated;		/* bytes were dropped before the kept ones */
 	bool		timed_out;
 	bool		oom_killed;
 	bool		killed;

@@ -244,6 +244,7 @@ sandboxd_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 	json_object_set_new(body, "timeout_ms", json_integer(spec->timeout_ms));
 	json_object_set_new(body, "exec_key", json_string(spec->exec_key));
 	json_object_set_new(body, "max_output_bytes", json_integer(spec->max_output_bytes));
+	json_object_set_new(body, "output", json_string("tail"));
 	/* stdin is encoded once, into the body itself */
 	if (spec->stdin_data)
 		mesh_http_json_body_b64(req, body, "stdin_b64", spec->stdin_data, spec->stdin_len);
@@ -265,6 +266,17 @@ decode_stream(json_t *doc, const char *field, char **data, size_t *len)
 		return true;
 	}
 	return json_is_string(value) && mesh_base64_decode(json_string_value(value), data, len);
+}
+
+/* Bytes the command wrote to a stream: never fewer than the daemon kept. */
+static int64_t
+stream_total(json_t *doc, const char *field, size_t kept)
+{
+	json_t	   *value = json_object_get(doc, field);
+
+	if (!json_is_integer(value) || json_integer_value(value) < (json_int_t) kept)
+		return (int64_t) kept;
+	return (int64_t) json_integer_value(value);
 }
 
 /*
@@ -354,6 +366,8 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 		return MESH_STEP_FAILED;
 	}
 	result->exit_code = (int) json_integer_value(json_object_get(doc, "exit_code"));
+	result->stdout_total = stream_total(doc, "stdout_bytes", result->stdout_len);
+	result->stderr_total = stream_total(doc, "stderr_bytes", result->stderr_len);
 	result->truncated = json_is_true(json_object_get(doc, "truncated"));
 	result->timed_out = json_is_true(json_object_get(doc, "timed_out"));
 	result->oom_killed = json_is_true(json_object_get(doc, "oom_killed"));

@@ -43,11 +43,15 @@
 
 enum kill_reason { KILL_NONE, KILL_TIMEOUT, KILL_REQUEST, KILL_RELEASE };
 
-/* Head and tail of one output stream, clamped to a byte budget. */
+/*
+ * One output stream, clamped to a byte budget: head and tail with a marker
+ * between them, or (output "tail") only the most recent bytes, as they came.
+ * Both buffers grow as bytes arrive, up to their caps.
+ */
 struct capture {
     unsigned char *head, *tail;
     size_t head_cap, head_len;
-    size_t tail_cap, tail_start, tail_len;  /* ring buffer */
+    size_t tail_cap, tail_alloc, tail_start, tail_len;  /* ring buffer once full */
     uint64_t total;
 };
 
@@ -336,14 +340,56 @@ static void exec_kill_tree(struct exec_run *run, enum kill_reason reason)
 
 /* ---- output capture ---- */
 
-/* Sizes a capture for a per-stream budget of LIMIT bytes (half head, half tail). */
-static void capture_init(struct capture *cap, size_t limit)
+/* Sizes a capture for LIMIT bytes per stream: half head, half tail, or all tail. */
+static void capture_init(struct capture *cap, size_t limit, bool tail_only)
 {
     memset(cap, 0, sizeof *cap);
-    cap->head_cap = (limit + 1) / 2;
+    cap->head_cap = tail_only ? 0 : (limit + 1) / 2;
     cap->tail_cap = limit - cap->head_cap;
-    cap->head = malloc(cap->head_cap + 1);
-    cap->tail = malloc(cap->tail_cap + 1);
+}
+
+/* Makes room for NEED bytes in a buffer of *ALLOC (doubling, at most CAP); false: no memory. */
+static bool capture_grow(unsigned char **buf, size_t *alloc, size_t need, size_t cap)
+{
+    if (need <= *alloc)
+        return true;
+    size_t size = *alloc ? *alloc : 65536;
+    while (size < need)
+        size *= 2;
+    if (size > cap)
+        size = cap;
+    unsigned char *grown = realloc(*buf, size);
+    if (!grown)
+        return false;
+    *buf = grown;
+    *alloc = size;
+    return true;
+}
+
+/* Adds bytes to the tail ring: it keeps the most recent tail_cap of them. */
+static void capture_tail(struct capture *cap, const unsigned char *data, size_t len)
+{
+    if (cap->tail_cap == 0 || len == 0)
+        return;
+    if (len >= cap->tail_cap) {                  /* only the last tail_cap bytes stay */
+        data += len - cap->tail_cap;
+        len = cap->tail_cap;
+        cap->tail_start = cap->tail_len = 0;
+    }
+    /* a ring that has not wrapped is linear from 0: growing it keeps its bytes */
+    size_t need = cap->tail_len + len > cap->tail_cap ? cap->tail_cap : cap->tail_len + len;
+    if (!capture_grow(&cap->tail, &cap->tail_alloc, need, cap->tail_cap))
+        return;                                  /* out of memory: these bytes are dropped */
+    size_t pos = (cap->tail_start + cap->tail_len) % cap->tail_cap;
+    size_t first = cap->tail_cap - pos < len ? cap->tail_cap - pos : len;
+    memcpy(cap->tail + pos, data, first);
+    memcpy(cap->tail, data + first, len - first);
+    if (cap->tail_len + len > cap->tail_cap) {
+        cap->tail_start = (cap->tail_start + cap->tail_len + len - cap->tail_cap) % cap->tail_cap;
+        cap->tail_len = cap->tail_cap;
+    } else {
+        cap->tail_len += len;
+    }
 }
 
 /* Adds bytes: the head fills first, then the tail ring keeps the most recent bytes. */
@@ -351,38 +397,47 @@ static void capture_append(struct capture *cap, const unsigned char *data, size_
 {
     cap->total += len;
     size_t to_head = cap->head_cap - cap->head_len < len ? cap->head_cap - cap->head_len : len;
+    if (to_head > 0 && !cap->head && !(cap->head = malloc(cap->head_cap)))
+        to_head = 0;                             /* out of memory: these bytes are dropped */
     memcpy(cap->head + cap->head_len, data, to_head);
     cap->head_len += to_head;
-    for (size_t i = to_head; i < len && cap->tail_cap > 0; i++) {
-        size_t pos = (cap->tail_start + cap->tail_len) % cap->tail_cap;
-        cap->tail[pos] = data[i];
-        if (cap->tail_len < cap->tail_cap)
-            cap->tail_len++;
-        else
-            cap->tail_start = (cap->tail_start + 1) % cap->tail_cap;
-    }
+    capture_tail(cap, data + to_head, len - to_head);
 }
 
-/* Base64 of head + marker + tail (marker only when bytes were omitted). */
+/*
+ * Base64 of head + marker + tail (marker only when bytes were omitted); a
+ * tail-only capture is its bytes alone, *_bytes telling what went before.
+ */
 static char *capture_finish(struct capture *cap, bool *truncated)
 {
     uint64_t omitted = cap->total - cap->head_len - cap->tail_len;
     char marker[96] = "";
     if (omitted > 0) {
-        snprintf(marker, sizeof marker, "\n\xe2\x80\xa6[mesh: %llu bytes omitted]\xe2\x80\xa6\n",
-                 (unsigned long long)omitted);
+        if (cap->head_cap > 0)
+            snprintf(marker, sizeof marker, "\n\xe2\x80\xa6[mesh: %llu bytes omitted]\xe2\x80\xa6\n",
+                     (unsigned long long)omitted);
         *truncated = true;
     }
     size_t len = cap->head_len + strlen(marker) + cap->tail_len;
     unsigned char *flat = malloc(len + 1);
-    size_t o = cap->head_len;
-    memcpy(flat, cap->head, cap->head_len);
-    memcpy(flat + o, marker, strlen(marker));
-    o += strlen(marker);
-    for (size_t i = 0; i < cap->tail_len; i++)
-        flat[o++] = cap->tail[(cap->tail_start + i) % cap->tail_cap];
-    char *b64 = base64_encode(flat, len);
-    free(flat);
+    char *b64 = NULL;
+    if (flat) {
+        size_t o = cap->head_len;
+        if (cap->head_len > 0)
+            memcpy(flat, cap->head, cap->head_len);
+        memcpy(flat + o, marker, strlen(marker));
+        o += strlen(marker);
+        size_t first = cap->tail_cap - cap->tail_start < cap->tail_len
+                     ? cap->tail_cap - cap->tail_start : cap->tail_len;
+        if (first > 0)
+            memcpy(flat + o, cap->tail + cap->tail_start, first);
+        if (cap->tail_len > first)
+            memcpy(flat + o + first, cap->tail, cap->tail_len - first);
+        b64 = base64_encode(flat, len);
+        free(flat);
+    }
+    if (!b64)
+        b64 = strdup("");
     free(cap->head);
     free(cap->tail);
     return b64;
@@ -412,6 +467,7 @@ struct exec_request {
     const char *key;
     char key_buf[32];
     size_t max_output;
+    bool output_tail;                /* keep only the last max_output bytes, no marker */
 };
 
 /* Frees what exec_parse allocated. */
@@ -495,7 +551,7 @@ static bool exec_parse(struct workspace *ws, json_t *body, struct exec_request *
                        struct api_error *err)
 {
     json_t *argv = json_object_get(body, "argv"), *env = NULL;
-    const char *stdin_b64 = NULL;
+    const char *stdin_b64 = NULL, *output = NULL;
     uint64_t max_output = g_config.max_output_bytes;
     memset(req, 0, sizeof *req);
     req->dir = ".";
@@ -520,12 +576,18 @@ static bool exec_parse(struct workspace *ws, json_t *body, struct exec_request *
         !json_get_uint(body, "timeout_ms", &req->timeout_ms, err) ||
         !parse_exec_key(body, req, err) ||
         !json_get_uint(body, "max_output_bytes", &max_output, err) ||
+        !json_get_string(body, "output", &output, err) ||
         !build_env(req, env, egress_wanted(ws), err))
         return false;
     if (!*req->dir)
         req->dir = ".";
-    req->max_output = max_output < g_config.max_output_bytes ? max_output
-                                                              : g_config.max_output_bytes;
+    if (output && strcmp(output, "tail") != 0 && strcmp(output, "head_tail") != 0) {
+        api_error_set(err, 400, "bad_request", "field \"output\" must be \"head_tail\" or \"tail\"");
+        return false;
+    }
+    req->output_tail = output && strcmp(output, "tail") == 0;
+    size_t cap = req->output_tail ? g_config.max_kept_output_bytes : g_config.max_output_bytes;
+    req->max_output = max_output < cap ? max_output : cap;
     if (stdin_b64) {
         bool ok;
         req->stdin_data = base64_decode(stdin_b64, &req->stdin_len, &ok);
@@ -814,8 +876,8 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     if (outer < 0) {
         api_error_set(err, 500, "spawn_failed", "cannot start the exec: %s", strerror(errno));
     } else {
-        capture_init(&out, req->max_output);
-        capture_init(&errc, req->max_output);
+        capture_init(&out, req->max_output, req->output_tail);
+        capture_init(&errc, req->max_output, req->output_tail);
         exec_supervise(run, req, stdin_w, out_r, err_r, &out, &errc);
         stdin_w = -1;
         while (waitpid(outer, NULL, __WALL) < 0 && errno == EINTR)

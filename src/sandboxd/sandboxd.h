@@ -78,6 +78,7 @@ struct config {
     size_t max_body_bytes;
     size_t max_file_bytes;
     size_t max_output_bytes;
+    size_t max_kept_output_bytes;    /* per stream, for output "tail" */
     struct rlimit inherited_files; /* the open-files limit before the daemon raised its own;
                                       sandbox processes get this one back */
 };

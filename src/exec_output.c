@@ -1,0 +1,141 @@
+/*-------------------------------------------------------------------------
+ *
+ * exec_output.c
+ *	  An exec's output: stored whole, clamped for people.
+ *
+ * Backends hand back the last mesh.exec_output_limit bytes of each stream
+ * as the command wrote them.  Those bytes (redacted) are stored in
+ * mesh.exec_output, chunked by byte offset, for mesh_exec_output to read
+ * back; mesh_exec's return and mesh.execs keep mesh.max_output bytes of
+ * each, head and tail around a marker, as text.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "mesh_json.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+
+#include "exec_output.h"
+#include "mesh_exec.h"
+#include "store.h"
+#include "txn.h"
+
+PG_FUNCTION_INFO_V1(mesh_output_text);
+
+typedef struct OutputArgs
+{
+	int64		exec_id;
+	MeshOutputStream streams[2];	/* stdout, stderr */
+} OutputArgs;
+
+static const char store_output_sql[] =
+"SELECT mesh.exec_output_store($1, $2, $3, $4, $5)";
+
+/* A bytea datum holding a copy of LEN bytes. */
+static Datum
+bytea_datum(const char *data, size_t len)
+{
+	bytea	   *b = palloc(VARHDRSZ + len);
+
+	SET_VARSIZE(b, VARHDRSZ + len);
+	if (len > 0)
+		memcpy(VARDATA(b), data, len);
+	return PointerGetDatum(b);
+}
+
+static void
+store_output_body(void *arg)
+{
+	OutputArgs *a = (OutputArgs *) arg;
+	Oid			types[5] = {INT8OID, BYTEAOID, INT8OID, BYTEAOID, INT8OID};
+	Datum		values[5];
+	int			rc;
+
+	values[0] = Int64GetDatum(a->exec_id);
+	for (int i = 0; i < 2; i++)
+	{
+		values[1 + 2 * i] = bytea_datum(a->streams[i].data, a->streams[i].len);
+		values[2 + 2 * i] = Int64GetDatum(a->streams[i].dropped);
+	}
+	rc = SPI_execute_with_args(store_output_sql, 5, types, values, NULL, false, 0);
+	if (rc < 0)
+		elog(ERROR, "mesh: storing the output of exec " INT64_FORMAT " failed: %s",
+			 a->exec_id, SPI_result_code_string(rc));
+}
+
+/* Past the ceiling only the tail is stored: what went before counts as dropped. */
+static MeshOutputStream
+within_limit(const MeshOutputStream *s)
+{
+	MeshOutputStream kept = *s;
+	size_t		limit = (size_t) mesh_exec_output_limit_bytes;
+
+	if (kept.len > limit)
+	{
+		kept.dropped += kept.len - limit;
+		kept.data += kept.len - limit;
+		kept.len = limit;
+	}
+	return kept;
+}
+
+/*
+ * Store both streams of an exec, with the exec row's byte counts.  Committed
+ * asynchronously: the exec's end is committed durably right after, and that
+ * flush makes this transaction durable too.  Nothing is written for an exec
+ * that printed nothing.
+ */
+bool
+store_exec_output(int64 exec_id, const MeshOutputStream *out, const MeshOutputStream *err_stream,
+				  ErrorData **err)
+{
+	OutputArgs	a;
+
+	if (out->len == 0 && out->dropped == 0 && err_stream->len == 0 && err_stream->dropped == 0)
+		return true;
+	a.exec_id = exec_id;
+	a.streams[0] = within_limit(out);
+	a.streams[1] = within_limit(err_stream);
+	return mesh_txn("mesh worker: exec output", store_output_body, &a, false, err);
+}
+
+/*
+ * What people see of a stream of TOTAL bytes whose last LEN are in *data:
+ * all of it when it fits MAX_BYTES, else its first and last bytes around the
+ * marker "…[mesh: N bytes omitted]…" (N counting every byte not shown).
+ */
+void
+exec_output_clamp(char **data, size_t *len, int64 total, long max_bytes, bool *truncated)
+{
+	StringInfoData buf;
+	size_t		head;
+	size_t		tail;
+
+	if (total <= max_bytes && (int64) *len == total)
+		return;
+	head = Min((size_t) max_bytes / 2, *len);
+	tail = Min((size_t) max_bytes - head, *len - head);
+	initStringInfo(&buf);
+	appendBinaryStringInfo(&buf, *data, (int) head);
+	appendStringInfo(&buf, "\n\xe2\x80\xa6[mesh: " INT64_FORMAT " bytes omitted]\xe2\x80\xa6\n",
+					 total - (int64) head - (int64) tail);
+	appendBinaryStringInfo(&buf, *data + *len - tail, (int) tail);
+	*data = buf.data;
+	*len = buf.len;
+	*truncated = true;
+}
+
+/* mesh.output_text(bytea): stored bytes as text, NUL and invalid UTF-8 as U+FFFD. */
+Datum
+mesh_output_text(PG_FUNCTION_ARGS)
+{
+	bytea	   *data = PG_GETARG_BYTEA_PP(0);
+
+	PG_RETURN_TEXT_P(cstring_to_text(mesh_sanitize_text(VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data))));
+}
