@@ -1,8 +1,8 @@
 #!/bin/bash
 # Exec semantics: exit codes, signals, stdin, env, dir, 127, output clamping, concurrency,
-# exec keys, metering fields.
+# exec keys, metering fields, output "tail" (the last bytes as they came).
 . "$(dirname "$0")/lib.sh"
-plan 26
+plan 30
 sd_start --max-output-bytes 1000
 new_ws e1
 
@@ -42,6 +42,18 @@ like "$(stdout_of "$r")" '^1
 9999
 10000$' "per-request max_output_bytes"
 
+# output "tail": the last max_output_bytes as they came, no marker, capped by
+# --max-kept-output-bytes rather than --max-output-bytes (1000 here)
+r=$(exec_json e1 '{"argv":["sh","-c","seq 1 10000"],"max_output_bytes":30001,"output":"tail"}')
+is "$(field "$r" '[.truncated,.stdout_bytes]|map(tostring)|join(",")')|$(stdout_of "$r" | md5sum)" \
+   "true,48894|$(seq 1 10000 | tail -c 30001 | md5sum)" "output tail keeps exactly the last bytes, counts all"
+r=$(exec_json e1 '{"argv":["sh","-c","printf '"'"'a\\000b\\377c'"'"'; printf '"'"'\\376'"'"' >&2"],"output":"tail"}')
+is "$(field "$r" '.stdout_b64+" "+.stderr_b64')" "$(printf 'a\000b\377c' | base64 -w0) $(printf '\376' | base64 -w0)" \
+   "output tail keeps NUL and invalid UTF-8 bytes as they came"
+r=$(exec_json e1 '{"argv":["seq","1","100000"],"max_output_bytes":100000000,"output":"tail"}')
+is "$(field "$r" .truncated)|$(stdout_of "$r" | md5sum)" "false|$(seq 1 100000 | md5sum)" \
+   "output tail grows its buffer for output larger than 64 KiB, all of it kept"
+r=$(exec_json e1 '{"argv":["true"],"output":"middle"}'); is "$(err_code "$r")" bad_request "an unknown output mode is bad_request"
 r=$(exec_json e1 '{"argv":[]}'); is "$(err_code "$r")" bad_request "empty argv is bad_request"
 r=$(exec_json e1 '{"argv":["a\u0000b"]}'); is "$(err_code "$r")" bad_request "NUL in argv is refused"
 r=$(exec_json e1 '{"argv":["true"],"timeout_ms":"x"}'); is "$(err_code "$r")" bad_request "wrong type timeout_ms"
