@@ -1108,8 +1108,9 @@ RETURNS void LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
 $$;
 
 -- The reaper: output of execs that ended over p_minutes ago goes (a bounded batch per call).
+-- The only deletion mesh_worker may cause, hence a definer's function, not a DELETE grant.
 CREATE FUNCTION mesh.exec_output_expire(p_minutes integer) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
     WITH old AS (
         SELECT id FROM mesh.execs
          WHERE (stdout_dropped < stdout_bytes OR stderr_dropped < stderr_bytes)
@@ -1274,8 +1275,6 @@ GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec_output(bigint, bigint, bigint, b
                           mesh.output_text(bytea)
       TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.exec_output_chunks, mesh.exec_output_text TO mesh_harness, mesh_admin;
--- the reaper expires stored output
-GRANT DELETE ON mesh.exec_output TO mesh_worker;
 GRANT SELECT ON mesh.live_workspaces, mesh.run_workspaces, mesh.exec_log, mesh.spend_by_run TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION mesh.may_drive(regrole, oid) TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.spend_by_agent, mesh.run_limits, mesh.settings, mesh.run_budgets, mesh.tier_climbs TO mesh_admin;
