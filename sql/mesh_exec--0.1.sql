@@ -1078,7 +1078,7 @@ CREATE TABLE mesh.exec_output (
     exec_id      bigint NOT NULL REFERENCES mesh.execs (id),
     stream       text NOT NULL CHECK (stream IN ('stdout', 'stderr')),
     start_offset bigint NOT NULL CHECK (start_offset >= 0),
-    data         bytea NOT NULL,
+    data         bytea COMPRESSION lz4 NOT NULL,  -- pglz costs seconds per 64 MB, lz4 a fraction
     PRIMARY KEY (exec_id, stream, start_offset)
 );
 -- the execs whose output the reaper may have to expire
