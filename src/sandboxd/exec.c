@@ -399,8 +399,10 @@ static void capture_append(struct capture *cap, const unsigned char *data, size_
     size_t to_head = cap->head_cap - cap->head_len < len ? cap->head_cap - cap->head_len : len;
     if (to_head > 0 && !cap->head && !(cap->head = malloc(cap->head_cap)))
         to_head = 0;                             /* out of memory: these bytes are dropped */
-    memcpy(cap->head + cap->head_len, data, to_head);
-    cap->head_len += to_head;
+    if (to_head > 0) {
+        memcpy(cap->head + cap->head_len, data, to_head);
+        cap->head_len += to_head;
+    }
     capture_tail(cap, data + to_head, len - to_head);
 }
 
