@@ -16,6 +16,9 @@ psql -X -q <<SQL
 SELECT 1 FROM mesh_acquire('bench-output', 'bench', 'bench') \g /dev/null
 SELECT exit_code FROM mesh_exec('bench-output', ARRAY['true']) \gset
 CREATE TEMP TABLE lat (what text, ms float8);
+\\pset tuples_only on
+\\pset format unaligned
+\\pset fieldsep '\\n'
 DO \$\$
 DECLARE t0 timestamptz; rc int;
 BEGIN
@@ -35,7 +38,7 @@ SELECT format('latency   mesh_exec true (nothing stored):  %s ms (median of %s)'
        format('ratio     stored / nothing stored:       %sx',
               round((percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) FILTER (WHERE what = 'echo')
                      / percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) FILTER (WHERE what = 'true'))::numeric, 2))
-  FROM lat \gx
+  FROM lat;
 SQL
 t0=$(date +%s%N); head -c 67108864 /dev/zero | cat > /dev/null; pipe=$(( ($(date +%s%N) - t0) / 1000000 ))
 t0=$(date +%s%N)
