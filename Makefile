@@ -4,6 +4,8 @@ MODULE_big = mesh_exec
 OBJS = \
 	src/mesh_exec.o \
 	src/handoff.o \
+	src/calls.o \
+	src/stages.o \
 	src/api.o \
 	src/worker.o \
 	src/worker_acquire.o \
@@ -12,6 +14,7 @@ OBJS = \
 	src/worker_files.o \
 	src/worker_release.o \
 	src/worker_http.o \
+	src/runner.o \
 	src/store.o \
 	src/txn.o \
 	src/launcher.o \

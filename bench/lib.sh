@@ -14,3 +14,16 @@ bench_cluster() {
   psql -X -q -c "CREATE EXTENSION mesh_exec"
   mesh_wait_workers
 }
+
+# tree_cpu_ms PID: the CPU time (user + system, in ms) PID and all its live descendants have
+# used so far, with what the children they already reaped used: the whole server's cost when
+# PID is the postmaster (backends, mesh workers, the embedded daemon and its sandboxes).
+tree_cpu_ms() {
+  local pids
+  pids=$(ps -e -o pid=,ppid= | awk -v root="$1" '
+    { parent[$1] = $2 }
+    END { for (p in parent) { q = p; while (q != "" && q != root && q != 0 && q != 1) q = parent[q]; if (q == root) print p } print root }')
+  # shellcheck disable=SC2086
+  (cd /proc && cat $(printf '%s/stat ' $pids) 2>/dev/null) |
+    sed 's/^.*) //' | awk -v hz="$(getconf CLK_TCK)" '{ t += $12 + $13 + $14 + $15 } END { printf "%.0f\n", t * 1000 / hz }'
+}

@@ -30,8 +30,26 @@ for c in $(seq 0 $((CLIENTS - 1))); do
   psql -X -qAt -c "SELECT 1 FROM mesh_acquire('bench-run-$c', 'bench', 'bench'); SELECT exit_code FROM mesh_exec('bench-run-$c', ARRAY['true'])" >/dev/null
 done
 raw=$(bench/out/forkexec "$ITER" "$CLIENTS" | awk '{print $4}')
+psql -X -qAt -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
 tps=$(pgbench -n -f bench/throughput.pgbench -c "$CLIENTS" -j "$CLIENTS" -t "$ITER" mesh_test 2>/dev/null \
       | awk '/^tps/ {print $3; exit}')
 echo "throughput fork+exec, $CLIENTS processes:    ${raw}/s"
 echo "throughput mesh_exec, $CLIENTS runs:          ${tps}/s"
 awk -v t="$tps" -v r="$raw" 'BEGIN { printf "ratio     mesh_exec / fork+exec rate: %.2f (target >= 0.5)\n", t / r }'
+# WAL fsyncs per exec (server-wide): the workers' one flush per loop turn shares them between calls
+psql -X -qAt -c "SELECT 'wal       fdatasyncs per exec, $CLIENTS runs:  ' || round(wal_sync::numeric / ($CLIENTS * $ITER), 2) FROM pg_stat_wal"
+
+# CPU per warm exec: what the whole server (backend, mesh worker, embedded daemon, sandbox)
+# spends on one mesh_exec('true'), and the mesh workers' share, vs a bare fork+exec's own.
+pm=$(head -1 "$WORK/pg/data/postmaster.pid")
+workers=$(ps --ppid "$pm" -o pid=,args= | awk '/mesh worker/ {print $1}')
+psql -X -qAt -c "SELECT 1 FROM mesh_acquire('bench-cpu', 'bench', 'bench'); SELECT exit_code FROM mesh_exec('bench-cpu', ARRAY['true'])" >/dev/null
+cpu_before=$(tree_cpu_ms "$pm"); w_before=0
+for w in $workers; do w_before=$((w_before + $(tree_cpu_ms "$w"))); done
+psql -X -q -c "DO \$\$ BEGIN FOR i IN 1..$ITER LOOP PERFORM mesh_exec('bench-cpu', ARRAY['true']); END LOOP; END \$\$"
+cpu_after=$(tree_cpu_ms "$pm"); w_after=0
+for w in $workers; do w_after=$((w_after + $(tree_cpu_ms "$w"))); done
+base_cpu=$( { /usr/bin/time -f '%U %S' bench/out/forkexec "$ITER" 1 >/dev/null; } 2>&1 | awk '{print ($1 + $2) * 1000}')
+awk -v a="$cpu_after" -v b="$cpu_before" -v n="$ITER" -v wa="$w_after" -v wb="$w_before" -v f="$base_cpu" 'BEGIN {
+  printf "cpu       mesh_exec true, warm:       %.2f ms per exec (mesh workers %.2f ms)\n", (a - b) / n, (wa - wb) / n
+  printf "cpu       fork+exec /bin/true:        %.2f ms per exec\n", f / n }'

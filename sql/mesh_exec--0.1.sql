@@ -109,7 +109,10 @@ CREATE TABLE mesh.workspaces (
     released_at         timestamptz,
     owner_role          regrole          -- the role that declared the run (current_user of mesh_acquire)
 );
-CREATE INDEX workspaces_live_idx ON mesh.workspaces (status, last_used_at)
+-- Not on last_used_at: every exec touches it, and an indexed column would make each of those
+-- updates a new index entry in every index (no HOT update); the reaper's idle test reads
+-- coalesce(last_used_at, ...), which no index serves anyway.
+CREATE INDEX workspaces_live_idx ON mesh.workspaces (status)
     WHERE status NOT IN ('pending', 'released');
 CREATE INDEX workspaces_agent_idx ON mesh.workspaces (agent_id, status);
 CREATE INDEX workspaces_backend_idx ON mesh.workspaces (backend_kind)
@@ -182,6 +185,15 @@ CREATE FUNCTION mesh.drivers() RETURNS text[]
 -- Run a reaper sweep now; returns what it did.
 CREATE FUNCTION mesh.sweep() RETURNS TABLE (action text, run_id text, backend text, detail text)
     AS 'MODULE_PATHNAME', 'mesh_sweep' LANGUAGE C;
+
+-- Where the time of the calls answered since the server started (or the last reset) went:
+-- per operation and stage (handoff, worker_txn, http, reply, total), cumulative; every
+-- stage row of an operation carries the operation's call count.
+CREATE FUNCTION mesh.call_stages()
+RETURNS TABLE (op text, stage text, calls bigint, total_ms double precision)
+    AS 'MODULE_PATHNAME', 'mesh_call_stages' LANGUAGE C VOLATILE;
+CREATE FUNCTION mesh.call_stages_reset() RETURNS void
+    AS 'MODULE_PATHNAME', 'mesh_call_stages_reset' LANGUAGE C VOLATILE;
 
 ------------------------------------------------------------------------------
 -- Backend selection, used by the workers at materialization.
@@ -1294,6 +1306,8 @@ GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, 
                           mesh.set_policy(interval, interval, double precision, boolean, integer),
                           mesh.drivers(),
                           mesh.sweep(),
+                          mesh.call_stages(),
+                          mesh.call_stages_reset(),
                           mesh.secret_set(text, text, text),
                           mesh.secret_delete(text, text),
                           mesh.environment_set(text, jsonb),

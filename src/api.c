@@ -4,8 +4,10 @@
  *	  The harness API: mesh_acquire, mesh_exec, mesh_read_file,
  *	  mesh_write_file, mesh_release.
  *
- * These run in the caller's backend.  They validate input, hand the request
- * to the run's worker (handoff.c) and wait, cancellably, for the reply.
+ * These run in the caller's backend.  They validate input, build the typed
+ * request (calls.h), hand it to the run's worker (handoff.c) and wait,
+ * cancellably, for the reply.  All they allocate is palloc'd: an error at
+ * any point frees it with the statement.
  * They never write a row themselves: a caller holding an uncommitted row the
  * worker needs would deadlock with it, and a caller's ROLLBACK must not
  * erase what the worker recorded.
@@ -14,18 +16,16 @@
  */
 #include "postgres.h"
 
-#include "mesh_json.h"
-
 #include "access/detoast.h"
+#include "access/htup_details.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/jsonb.h"
-#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "handoff.h"
@@ -41,14 +41,10 @@
  * well below ARG_MAX (a quarter of the 8 MiB stack), or execve fails with
  * E2BIG inside the sandbox.
  */
-#define MESH_MAX_ID_BYTES 255
 #define MESH_MAX_PATH_BYTES 4095
 #define MESH_MAX_NAME_BYTES 255
 #define MESH_MAX_ARG_BYTES (128 * 1024 - 1)
 #define MESH_MAX_ARGS_TOTAL_BYTES (1024 * 1024)
-
-/* json -> mesh.workspaces, prepared once per session (plancache revalidates it) */
-static SPIPlanPtr row_plan = NULL;
 
 PG_FUNCTION_INFO_V1(mesh_acquire);
 PG_FUNCTION_INFO_V1(mesh_exec);
@@ -89,10 +85,13 @@ optional_text(FunctionCallInfo fcinfo, int argno)
 	return PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
+static const char *utf8_arg(const char *value);
+
 /* An identifier longer than the limit is refused naming the argument. */
 static char *
 check_id_length(char *value, const char *name)
 {
+	(void) utf8_arg(value);
 	if (value && strlen(value) > MESH_MAX_ID_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
@@ -162,6 +161,65 @@ bounded_bytea_arg(FunctionCallInfo fcinfo, int argno, const char *name,
 }
 
 /*
+ * Text for the worker.  In a UTF8 database text is valid UTF-8 by
+ * construction; in any other, bytes that are not would reach a backend's
+ * JSON, so they are refused here.
+ */
+static const char *
+utf8_arg(const char *value)
+{
+	if (value && GetDatabaseEncoding() != PG_UTF8 &&
+		!pg_verify_mbstr(PG_UTF8, value, strlen(value), true))
+		ereport(ERROR,
+				(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+				 errmsg("mesh_exec arguments must be valid UTF-8"),
+				 errhint("Use a database with UTF8 encoding; pass binary data as bytea (stdin, file content).")));
+	return value;
+}
+
+/* A text argument, added to the request. */
+static MeshSpan
+request_text(StringInfo req, const char *value)
+{
+	return mesh_msg_add_string(req, utf8_arg(value));
+}
+
+/* A request for OP, its fixed struct still to be set. */
+static StringInfo
+begin_request(MeshOp op, Size fixed_size)
+{
+	StringInfo	req = makeStringInfo();
+
+	mesh_msg_begin(req, MESH_MSG_REQUEST, op, fixed_size);
+	return req;
+}
+
+/*
+ * The worker's reply to mesh_acquire is the mesh.workspaces row its INSERT
+ * (or SELECT) returned, as that composite datum: returned as it is, after
+ * checking it is a row of the type this function returns.
+ */
+static Datum
+workspace_row(FunctionCallInfo fcinfo, const MeshMsg *reply)
+{
+	const MeshAcquireReply *r = mesh_msg_fixed(reply, sizeof(MeshAcquireReply));
+	const char *data;
+	Size		len = mesh_msg_bytes(reply, r->row, &data);
+	TupleDesc	tupdesc;
+	HeapTupleHeader row;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "mesh: mesh_acquire must return a composite type");
+	if (data == NULL || len < SizeofHeapTupleHeader)
+		elog(ERROR, "mesh: the worker sent no workspace row");
+	row = (HeapTupleHeader) palloc(len);
+	memcpy(row, data, len);
+	if (VARSIZE(row) != len || HeapTupleHeaderGetTypeId(row) != tupdesc->tdtypeid)
+		elog(ERROR, "mesh: the worker sent a row that is not a %s", format_type_be(tupdesc->tdtypeid));
+	return HeapTupleHeaderGetDatum(row);
+}
+
+/*
  * mesh_acquire: declare the run's workspace, and with an environment, what
  * the run may see (its grants).  No backend is called.
  */
@@ -173,57 +231,37 @@ mesh_acquire(PG_FUNCTION_ARGS)
 	char	   *actor_id = required_id(fcinfo, 2, "actor_id");
 	char	   *parent = check_id_length(optional_text(fcinfo, 3), "parent_run_id");
 	char	   *environment = check_id_length(optional_text(fcinfo, 4), "environment");
-	json_t	   *req = json_pack("{s:s,s:s,s:s,s:s?,s:s?}", "run_id", run_id, "agent_id", agent_id,
-								"actor_id", actor_id, "parent_run_id", parent,
-								"environment", environment);
-	MeshReply	reply;
-	const char *row;
-	Datum		args[1];
-	Oid			types[1] = {TEXTOID};
-	HeapTuple	tuple;
+	StringInfo	req = begin_request(MESH_OP_ACQUIRE, sizeof(MeshAcquireRequest));
+	MeshAcquireRequest r;
+	MeshMsg		reply;
 
 	if (parent && strcmp(parent, run_id) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("a run cannot be its own parent"),
 				 errhint("Leave parent_run_id NULL for a top-level run.")));
+	r.agent_id = request_text(req, agent_id);
+	r.actor_id = request_text(req, actor_id);
+	r.parent_run_id = request_text(req, parent);
+	r.environment = request_text(req, environment);
+	mesh_msg_set_fixed(req, &r, sizeof(r));
 
-	mesh_call(MESH_OP_ACQUIRE, run_id, req, NULL, 0, &reply);
-	row = json_string_value(json_object_get(reply.doc, "row"));
-
-	/* the worker sends the row as JSON; turn it into mesh.workspaces */
-	args[0] = CStringGetTextDatum(row);
-	SPI_connect();
-	if (row_plan == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare("SELECT (pg_catalog.json_populate_record(NULL::mesh.workspaces, $1::json)).*",
-									   1, types);
-
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "mesh: could not prepare the workspace row conversion");
-		row_plan = plan;
-	}
-	if (SPI_execute_plan(row_plan, args, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "mesh: could not build the workspace row");
-	tuple = SPI_tuptable->vals[0];
-	json_decref(reply.doc);
-	{
-		Datum		result = PointerGetDatum(SPI_returntuple(tuple, SPI_tuptable->tupdesc));
-
-		SPI_finish();
-		PG_RETURN_DATUM(result);
-	}
+	mesh_call(run_id, req, NULL, 0, &reply);
+	PG_RETURN_DATUM(workspace_row(fcinfo, &reply));
 }
 
-/* argv: a one-dimensional, non-empty text array without NULLs. */
-static json_t *
-argv_to_json(FunctionCallInfo fcinfo)
+/*
+ * argv: a one-dimensional, non-empty text array without NULLs, added to the
+ * request; returns the bytes execve will count for it.
+ */
+static size_t
+add_argv(FunctionCallInfo fcinfo, StringInfo req, MeshExecRequest *r)
 {
 	ArrayType  *arr;
 	Datum	   *elems;
 	bool	   *nulls;
 	int			n;
-	json_t	   *argv;
+	size_t		total = 0;
 
 	require_arg(fcinfo, 1, "argv", "Pass the command as an array, e.g. ARRAY['ls', '-l'].");
 	arr = PG_GETARG_ARRAYTYPE_P(1);
@@ -238,46 +276,39 @@ argv_to_json(FunctionCallInfo fcinfo)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argv must not be empty"),
 				 errhint("Pass the command as an array, e.g. ARRAY['ls', '-l'].")));
-	argv = json_array();
+	r->argc = n;
+	r->argv = mesh_msg_add_list(req, n);
 	for (int i = 0; i < n; i++)
 	{
 		char	   *arg;
+		size_t		len;
 
 		if (nulls[i])
-		{
-			json_decref(argv);
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("argv[%d] is NULL", i + 1),
 					 errhint("Every element of argv must be a string.")));
-		}
 		arg = TextDatumGetCString(elems[i]);
-		if (strlen(arg) > MESH_MAX_ARG_BYTES)
-		{
-			json_decref(argv);
+		len = strlen(arg);
+		if (len > MESH_MAX_ARG_BYTES)
 			ereport(ERROR,
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("argv[%d] is %zu bytes long, the limit is %d", i + 1, strlen(arg), MESH_MAX_ARG_BYTES),
+					 errmsg("argv[%d] is %zu bytes long, the limit is %d", i + 1, len, MESH_MAX_ARG_BYTES),
 					 errhint("The kernel refuses a longer argument; pass large data as stdin or a file (mesh_write_file).")));
-		}
 		if (i == 0 && arg[0] == '\0')
-		{
-			json_decref(argv);
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("argv[1], the program, must not be empty"),
 					 errhint("argv[1] names the program to run, e.g. ARRAY['ls', '-l'].")));
-		}
-		if (json_array_append_new(argv, json_string(arg)) != 0)
-		{
-			json_decref(argv);
+		if (GetDatabaseEncoding() != PG_UTF8 && !pg_verify_mbstr(PG_UTF8, arg, len, true))
 			ereport(ERROR,
 					(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
 					 errmsg("argv[%d] is not valid UTF-8", i + 1),
 					 errhint("Use a database with UTF8 encoding.")));
-		}
+		mesh_msg_set_list_item(req, r->argv, i, mesh_msg_add_bytes(req, arg, len));
+		total += len + 1 + sizeof(char *);
 	}
-	return argv;
+	return total;
 }
 
 /* The command's timeout in milliseconds: given, or mesh.exec_timeout. */
@@ -305,62 +336,67 @@ timeout_ms_arg(FunctionCallInfo fcinfo, int argno)
 	return Max((long) ms, 1);
 }
 
-/* env: a JSON object of strings, names without '=' or NUL. */
-static json_t *
-env_to_json(FunctionCallInfo fcinfo, int argno)
+/*
+ * env: a JSON object of strings, names without '=', added to the request;
+ * returns the bytes execve will count for it.
+ */
+static size_t
+add_env(FunctionCallInfo fcinfo, int argno, StringInfo req, MeshExecRequest *r)
 {
 	Jsonb	   *jb;
-	char	   *text;
-	json_t	   *env;
-	const char *key;
-	json_t	   *value;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	char	   *name = NULL;
+	int			i = 0;
+	size_t		total = 0;
 
+	r->env = mesh_msg_add_bytes(req, NULL, 0);
 	if (PG_ARGISNULL(argno))
-		return NULL;
+		return 0;
 	jb = PG_GETARG_JSONB_P(argno);
-	text = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
-	env = json_loads(text, 0, NULL);
-	if (env == NULL || !json_is_object(env))
-	{
-		json_decref(env);
+	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("env must be a JSON object of strings"),
 				 errhint("For example '{\"CI\": \"1\"}'.")));
-	}
-	json_object_foreach(env, key, value)
+	r->nenv = (int32) JsonContainerSize(&jb->root);
+	r->env = mesh_msg_add_list(req, 2 * r->nenv);
+	it = JsonbIteratorInit(&jb->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 	{
-		/* what the messages need, copied: the document is freed before raising */
-		char	   *name = pstrdup(key);
-		size_t		len = strlen(key) + 1 + (json_is_string(value) ? json_string_length(value) : 0);
+		size_t		len;
 
-		if (key[0] == '\0' || strchr(key, '=') != NULL)
+		if (tok == WJB_KEY)
 		{
-			json_decref(env);
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("env name \"%s\" is not a valid variable name", name),
-					 errhint("Variable names are non-empty and contain no \"=\".")));
+			name = pnstrdup(v.val.string.val, v.val.string.len);
+			if (name[0] == '\0' || strchr(name, '=') != NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("env name \"%s\" is not a valid variable name", name),
+						 errhint("Variable names are non-empty and contain no \"=\".")));
+			continue;
 		}
-		if (!json_is_string(value))
-		{
-			json_decref(env);
+		if (tok != WJB_VALUE)
+			continue;
+		if (v.type != jbvString)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("env value of \"%s\" must be a string", name),
 					 errhint("Pass every value as a JSON string, e.g. '{\"N\": \"1\"}'.")));
-		}
+		len = strlen(name) + 1 + v.val.string.len;
 		if (len > MESH_MAX_ARG_BYTES)
-		{
-			json_decref(env);
 			ereport(ERROR,
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 					 errmsg("env variable \"%.64s\" is %zu bytes long as NAME=value, the limit is %d",
 							name, len, MESH_MAX_ARG_BYTES),
 					 errhint("The kernel refuses a longer variable; pass large data as stdin or a file (mesh_write_file).")));
-		}
+		mesh_msg_set_list_item(req, r->env, i++, request_text(req, name));
+		mesh_msg_set_list_item(req, r->env, i++,
+							   request_text(req, pnstrdup(v.val.string.val, v.val.string.len)));
+		total += len + 1 + sizeof(char *);
 	}
-	return env;
+	return total;
 }
 
 /*
@@ -368,24 +404,25 @@ env_to_json(FunctionCallInfo fcinfo, int argno)
  * and its pointer), must stay below the kernel's ARG_MAX.
  */
 static void
-check_exec_size(json_t *argv, json_t *env)
+check_exec_size(size_t total)
 {
-	size_t		total = 0;
-	size_t		i;
-	json_t	   *item;
-	const char *key;
-
-	json_array_foreach(argv, i, item)
-		total += json_string_length(item) + 1 + sizeof(char *);
-	if (env)
-		json_object_foreach(env, key, item)
-			total += strlen(key) + 1 + json_string_length(item) + 1 + sizeof(char *);
 	if (total > MESH_MAX_ARGS_TOTAL_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("argv and env take %zu bytes together, the limit is %d", total,
 						MESH_MAX_ARGS_TOTAL_BYTES),
 				 errhint("The kernel refuses larger argument lists; pass large data as stdin or a file (mesh_write_file).")));
+}
+
+/* A text result column from a reply string of known bounds. */
+static Datum
+reply_text(const MeshMsg *reply, MeshSpan span)
+{
+	const char *s = mesh_msg_string(reply, span);
+
+	if (s == NULL)
+		elog(ERROR, "mesh: the worker's reply lacks a text field");
+	return PointerGetDatum(cstring_to_text_with_len(s, span.len));
 }
 
 /* mesh_exec: run a command in the run's workspace, materializing it first. */
@@ -398,49 +435,52 @@ mesh_exec(PG_FUNCTION_ARGS)
 	bytea	   *stdin_data = PG_ARGISNULL(3) ? NULL :
 		bounded_bytea_arg(fcinfo, 3, "stdin", "mesh.max_stdin_size", mesh_max_stdin_bytes);
 	long		timeout_ms = timeout_ms_arg(fcinfo, 4);
-	json_t	   *volatile argv = NULL;
-	json_t	   *volatile env = NULL;
-	json_t	   *req;
-	MeshReply	reply;
+	StringInfo	req = begin_request(MESH_OP_EXEC, sizeof(MeshExecRequest));
+	MeshExecRequest r = {0};
+	MeshMsg		reply;
+	const MeshExecReply *x;
 	Datum		values[6];
 	bool		nulls[6] = {false};
+	size_t		exec_size;
 
-	/* jansson's memory is not freed with the query's: a refused input frees it here */
-	PG_TRY();
-	{
-		argv = argv_to_json(fcinfo);
-		env = env_to_json(fcinfo, 5);
-		check_exec_size(argv, env);
-		if (dir)
-			check_path(dir, "dir");
-	}
-	PG_CATCH();
-	{
-		json_decref(argv);
-		json_decref(env);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	req = json_pack("{s:s,s:o,s:s?,s:o?,s:b,s:I,s:i}",
-					"run_id", run_id, "argv", argv, "dir", dir, "env", env,
-					"has_stdin", stdin_data != NULL,
-					"timeout_ms", (json_int_t) timeout_ms,
-					"max_output", mesh_max_output_bytes);
+	exec_size = add_argv(fcinfo, req, &r);
+	exec_size += add_env(fcinfo, 5, req, &r);
+	check_exec_size(exec_size);
+	if (dir)
+		check_path(dir, "dir");
+	r.dir = request_text(req, dir);
+	r.has_stdin = stdin_data != NULL;
+	r.timeout_ms = timeout_ms;
+	r.max_output = mesh_max_output_bytes;
+	mesh_msg_set_fixed(req, &r, sizeof(r));
 
 	InitMaterializedSRF(fcinfo, 0);
-	mesh_call(MESH_OP_EXEC, run_id, req,
+	mesh_call(run_id, req,
 			  stdin_data ? VARDATA_ANY(stdin_data) : NULL,
 			  stdin_data ? VARSIZE_ANY_EXHDR(stdin_data) : 0, &reply);
 
-	values[0] = Int32GetDatum((int32) json_integer_value(json_object_get(reply.doc, "exit_code")));
-	values[1] = CStringGetTextDatum(json_string_value(json_object_get(reply.doc, "stdout")));
-	values[2] = CStringGetTextDatum(json_string_value(json_object_get(reply.doc, "stderr")));
-	values[3] = CStringGetTextDatum(json_string_value(json_object_get(reply.doc, "status")));
-	values[4] = BoolGetDatum(json_is_true(json_object_get(reply.doc, "truncated")));
-	values[5] = Int64GetDatum((int64) json_integer_value(json_object_get(reply.doc, "exec_id")));
+	x = mesh_msg_fixed(&reply, sizeof(MeshExecReply));
+	values[0] = Int32GetDatum(x->exit_code);
+	values[1] = reply_text(&reply, x->stdout_text);
+	values[2] = reply_text(&reply, x->stderr_text);
+	values[3] = reply_text(&reply, x->status);
+	values[4] = BoolGetDatum(x->truncated);
+	values[5] = Int64GetDatum(x->exec_id);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	json_decref(reply.doc);
 	return (Datum) 0;
+}
+
+/* A file call's request: the path, and the mode of a write. */
+static StringInfo
+file_request(MeshOp op, const char *run_id, const char *path, int32 mode)
+{
+	StringInfo	req = begin_request(op, sizeof(MeshFileRequest));
+	MeshFileRequest r;
+
+	r.path = request_text(req, path);
+	r.mode = mode;
+	mesh_msg_set_fixed(req, &r, sizeof(r));
+	return req;
 }
 
 /* mesh_read_file: a file's bytes from the run's workspace. */
@@ -449,17 +489,18 @@ mesh_read_file(PG_FUNCTION_ARGS)
 {
 	char	   *run_id = required_id(fcinfo, 0, "run_id");
 	char	   *path = required_text(fcinfo, 1, "path");
-	json_t	   *req;
-	MeshReply	reply;
+	MeshMsg		reply;
+	const char *data;
+	Size		len;
 	bytea	   *result;
 
 	check_path(path, "path");
-	req = json_pack("{s:s,s:s}", "run_id", run_id, "path", path);
-	mesh_call(MESH_OP_READ_FILE, run_id, req, NULL, 0, &reply);
-	json_decref(reply.doc);
-	result = (bytea *) palloc(VARHDRSZ + reply.blob_len);
-	SET_VARSIZE(result, VARHDRSZ + reply.blob_len);
-	memcpy(VARDATA(result), reply.blob, reply.blob_len);
+	mesh_call(run_id, file_request(MESH_OP_READ_FILE, run_id, path, 0), NULL, 0, &reply);
+	len = mesh_msg_bytes(&reply, ((const MeshReadReply *) mesh_msg_fixed(&reply, sizeof(MeshReadReply)))->content,
+						 &data);
+	result = (bytea *) palloc(VARHDRSZ + len);
+	SET_VARSIZE(result, VARHDRSZ + len);
+	memcpy(VARDATA(result), data, len);
 	PG_RETURN_BYTEA_P(result);
 }
 
@@ -471,8 +512,7 @@ mesh_write_file(PG_FUNCTION_ARGS)
 	char	   *path = required_text(fcinfo, 1, "path");
 	bytea	   *content;
 	int32		mode;
-	json_t	   *req;
-	MeshReply	reply;
+	MeshMsg		reply;
 
 	require_arg(fcinfo, 3, "mode", "Leave mode out for 420 (0644), or pass a mode in decimal, e.g. 493 for 0755.");
 	mode = PG_GETARG_INT32(3);
@@ -490,10 +530,8 @@ mesh_write_file(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("mode %d (0%o) leaves the file unreadable to the workspace's own user", mode, mode),
 				 errhint("Include owner read (0400): 420 is 0644, 256 is 0400.")));
-	req = json_pack("{s:s,s:s,s:i}", "run_id", run_id, "path", path, "mode", mode);
-	mesh_call(MESH_OP_WRITE_FILE, run_id, req, VARDATA_ANY(content),
+	mesh_call(run_id, file_request(MESH_OP_WRITE_FILE, run_id, path, mode), VARDATA_ANY(content),
 			  VARSIZE_ANY_EXHDR(content), &reply);
-	json_decref(reply.doc);
 	PG_RETURN_VOID();
 }
 
@@ -503,12 +541,13 @@ mesh_release(PG_FUNCTION_ARGS)
 {
 	char	   *run_id = required_id(fcinfo, 0, "run_id");
 	char	   *reason = optional_text(fcinfo, 1);
-	json_t	   *req = json_pack("{s:s,s:s?}", "run_id", run_id, "reason", reason);
-	MeshReply	reply;
-	text	   *outcome;
+	StringInfo	req = begin_request(MESH_OP_RELEASE, sizeof(MeshReleaseRequest));
+	MeshReleaseRequest r = {0};
+	MeshMsg		reply;
 
-	mesh_call(MESH_OP_RELEASE, run_id, req, NULL, 0, &reply);
-	outcome = cstring_to_text(json_string_value(json_object_get(reply.doc, "outcome")));
-	json_decref(reply.doc);
-	PG_RETURN_TEXT_P(outcome);
+	r.reason = request_text(req, reason);
+	mesh_msg_set_fixed(req, &r, sizeof(r));
+	mesh_call(run_id, req, NULL, 0, &reply);
+	PG_RETURN_DATUM(reply_text(&reply, ((const MeshReleaseReply *)
+										mesh_msg_fixed(&reply, sizeof(MeshReleaseReply)))->outcome));
 }

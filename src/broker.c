@@ -494,6 +494,28 @@ mesh_broker_forget_workspace(const char *ref)
 	pfree(dir);
 }
 
+/*
+ * A worker that minted a token waits for the broker to listen for its
+ * workspace (broker_listening in worker_acquire.c): wake the workers once
+ * the sockets are refreshed, so the wait ends without polling.
+ */
+static void
+wake_workers(void)
+{
+	for (int i = 0; i < mesh_shared->nworkers; i++)
+	{
+		MeshWorkerSlot *slot = &mesh_shared->workers[i];
+		int			procno = -1;
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->pid != 0)
+			procno = slot->procno;
+		SpinLockRelease(&slot->mutex);
+		if (procno >= 0)
+			SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+	}
+}
+
 static void
 broker_exit(int code, Datum arg)
 {
@@ -506,6 +528,7 @@ mesh_broker_main(Datum arg)
 	struct MHD_Daemon *http;
 	int			epoll_fd;
 	TimestampTz next_refresh = 0;
+	bool		refresh_asked = false;	/* a worker minted a token and waits */
 	MemoryContext loop_cxt;
 
 	pqsignal(SIGTERM, die);
@@ -545,6 +568,9 @@ mesh_broker_main(Datum arg)
 		{
 			refresh_sockets();
 			next_refresh = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REFRESH_MS);
+			if (refresh_asked)
+				wake_workers();
+			refresh_asked = false;
 		}
 		MHD_run(http);
 		if (MHD_get_timeout(http, &mhd_timeout) == MHD_YES)
@@ -559,7 +585,10 @@ mesh_broker_main(Datum arg)
 		for (int i = 0; i < n; i++)
 		{
 			if (events[i].events & WL_LATCH_SET)
+			{
 				next_refresh = 0;	/* a worker minted a token: listen for it now */
+				refresh_asked = true;
+			}
 			else if (events[i].user_data != NULL)
 				accept_connection(http, (WorkspaceSocket *) events[i].user_data);
 		}

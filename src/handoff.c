@@ -3,9 +3,11 @@
  * handoff.c
  *	  Shared memory for the worker pool, and the caller's side of a call.
  *
- * A call is one dynamic shared memory segment: a header, the request as
- * JSON, an optional binary blob (stdin, file content), and a shm_mq on
- * which the worker sends notices and the final reply.  The caller waits on
+ * A call is one dynamic shared memory segment laid out with shm_toc: a
+ * header, the typed request (calls.h), an optional binary blob (stdin, file
+ * content), and a shm_mq on which the worker sends notices and the final
+ * reply.  Nothing of a call lives outside PostgreSQL's memory contexts and
+ * resource owners, so an error at any point leaks nothing.  The caller waits on
  * its latch, so Ctrl-C and statement_timeout interrupt it; when it stops
  * waiting for any reason its detach callback raises the call's cancelled
  * flag and wakes the worker, which then kills the command in the sandbox.
@@ -18,8 +20,6 @@
  */
 #include "postgres.h"
 
-#include "mesh_json.h"
-
 #include "libpq/libpq.h"
 #include "miscadmin.h"
 #include "common/hashfn.h"
@@ -28,7 +28,9 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
+#include "storage/shm_toc.h"
 #include "utils/elog.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "handoff.h"
@@ -38,7 +40,6 @@
 #define MESH_DAEMON_START_WAIT_MS 10000
 
 MeshShared *mesh_shared = NULL;
-TimestampTz mesh_call_deadline = 0;
 
 /* The call this backend is waiting on; mesh_call is not re-entrant. */
 static int	waiting_worker = -1;
@@ -48,6 +49,26 @@ static Size
 mesh_shmem_size(void)
 {
 	return MAXALIGN(sizeof(MeshShared));
+}
+
+/*
+ * Call segments are created and attached for every call.  Carved from the
+ * main shared memory region (PostgreSQL's min_dynamic_shared_memory) that
+ * costs no system call on either side; a new shm_open/mmap segment per call
+ * measured ~0.1 ms more per call on the bench machine, a quarter of a
+ * declaration.  So, unless the server's configuration sets it, the region
+ * gets room for about a hundred calls in flight, as a default of lower
+ * priority than any configured value; a call that finds no room there (a
+ * large stdin or file) gets a segment of its own, as before.  Called from
+ * _PG_init, before the postmaster sizes shared memory.
+ */
+void
+mesh_reserve_call_space(void)
+{
+	char		buf[32];
+
+	snprintf(buf, sizeof(buf), "%dMB", MESH_CALL_SPACE_MB);
+	SetConfigOption("min_dynamic_shared_memory", buf, PGC_POSTMASTER, PGC_S_DYNAMIC_DEFAULT);
 }
 
 /* Called from the shmem_request_hook. */
@@ -80,6 +101,7 @@ mesh_shmem_startup(void)
 			SpinLockInit(&mesh_shared->workers[i].mutex);
 			ConditionVariableInit(&mesh_shared->workers[i].queue_changed);
 		}
+		mesh_stages_init();
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -247,93 +269,40 @@ mesh_wait_for_embedded_daemon(TimestampTz deadline)
 	ConditionVariableCancelSleep();
 }
 
-/* A reply field copied out of the reply document, or NULL. */
-static char *
-reply_field(json_t *error, const char *name)
-{
-	const char *value = json_string_value(json_object_get(error, name));
-
-	return value ? pstrdup(value) : NULL;
-}
-
-/*
- * Raise the error a worker reported, with its SQLSTATE, detail and hint.
- * The reply document is freed first: jansson's memory is not PostgreSQL's
- * and would outlive the error.
- */
+/* Raise the error a worker reported, with its SQLSTATE, detail and hint. */
 static void
-raise_reported_error(json_t *doc)
+raise_reported_error(const MeshMsg *msg)
 {
-	json_t	   *error = json_object_get(doc, "error");
-	char	   *sqlstate = reply_field(error, "sqlstate");
-	char	   *message = reply_field(error, "message");
-	char	   *detail = reply_field(error, "detail");
-	char	   *hint = reply_field(error, "hint");
-	int			code = ERRCODE_INTERNAL_ERROR;
+	const MeshErrorReply *e = mesh_msg_fixed(msg, sizeof(MeshErrorReply));
+	const char *message = mesh_msg_string(msg, e->message);
+	const char *detail = mesh_msg_string(msg, e->detail);
+	const char *hint = mesh_msg_string(msg, e->hint);
 
-	json_decref(doc);
-	if (sqlstate && strlen(sqlstate) == 5)
-		code = MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]);
 	ereport(ERROR,
-			(errcode(code),
+			(errcode(e->sqlerrcode ? e->sqlerrcode : ERRCODE_INTERNAL_ERROR),
 			 errmsg_internal("%s", message ? message : "mesh worker reported an error"),
 			 detail ? errdetail_internal("%s", detail) : 0,
 			 hint ? errhint("%s", hint) : 0));
 }
 
-/* Split a framed message into its JSON document and blob. */
-static void
-decode_message(const char *data, Size len, MeshReply *reply)
-{
-	uint32		json_len;
-
-	if (len < sizeof(uint32))
-		elog(ERROR, "mesh: short message from worker");
-	memcpy(&json_len, data, sizeof(uint32));
-	if (json_len > len - sizeof(uint32))
-		elog(ERROR, "mesh: malformed message from worker");
-	reply->doc = json_loadb(data + sizeof(uint32), json_len, 0, NULL);
-	if (reply->doc == NULL)
-		elog(ERROR, "mesh: worker sent a reply that is not JSON");
-	/* not copied: see keep_reply_blob */
-	reply->blob_len = len - sizeof(uint32) - json_len;
-	reply->blob = (char *) data + sizeof(uint32) + json_len;
-}
-
 /*
- * A reply's blob (a file's bytes) points into what shm_mq_receive returned:
- * a large message was assembled in the queue handle's private buffer, which
- * outlives the segment, so it is used in place (the caller holds the bytes
- * twice, not three times); a message that fitted in the ring lies in the
+ * The final message points into what shm_mq_receive returned: a message
+ * larger than the ring was assembled in the queue handle's private buffer,
+ * which outlives the segment, so it is used in place (a file's bytes are
+ * held twice, not three times); one that fitted in the ring lies in the
  * segment itself and is copied before the segment goes.
  */
 static void
-keep_reply_blob(dsm_segment *seg, MeshReply *reply)
+keep_message(dsm_segment *seg, MeshMsg *msg)
 {
 	char	   *start = dsm_segment_address(seg);
 	char	   *copy;
 
-	if (reply->blob < start || reply->blob >= start + dsm_segment_map_length(seg))
+	if (msg->base < start || msg->base >= start + dsm_segment_map_length(seg))
 		return;
-	copy = palloc(reply->blob_len + 1);
-	memcpy(copy, reply->blob, reply->blob_len);
-	reply->blob = copy;
-}
-
-/*
- * Frame a message: uint32 JSON length, then the JSON.  A raw blob, if any,
- * follows: the sender appends it as a second part of the same message
- * (shm_mq_sendv), so it is never copied into the frame.
- */
-void
-mesh_reply_encode(StringInfo out, json_t *doc)
-{
-	char	   *json = json_dumps(doc, JSON_COMPACT);
-	uint32		json_len = (uint32) strlen(json);
-
-	appendBinaryStringInfo(out, (char *) &json_len, sizeof(uint32));
-	appendBinaryStringInfo(out, json, json_len);
-	free(json);
+	copy = palloc(msg->len);
+	memcpy(copy, msg->base, msg->len);
+	mesh_msg_parse(copy, msg->len, msg);
 }
 
 /*
@@ -347,83 +316,82 @@ reply_queue_size(MeshOp op)
 		? MESH_REPLY_QUEUE_SIZE : MESH_SMALL_REPLY_QUEUE_SIZE;
 }
 
-/* Build the call segment: header, request JSON, blob, reply queue. */
+/*
+ * Build the call segment with shm_toc: the header, the request message,
+ * the blob (when there is one), the reply queue.
+ */
 static dsm_segment *
-create_call_segment(MeshOp op, const char *json, const char *blob, Size blob_len)
+create_call_segment(const char *run_id, StringInfo request, const char *blob, Size blob_len)
 {
-	Size		json_len = strlen(json);
-	Size		json_off = MAXALIGN(sizeof(MeshCall));
-	Size		blob_off = json_off + json_len;
-	Size		mq_off = MAXALIGN(blob_off + blob_len);
-	dsm_segment *seg = dsm_create(mq_off + reply_queue_size(op), 0);
-	char	   *base = dsm_segment_address(seg);
-	MeshCall   *call = (MeshCall *) base;
+	MeshOp		op = (MeshOp) ((MeshMsgHeader *) request->data)->op;
+	shm_toc_estimator e;
+	dsm_segment *seg;
+	shm_toc    *toc;
+	MeshCall   *call;
+	char	   *copy;
 
-	call->magic = MESH_CALL_MAGIC;
+	Assert(strlen(run_id) <= MESH_MAX_ID_BYTES);
+	shm_toc_initialize_estimator(&e);
+	shm_toc_estimate_chunk(&e, sizeof(MeshCall));
+	shm_toc_estimate_chunk(&e, request->len);
+	if (blob_len > 0)
+		shm_toc_estimate_chunk(&e, blob_len);
+	shm_toc_estimate_chunk(&e, reply_queue_size(op));
+	shm_toc_estimate_keys(&e, 4);
+	seg = dsm_create(shm_toc_estimate(&e), 0);
+	toc = shm_toc_create(MESH_CALL_MAGIC, dsm_segment_address(seg), shm_toc_estimate(&e));
+
+	call = shm_toc_allocate(toc, sizeof(MeshCall));
+	memset(call, 0, sizeof(MeshCall));
 	call->op = op;
 	call->database = MyDatabaseId;
 	call->user = GetUserId();
 	pg_atomic_init_u32(&call->cancelled, 0);
-	call->json_off = json_off;
-	call->json_len = json_len;
-	call->blob_off = blob_off;
+	call->request_len = request->len;
 	call->blob_len = blob_len;
-	call->mq_off = mq_off;
-	memcpy(base + json_off, json, json_len);
+	strlcpy(call->run_id, run_id, sizeof(call->run_id));
+	shm_toc_insert(toc, MESH_KEY_CALL, call);
+
+	copy = shm_toc_allocate(toc, request->len);
+	memcpy(copy, request->data, request->len);
+	shm_toc_insert(toc, MESH_KEY_REQUEST, copy);
 	if (blob_len > 0)
-		memcpy(base + blob_off, blob, blob_len);
+	{
+		copy = shm_toc_allocate(toc, blob_len);
+		memcpy(copy, blob, blob_len);
+		shm_toc_insert(toc, MESH_KEY_BLOB, copy);
+	}
+	shm_toc_insert(toc, MESH_KEY_QUEUE,
+				   shm_mq_create(shm_toc_allocate(toc, reply_queue_size(op)), reply_queue_size(op)));
 	return seg;
 }
 
 /* Hand a request to the worker that owns run_id and wait for its reply. */
 void
-mesh_call(MeshOp op, const char *run_id, json_t *request,
-		  const char *blob, Size blob_len, MeshReply *reply)
+mesh_call(const char *run_id, StringInfo request,
+		  const char *blob, Size blob_len, MeshMsg *reply)
 {
-	if (op != MESH_OP_ACQUIRE)	/* declaring a run calls no backend */
-		mesh_wait_for_embedded_daemon(mesh_call_deadline);
-	mesh_call_slot(mesh_worker_for_run(run_id), op, request, blob, blob_len, reply);
+	mesh_call_until(run_id, request, blob, blob_len, 0, reply);
+}
+
+/* mesh_call, waiting at most until deadline (0: as long as it takes). */
+void
+mesh_call_until(const char *run_id, StringInfo request,
+				const char *blob, Size blob_len, TimestampTz deadline, MeshMsg *reply)
+{
+	if (((MeshMsgHeader *) request->data)->op != MESH_OP_ACQUIRE)	/* declaring a run calls no backend */
+		mesh_wait_for_embedded_daemon(deadline);
+	mesh_call_slot(mesh_worker_for_run(run_id), run_id, request, blob, blob_len, deadline, reply);
 }
 
 /*
- * Hand a request to the process serving slot w and wait for its reply.
- * The request document is consumed (freed here), as json_pack's "o" does.
- * Notices sent on the way are re-raised here, to the caller's client.  An
- * error reply is raised as an ERROR with the sender's SQLSTATE.  With
- * mesh_call_deadline set, waiting past it is an error (the reaper bounds
- * its sweeps so).
+ * Wait for the final message of a call, re-raising notices sent on the way
+ * to the caller's client.  With a deadline (not 0), waiting past it is an
+ * error (the reaper bounds its sweeps so).
  */
-void
-mesh_call_slot(int w, MeshOp op, json_t *request,
-			   const char *blob, Size blob_len, MeshReply *reply)
+static void
+receive_final(int w, uint64 generation, shm_mq_handle *mqh, TimestampTz deadline, MeshMsg *msg)
 {
-	char	   *json = request ? json_dumps(request, JSON_COMPACT) : NULL;
-	dsm_segment *seg;
-	shm_mq	   *mq;
-	shm_mq_handle *mqh;
-	uint64		generation = 0;
-
-	if (request)
-		json_decref(request);	/* consumed: nothing of it outlives an error below */
-	if (json == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
-				 errmsg("mesh_exec arguments must be valid UTF-8"),
-				 errhint("Use a database with UTF8 encoding; pass binary data as bytea (stdin, file content).")));
-	seg = create_call_segment(op, json, blob, blob_len);
-	free(json);
-	mq = shm_mq_create((char *) dsm_segment_address(seg) +
-					   ((MeshCall *) dsm_segment_address(seg))->mq_off,
-					   reply_queue_size(op));
-	shm_mq_set_receiver(mq, MyProc);
-	mqh = shm_mq_attach(mq, seg, NULL);
-
-	waiting_worker = w;
-	waiting_done = false;
-	on_dsm_detach(seg, call_detached, PointerGetDatum(dsm_segment_address(seg)));
-
-	submit_call(w, seg, &generation);
-
 	for (;;)
 	{
 		Size		nbytes;
@@ -432,15 +400,14 @@ mesh_call_slot(int w, MeshOp op, json_t *request,
 
 		if (res == SHM_MQ_SUCCESS)
 		{
-			decode_message(data, nbytes, reply);
-			if (json_object_get(reply->doc, "notice"))
-			{
-				ereport(NOTICE,
-						(errmsg_internal("%s", json_string_value(json_object_get(reply->doc, "notice")))));
-				json_decref(reply->doc);
-				continue;
-			}
-			break;
+			mesh_msg_parse(data, nbytes, msg);
+			if (msg->hdr->kind != MESH_MSG_NOTICE)
+				return;
+			ereport(NOTICE,
+					(errmsg_internal("%s",
+									 mesh_msg_string(msg, ((const MeshNoticeReply *)
+														   mesh_msg_fixed(msg, sizeof(MeshNoticeReply)))->message))));
+			continue;
 		}
 		if (res == SHM_MQ_DETACHED || !worker_still_serving(w, generation))
 			ereport(ERROR,
@@ -448,21 +415,59 @@ mesh_call_slot(int w, MeshOp op, json_t *request,
 					 errmsg("mesh worker %d exited while handling this request", w),
 					 errhint("What ran is recorded in mesh.execs; the server log says why the worker exited.")));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 mesh_call_deadline ? 100L : 1000L, PG_WAIT_EXTENSION);
+						 deadline ? 100L : 1000L, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		check_client_still_there();
-		if (mesh_call_deadline != 0 && GetCurrentTimestamp() >= mesh_call_deadline)
+		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_QUERY_CANCELED),
 					 errmsg("gave up waiting for mesh worker %d: the sweep's time is up", w)));
 	}
+}
+
+/*
+ * Hand a request to the process serving slot w and wait for its reply,
+ * which is left in *reply (a MESH_MSG_REPLY for the request's operation).
+ * An error reply is raised as an ERROR with the sender's SQLSTATE.
+ * Everything here is palloc'd or resource-owned (the segment): an error
+ * anywhere, here or in the caller after, leaks nothing.
+ */
+void
+mesh_call_slot(int w, const char *run_id, StringInfo request,
+			   const char *blob, Size blob_len, TimestampTz deadline, MeshMsg *reply)
+{
+	uint64		started = mesh_clock_ns();
+	MeshOp		op = (MeshOp) ((MeshMsgHeader *) request->data)->op;
+	dsm_segment *seg;
+	shm_toc    *toc;
+	MeshCall   *call;
+	shm_mq_handle *mqh;
+	uint64		generation = 0;
+
+	seg = create_call_segment(run_id, request, blob, blob_len);
+	toc = shm_toc_attach(MESH_CALL_MAGIC, dsm_segment_address(seg));
+	call = shm_toc_lookup(toc, MESH_KEY_CALL, false);
+	shm_mq_set_receiver(shm_toc_lookup(toc, MESH_KEY_QUEUE, false), MyProc);
+	mqh = shm_mq_attach(shm_toc_lookup(toc, MESH_KEY_QUEUE, false), seg, NULL);
+
+	waiting_worker = w;
+	waiting_done = false;
+	on_dsm_detach(seg, call_detached, PointerGetDatum(call));
+
+	call->queued_at_ns = mesh_clock_ns();
+	submit_call(w, seg, &generation);
+	receive_final(w, generation, mqh, deadline, reply);
 
 	waiting_done = true;
-	keep_reply_blob(seg, reply);
+	keep_message(seg, reply);
 	dsm_detach(seg);
-	if (json_object_get(reply->doc, "error"))
-		raise_reported_error(reply->doc);
+	mesh_stages_count(op, &reply->hdr->times, started);
+	if (reply->hdr->kind == MESH_MSG_ERROR)
+		raise_reported_error(reply);
+	if (reply->hdr->kind != MESH_MSG_REPLY || reply->hdr->op != op)
+		elog(ERROR, "mesh: worker %d answered with a message of kind %d for operation %d",
+			 w, reply->hdr->kind, reply->hdr->op);
 }
 
 /* A worker (re)starting: publish its pid and latch, drop any stale queue. */
@@ -493,26 +498,30 @@ mesh_worker_detach_slot(int index)
 
 /*
  * Attach a queued call segment as its sender; NULL when the caller already
- * gave up (the segment is gone) or it is not a call.
+ * gave up (the segment is gone) or it is not a call.  *request and *blob
+ * point into the segment, which stays mapped until the worker detaches.
  */
 dsm_segment *
-mesh_attach_call(dsm_handle handle, MeshCall **hdr, shm_mq_handle **mqh)
+mesh_attach_call(dsm_handle handle, MeshCall **hdr, MeshMsg *request,
+				 const char **blob, shm_mq_handle **mqh)
 {
 	dsm_segment *seg = dsm_attach(handle);
-	char	   *base;
+	shm_toc    *toc;
 	shm_mq	   *mq;
 
 	if (seg == NULL)
 		return NULL;
 	dsm_pin_mapping(seg);
-	base = dsm_segment_address(seg);
-	*hdr = (MeshCall *) base;
-	if ((*hdr)->magic != MESH_CALL_MAGIC)
+	toc = shm_toc_attach(MESH_CALL_MAGIC, dsm_segment_address(seg));
+	if (toc == NULL)
 	{
 		dsm_detach(seg);
 		return NULL;
 	}
-	mq = (shm_mq *) (base + (*hdr)->mq_off);
+	*hdr = shm_toc_lookup(toc, MESH_KEY_CALL, false);
+	mesh_msg_parse(shm_toc_lookup(toc, MESH_KEY_REQUEST, false), (*hdr)->request_len, request);
+	*blob = (*hdr)->blob_len > 0 ? shm_toc_lookup(toc, MESH_KEY_BLOB, false) : NULL;
+	mq = shm_toc_lookup(toc, MESH_KEY_QUEUE, false);
 	shm_mq_set_sender(mq, MyProc);
 	*mqh = shm_mq_attach(mq, seg, NULL);
 	return seg;

@@ -23,7 +23,7 @@
  *
  * The daemon tells this worker when it serves requests (--ready-fd); until
  * then calls wait for it (mesh_wait_for_embedded_daemon).  Its exit is seen
- * at once through a pidfd.  At a shutdown this worker waits (boundedly) for
+ * at once through a pidfd, or SIGCHLD setting the latch: nothing polls.  At a shutdown this worker waits (boundedly) for
  * the daemon's drain; when the postmaster died it does not wait at all, so
  * nothing keeps the old server's shared memory in use and a crashed server
  * can be started again at once.
@@ -31,8 +31,6 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
-
-#include "mesh_json.h"
 
 #include <signal.h>
 #include <fcntl.h>
@@ -162,11 +160,12 @@ stop_daemon(void)
 			(void) waitpid(daemon_pid, NULL, 0);
 			break;
 		}
-		/* the pidfd is readable once the daemon exits */
-		(void) WaitLatchOrSocket(NULL, WL_TIMEOUT | WL_POSTMASTER_DEATH |
+		/* the pidfd is readable once the daemon exits, and SIGCHLD sets the latch */
+		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_POSTMASTER_DEATH |
 								 (daemon_pidfd >= 0 ? WL_SOCKET_READABLE : 0),
 								 daemon_pidfd >= 0 ? daemon_pidfd : PGINVALID_SOCKET,
-								 daemon_pidfd >= 0 ? left : Min(left, 100L), PG_WAIT_EXTENSION);
+								 left, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
 	}
 	close_daemon_fds();
 	daemon_pid = 0;
@@ -220,6 +219,16 @@ wait_for_event(long timeout_ms)
 	ResetLatch(MyLatch);
 }
 
+/* A child (the daemon) exited: the loop reaps it, whether or not a pidfd told it. */
+static void
+handle_sigchld(SIGNAL_ARGS)
+{
+	int			save_errno = errno;
+
+	SetLatch(MyLatch);
+	errno = save_errno;
+}
+
 void
 mesh_launcher_main(Datum arg)
 {
@@ -231,6 +240,7 @@ mesh_launcher_main(Datum arg)
 
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGCHLD, handle_sigchld);
 	BackgroundWorkerUnblockSignals();
 
 	strlcpy(binary, my_exec_path, MAXPGPATH);
@@ -283,8 +293,6 @@ mesh_launcher_main(Datum arg)
 				timeout = next_start > GetCurrentTimestamp() ?
 					Max((long) ((next_start - GetCurrentTimestamp()) / 1000), 1L) : 1000L;
 		}
-		if (daemon_pid > 0 && daemon_pidfd < 0)
-			timeout = 1000;		/* no pidfd: notice the exit within a second */
 		wait_for_event(timeout);
 	}
 	/* shutdown: launcher_on_exit stops the daemon */

@@ -192,6 +192,7 @@ _PG_init(void)
 
 	define_settings();
 	check_worker_slots();
+	mesh_reserve_call_space();
 	curl_global_init(CURL_GLOBAL_ALL);
 
 	prev_shmem_request_hook = shmem_request_hook;

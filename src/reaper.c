@@ -54,11 +54,17 @@
 #include "mesh_exec.h"
 #include "store.h"
 #include "txn.h"
-#include "worker_http.h"
+#include "runner.h"
 
 PG_FUNCTION_INFO_V1(mesh_sweep);
 
+/* A backend's list of a whole install's workspaces can be long. */
+#define REAPER_MAX_RESPONSE (16 * 1024 * 1024)
+
 static char *install_id;
+
+/* mesh.sweep()'s columns, in order: the keys of the rows note() makes */
+static const char *const sweep_columns[MESH_SWEEP_COLUMNS] = {"action", "run_id", "backend", "detail"};
 
 /* One thing a sweep did, as the row mesh.sweep() returns. */
 static void
@@ -224,16 +230,21 @@ release_through_worker(const char *run_id, const char *reason, bool idle, Timest
 	MemoryContext outer = CurrentMemoryContext;
 	volatile bool ok = true;
 
-	mesh_call_deadline = until;
 	PG_TRY();
 	{
-		json_t	   *req = json_pack("{s:s,s:s,s:b}", "run_id", run_id, "reason", reason, "idle", idle);
-		MeshReply	reply;
+		StringInfoData req;
+		MeshReleaseRequest r = {0};
+		MeshMsg		reply;
 
 		StartTransactionCommand();
-		mesh_call(MESH_OP_RELEASE, run_id, req, NULL, 0, &reply);
-		*outcome = MemoryContextStrdup(outer, json_string_value(json_object_get(reply.doc, "outcome")));
-		json_decref(reply.doc);
+		initStringInfo(&req);
+		mesh_msg_begin(&req, MESH_MSG_REQUEST, MESH_OP_RELEASE, sizeof(r));
+		r.reason = mesh_msg_add_string(&req, reason);
+		r.idle = idle;
+		mesh_msg_set_fixed(&req, &r, sizeof(r));
+		mesh_call_until(run_id, &req, NULL, 0, until, &reply);
+		*outcome = MemoryContextStrdup(outer, mesh_msg_string(&reply, ((const MeshReleaseReply *)
+																   mesh_msg_fixed(&reply, sizeof(MeshReleaseReply)))->outcome));
 		CommitTransactionCommand();
 	}
 	PG_CATCH();
@@ -249,7 +260,6 @@ release_through_worker(const char *run_id, const char *reason, bool idle, Timest
 		ok = false;
 	}
 	PG_END_TRY();
-	mesh_call_deadline = 0;
 	MemoryContextSwitchTo(outer);
 	return ok;
 }
@@ -343,95 +353,18 @@ static const char orphan_event_sql[] =
 "VALUES ('orphan_released', $1, pg_catalog.jsonb_build_object('ref', $2, 'outcome', $3))";
 
 /*
- * One HTTP request, waited for on the latch and the socket, abandoned at
- * the deadline.  Returns the finished transfer (caller frees) or NULL.
- */
-static MeshTransfer *
-roundtrip(const MeshHttpRequest *req, TimestampTz deadline)
-{
-	MeshTransfer *t = mesh_http_start(req, 16 * 1024 * 1024, NULL);
-
-	for (;;)
-	{
-		WaitEventSet *set;
-		WaitEvent	events[8];
-		long		timeout;
-		long		left = (long) ((deadline - GetCurrentTimestamp()) / 1000);
-
-		mesh_http_drive();
-		if (mesh_http_is_done(t))
-			return t;
-		if (left <= 0)
-		{
-			mesh_http_free(t);
-			return NULL;
-		}
-		set = mesh_http_wait_set(&timeout);
-		if (timeout < 0 || timeout > left)
-			timeout = left;
-		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
-		FreeWaitEventSet(set);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-}
-
-/* Parses one response of a multi-step operation into 'out'. */
-typedef MeshStepResult (*StepParser) (const MeshBackend *be, MeshOpState *st,
-									  const MeshHttpResponse *resp, void *out, MeshError *err);
-
-typedef struct ListOut
-{
-	MeshListedWorkspace **items;
-	int		   *nitems;
-} ListOut;
-
-static MeshStepResult
-list_parser(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp, void *out,
-			MeshError *err)
-{
-	ListOut    *l = (ListOut *) out;
-
-	return be->driver->list_response(be, st, resp, l->items, l->nitems, err);
-}
-
-static MeshStepResult
-release_parser(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp, void *out,
-			   MeshError *err)
-{
-	return be->driver->release_response(be, st, resp, (MeshReleaseOutcome *) out, err);
-}
-
-/*
- * Drive one driver operation to its end: each request is a roundtrip, each
- * response goes to the parser, which may ask for the next request.
+ * Drive one driver operation to its end, at most until the sweep's
+ * deadline for this backend (the runner, runner.c).
  */
 static bool
-run_steps(const MeshBackend *be, MeshOpState *st, MeshHttpRequest *first, TimestampTz until,
-		  StepParser parse, void *out, MeshError *err)
+run_until(MeshDriverRun *run, bool built, const MeshHttpRequest *first, TimestampTz until,
+		  MeshResponseParser parse, void *out, MeshError *err)
 {
-	MeshHttpRequest req = *first;
-
-	for (;;)
-	{
-		MeshTransfer *t = roundtrip(&req, until);
-		MeshHttpResponse resp;
-		MeshStepResult r;
-
-		if (t == NULL)
-		{
-			mesh_error_set(err, MESH_FAIL_UNAVAILABLE,
-						   "backend \"%s\" did not answer before the sweep's deadline", be->name);
-			return false;
-		}
-		mesh_http_response(t, &resp);
-		r = parse(be, st, &resp, out, err);
-		mesh_http_free(t);
-		if (r != MESH_STEP_NEXT)
-			return r == MESH_STEP_DONE;
-		st->step++;
-		req = st->next;
-	}
+	mesh_run_start(run, built, first, parse, out, REAPER_MAX_RESPONSE);
+	if (mesh_run_until(run, until) == MESH_STEP_DONE)
+		return true;
+	*err = run->err;
+	return false;
 }
 
 /* The backend's entry for ref, or NULL when it lists none. */
@@ -460,17 +393,19 @@ static void
 release_orphan(json_t *rows, const MeshBackend *be, const char *ref, TimestampTz until)
 {
 	MeshHttpRequest req;
-	MeshOpState st = {0};
+	MeshDriverRun run = {0};
+	MeshOpState *st = mesh_run_begin(&run, be);
 	MeshReleaseOutcome outcome;
 	MeshError	merr = {0};
 	const char *result;
 	const char *args[3];
+	bool		built = be->driver->release_request(be, st, ref, false, &req, &run.err);
 
-	be->driver->release_request(be, &st, ref, false, &req);
-	if (!run_steps(be, &st, &req, until, release_parser, &outcome, &merr))
+	if (!run_until(&run, built, &req, until, mesh_parse_release, &outcome, &merr))
 		result = merr.message;
 	else
 		result = outcome == MESH_RELEASE_HIBERNATED ? "hibernated" : "destroyed";
+	mesh_run_end(&run);
 	args[0] = be->name;
 	args[1] = ref;
 	args[2] = result;
@@ -530,11 +465,13 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 {
 	MeshBackend be;
 	MeshHttpRequest req;
-	MeshOpState st = {0};
-	ListOut		list_out;
-	MeshListedWorkspace *items = NULL;
-	int			nitems = 0;
+	MeshDriverRun run = {0};
+	MeshOpState *st;
+	MeshListing listing = {NULL, 0};
+	MeshListedWorkspace *items;
+	int			nitems;
 	MeshError	merr = {0};
+	bool		built;
 	List	   *explained;
 	List	   *live;
 	ListCell   *lc;
@@ -552,17 +489,20 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 		return;
 	}
 	live = reaper_query(live_rows_sql, 1, &name, 3);
-	be.driver->list_request(&be, &st, install_id, &req);
-	list_out.items = &items;
-	list_out.nitems = &nitems;
-	if (!run_steps(&be, &st, &req, until, list_parser, &list_out, &merr))
+	st = mesh_run_begin(&run, &be);
+	built = be.driver->list_request(&be, st, install_id, &req, &run.err);
+	if (!run_until(&run, built, &req, until, mesh_parse_list, &listing, &merr))
 	{
+		mesh_run_end(&run);
 		note(rows, "backend_unreachable", NULL, name,
 			 psprintf("%s; its rows stay as evidence and must be released by hand if it does not come back",
 					  merr.message));
 		json_decref(be.config);
 		return;
 	}
+	mesh_run_end(&run);
+	items = listing.items;
+	nitems = listing.nitems;
 
 	/* read after the list: every listed sandbox's row was committed before it was asked for */
 	explained = reaper_query(explained_sql, 1, &name, 3);
@@ -629,16 +569,38 @@ static void
 serve_sweep_request(dsm_handle handle)
 {
 	MeshCall   *hdr;
+	MeshMsg		request;
+	const char *blob;
 	shm_mq_handle *mqh;
-	dsm_segment *seg = mesh_attach_call(handle, &hdr, &mqh);
-	json_t	   *rows = json_array();
+	dsm_segment *seg = mesh_attach_call(handle, &hdr, &request, &blob, &mqh);
+	MeshCallTimes times = {0};
+	json_t	   *rows;
 	StringInfoData msg;
+	size_t		i;
+	json_t	   *row;
+	MeshSweepReply r;
 
 	if (seg == NULL)
 		return;
+	times.handoff_ns = mesh_clock_ns() - hdr->queued_at_ns;
+	times.worker_txn_ns = mesh_txn_time_ns;
+	rows = json_array();
 	sweep(rows);
+	times.worker_txn_ns = mesh_txn_time_ns - times.worker_txn_ns;
 	initStringInfo(&msg);
-	mesh_reply_encode(&msg, json_pack("{s:o}", "rows", rows));
+	mesh_msg_begin(&msg, MESH_MSG_REPLY, MESH_OP_SWEEP, sizeof(r));
+	r.nrows = (int32) json_array_size(rows);
+	r.cells = mesh_msg_add_list(&msg, r.nrows * MESH_SWEEP_COLUMNS);
+	json_array_foreach(rows, i, row)
+	{
+		for (int f = 0; f < MESH_SWEEP_COLUMNS; f++)
+			mesh_msg_set_list_item(&msg, r.cells, i * MESH_SWEEP_COLUMNS + f,
+								   mesh_msg_add_string(&msg, json_string_value(json_object_get(row, sweep_columns[f]))));
+	}
+	json_decref(rows);
+	mesh_msg_set_fixed(&msg, &r, sizeof(r));
+	times.replied_at_ns = mesh_clock_ns();
+	mesh_msg_set_times(&msg, &times);
 	(void) shm_mq_send(mqh, msg.len, msg.data, false, true);
 	pfree(msg.data);
 	dsm_detach(seg);
@@ -722,28 +684,29 @@ Datum
 mesh_sweep(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	json_t	   *req = json_pack("{s:s}", "run_id", "");
-	MeshReply	reply;
-	size_t		i;
-	json_t	   *row;
+	StringInfoData req;
+	MeshMsg		reply;
+	const MeshSweepReply *r;
 
 	InitMaterializedSRF(fcinfo, 0);
-	mesh_call_slot(MESH_REAPER_SLOT, MESH_OP_SWEEP, req, NULL, 0, &reply);
-	json_array_foreach(json_object_get(reply.doc, "rows"), i, row)
+	initStringInfo(&req);
+	mesh_msg_begin(&req, MESH_MSG_REQUEST, MESH_OP_SWEEP, 0);
+	mesh_call_slot(MESH_REAPER_SLOT, "", &req, NULL, 0, 0, &reply);
+	r = mesh_msg_fixed(&reply, sizeof(MeshSweepReply));
+	for (int i = 0; i < r->nrows; i++)
 	{
-		Datum		values[4];
-		bool		nulls[4];
-		const char *fields[4] = {"action", "run_id", "backend", "detail"};
+		Datum		values[MESH_SWEEP_COLUMNS];
+		bool		nulls[MESH_SWEEP_COLUMNS];
 
-		for (int f = 0; f < 4; f++)
+		for (int f = 0; f < MESH_SWEEP_COLUMNS; f++)
 		{
-			const char *v = json_string_value(json_object_get(row, fields[f]));
+			const char *v = mesh_msg_string(&reply, mesh_msg_list_item(&reply, r->cells,
+																	   i * MESH_SWEEP_COLUMNS + f));
 
 			nulls[f] = v == NULL;
 			values[f] = v ? CStringGetTextDatum(v) : (Datum) 0;
 		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	json_decref(reply.doc);
 	return (Datum) 0;
 }

@@ -32,6 +32,7 @@
 #include "utils/snapmgr.h"
 
 #include "credentials.h"
+#include "handoff.h"
 #include "store.h"
 #include "txn.h"
 
@@ -48,16 +49,16 @@ int64_text(int64 v)
 typedef struct DeclareArgs
 {
 	const char *args[6];
-	char	   *row_json;
+	Datum		row;			/* the mesh.workspaces row, a composite datum */
 } DeclareArgs;
 
 static const char declare_insert_sql[] =
 "INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, parent_run_id, environment, owner_role) "
 "VALUES ($1, $2, $3, $4, $5, $6::oid::regrole) ON CONFLICT (run_id) DO NOTHING "
-"RETURNING pg_catalog.row_to_json(workspaces)::text";
+"RETURNING workspaces";
 
 static const char declare_existing_sql[] =
-"SELECT pg_catalog.row_to_json(w)::text, agent_id, created_by_actor_id, coalesce(parent_run_id, '(none)'), "
+"SELECT w, agent_id, created_by_actor_id, coalesce(parent_run_id, '(none)'), "
 "       agent_id = $2 AND created_by_actor_id = $3 AND parent_run_id IS NOT DISTINCT FROM $4 "
 "       AND environment IS NOT DISTINCT FROM $5, coalesce(environment, '(none)'), "
 "       mesh.may_drive(owner_role, $6::oid) "
@@ -109,7 +110,7 @@ declare_body(void *arg)
 
 	if (mesh_sql(declare_insert_sql, 6, a->args) == 1)
 	{
-		a->row_json = mesh_sql_value(0, 1);
+		a->row = mesh_sql_datum(0, 1);
 		if (a->args[4])
 			declare_grants(a);
 		return;
@@ -128,20 +129,20 @@ declare_body(void *arg)
 				 errdetail("It was declared by agent \"%s\" for actor \"%s\" with parent run %s and environment %s.",
 						   mesh_sql_value(0, 2), mesh_sql_value(0, 3), mesh_sql_value(0, 4), mesh_sql_value(0, 6)),
 				 errhint("A run has one workspace; use a new run_id for different work.")));
-	a->row_json = mesh_sql_value(0, 1);
+	a->row = mesh_sql_datum(0, 1);
 }
 
 bool
 store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 			  const char *parent_run_id, const char *environment, const char *owner_role,
-			  char **row_json, ErrorData **err)
+			  Datum *row, ErrorData **err)
 {
-	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id, environment, owner_role}, NULL};
+	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id, environment, owner_role}, (Datum) 0};
 
 	/* with grants the declaration is more than intent: commit it durably */
 	if (!mesh_txn("mesh worker: declare run", declare_body, &a, environment == NULL, err))
 		return false;
-	*row_json = a.row_json;
+	*row = a.row;
 	return true;
 }
 
@@ -741,8 +742,11 @@ store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err)
 void
 mesh_flush_to(XLogRecPtr lsn)
 {
+	uint64		started = mesh_clock_ns();
+
 	if (lsn != InvalidXLogRecPtr)
 		XLogFlush(lsn);
+	mesh_txn_time_ns += mesh_clock_ns() - started;
 }
 
 typedef struct ExecFinishArgs
@@ -836,15 +840,21 @@ exec_finish_body(void *arg)
 }
 
 /*
- * Record how an exec ended and charge the run, durably.  stdout and stderr
- * in rec->result must already be sanitized text.
+ * Record how an exec ended and charge the run.  Committed asynchronously:
+ * the worker flushes the WAL up to *commit_lsn before the caller hears of
+ * it, once for all the results of a turn of its loop (worker_want_durable).
+ * stdout and stderr in rec->result must already be sanitized text.
  */
 bool
-store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec, ErrorData **err)
+store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
+					XLogRecPtr *commit_lsn, ErrorData **err)
 {
 	ExecFinishArgs a = {ws, exec_id, rec};
 
-	return mesh_txn("mesh worker: exec finished", exec_finish_body, &a, true, err);
+	if (!mesh_txn("mesh worker: exec finished", exec_finish_body, &a, false, err))
+		return false;
+	*commit_lsn = XactLastCommitEnd;
+	return true;
 }
 
 /*--------------------------------------------------------------------------

@@ -59,7 +59,7 @@ extern char *mesh_sanitize_text(const char *data, size_t len);
 
 extern bool store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 						  const char *parent_run_id, const char *environment,
-						  const char *owner_role, char **row_json, ErrorData **err);
+						  const char *owner_role, Datum *row, ErrorData **err);
 extern bool store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, ErrorData **err);
 extern bool store_begin_materialize(MeshWorkspace *ws, const char *install_id, ErrorData **err);
 extern bool store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, ErrorData **err);
@@ -70,7 +70,7 @@ extern bool store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int6
 extern bool store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err);
 extern void mesh_flush_to(XLogRecPtr lsn);
 extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
-								ErrorData **err);
+								XLogRecPtr *commit_lsn, ErrorData **err);
 extern bool store_tier_climb_on_oom(int64 exec_id, char **notice, ErrorData **err);
 extern bool store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
 							 const char *failure, ErrorData **err);

@@ -17,10 +17,13 @@
 #include "postmaster/bgworker.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "handoff.h"
 #include "mesh_exec.h"
 #include "txn.h"
 
@@ -36,6 +39,9 @@ typedef struct MeshPlan
 
 static MeshPlan plans[MAX_PLANS];
 static int	nplans = 0;
+
+/* Nanoseconds this process spent in mesh_txn and WAL flushes (mesh.call_stages()). */
+uint64		mesh_txn_time_ns = 0;
 
 /* Where results of the running transaction are copied to. */
 static MemoryContext result_cxt = NULL;
@@ -87,6 +93,7 @@ mesh_txn(const char *what, MeshTxnBody body, void *arg, bool durable, ErrorData 
 {
 	MemoryContext outer = CurrentMemoryContext;
 	volatile bool ok = true;
+	uint64		started = mesh_clock_ns();
 
 	result_cxt = outer;
 	PG_TRY();
@@ -123,6 +130,7 @@ mesh_txn(const char *what, MeshTxnBody body, void *arg, bool durable, ErrorData 
 	MemoryContextSwitchTo(outer);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	pgstat_report_stat(false);
+	mesh_txn_time_ns += mesh_clock_ns() - started;
 	return ok;
 }
 
@@ -181,6 +189,31 @@ mesh_sql_value(uint64 row, int col)
 	return v ? MemoryContextStrdup(result_cxt, v) : NULL;
 }
 
+/*
+ * Column col (1-based) of result row as a datum, copied out of SPI memory
+ * (a varlena unpacked and detoasted); the column must not be NULL.
+ */
+Datum
+mesh_sql_datum(uint64 row, int col)
+{
+	bool		isnull;
+	int16		typlen;
+	bool		typbyval;
+	Datum		value = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, &isnull);
+	MemoryContext old;
+
+	if (isnull)
+		elog(ERROR, "mesh: column %d of a result is NULL", col);
+	get_typlenbyval(SPI_gettypeid(SPI_tuptable->tupdesc, col), &typlen, &typbyval);
+	old = MemoryContextSwitchTo(result_cxt);
+	/* a varlena comes out whole, with a plain header: a tuple may store it packed */
+	if (typlen == -1)
+		value = PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
+	else
+		value = datumCopy(value, typbyval, typlen);
+	MemoryContextSwitchTo(old);
+	return value;
+}
 
 /* Where mesh_sql_value copies results: the caller's context at mesh_txn. */
 MemoryContext

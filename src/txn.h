@@ -23,6 +23,8 @@ extern void mesh_worker_connect(const char *appname);
 extern bool mesh_txn(const char *what, MeshTxnBody body, void *arg, bool durable, ErrorData **err);
 extern uint64 mesh_sql(const char *sql, int nargs, const char *const *args);
 extern char *mesh_sql_value(uint64 row, int col);
+extern Datum mesh_sql_datum(uint64 row, int col);
 extern MemoryContext mesh_txn_result_cxt(void);
+extern uint64 mesh_txn_time_ns;
 
 #endif							/* MESH_TXN_H */

@@ -5,12 +5,15 @@
  *
  * Each worker owns the runs whose run_id hashes to it.  It takes calls from
  * its queue in shared memory (handoff.c), moves each through a small state
- * machine, and overlaps the HTTP waits of all of them with libcurl multi
- * (worker_http.c).  The operations themselves live in worker_acquire.c,
- * worker_exec.c, worker_files.c and worker_release.c, described by the table
- * of operations below (worker.h).  Between HTTP steps it commits the row changes in short
- * transactions of its own (store.c): the row before the backend call, the
- * outcome after it.
+ * machine, and overlaps the backend requests of all of them: each call's
+ * driver operation is a run of the driver runner (runner.c), whose sockets
+ * and timer this loop waits on.  The operations themselves live in
+ * worker_acquire.c, worker_exec.c, worker_files.c and worker_release.c,
+ * described by the table of operations below (worker.h).  Between requests
+ * it commits the row changes in short transactions of its own (store.c): the
+ * row before the backend call, the outcome after it.  Each turn of the loop
+ * ends with one WAL flush covering what its calls committed, before any of
+ * them replies (send_all): a result is durable before its caller sees it.
  *
  * Because one worker owns a run, the first exec-class calls of a run that
  * arrive together are serialised here: one materializes the workspace while
@@ -43,7 +46,7 @@
 #include "worker.h"
 
 /*
- * A message for the caller: the framed JSON, then the blob (a file's bytes)
+ * A message for the caller: the typed message (calls.h), then the blob (a file's bytes)
  * sent from where it already lies, so a file is not copied into the message.
  */
 typedef struct OutMessage
@@ -51,6 +54,7 @@ typedef struct OutMessage
 	StringInfo	head;
 	const char *blob;
 	Size		blob_len;
+	bool		final;			/* the reply or error: stamped with the call's times when sent */
 } OutMessage;
 
 static dlist_head calls = DLIST_STATIC_INIT(calls);
@@ -72,15 +76,15 @@ worker_small_response_limit(WorkerCall *call)
 }
 
 static const WorkerOpDef op_defs[] = {
-	[MESH_OP_ACQUIRE] = {"the call", OP_SCOPE_RUN, run_declare, NULL, NULL, false},
+	[MESH_OP_ACQUIRE] = {"the call", OP_SCOPE_RUN, run_declare, NULL, NULL},
 	[MESH_OP_EXEC] = {"the command", OP_SCOPE_READY_WORKSPACE, start_exec, finish_exec,
-	exec_response_limit, false},
+	exec_response_limit},
 	[MESH_OP_READ_FILE] = {"the file read", OP_SCOPE_READY_WORKSPACE, start_read, finish_read,
-	read_response_limit, true},
+	read_response_limit},
 	[MESH_OP_WRITE_FILE] = {"the file write", OP_SCOPE_READY_WORKSPACE, start_write, finish_write,
-	worker_small_response_limit, false},
+	worker_small_response_limit},
 	[MESH_OP_RELEASE] = {"the release", OP_SCOPE_ANY_WORKSPACE, start_release, finish_release,
-	worker_small_response_limit, false},
+	worker_small_response_limit},
 };
 
 /* The definition of an operation a worker performs; NULL for any other. */
@@ -97,43 +101,77 @@ worker_op(MeshOp op)
  *--------------------------------------------------------------------------
  */
 
+/* The time spent in transactions since the last mark is this call's. */
+static void
+settle_txn_time(WorkerCall *call)
+{
+	call->times.worker_txn_ns += mesh_txn_time_ns - call->txn_mark;
+	call->txn_mark = mesh_txn_time_ns;
+}
+
 /*
- * Queue a message for the caller; sent by flush_outbox().  The blob is not
- * copied: it must live as long as the call (a read's body is kept with its
- * transfer, see complete_transfer).
+ * Queue a built message for the caller; sent by flush_outbox().  The blob
+ * is not copied: it must live as long as the call (a read's body is kept
+ * with the driver run's last response, see free_call).
  */
-void
-queue_message(WorkerCall *call, json_t *doc, const char *blob, Size blob_len)
+static void
+queue_message(WorkerCall *call, StringInfo head, const char *blob, Size blob_len, bool final)
 {
 	OutMessage *msg = palloc(sizeof(OutMessage));
 
-	msg->head = makeStringInfo();
-	mesh_reply_encode(msg->head, doc);
+	msg->head = head;
 	msg->blob = blob;
 	msg->blob_len = blob_len;
-	json_decref(doc);
+	msg->final = final;
 	call->outbox = lappend(call->outbox, msg);
 }
 
+/* A NOTICE for the caller, raised there while it keeps waiting. */
 void
-reply_ok(WorkerCall *call, json_t *doc, const char *blob, Size blob_len)
+queue_notice(WorkerCall *call, const char *text)
 {
-	queue_message(call, doc, blob, blob_len);
+	StringInfo	head = makeStringInfo();
+
+	mesh_msg_notice(head, call->op, text);
+	queue_message(call, head, NULL, 0, false);
+}
+
+/* A reply of the call's operation, its fixed struct still to be set. */
+StringInfo
+begin_reply(WorkerCall *call, Size fixed_size)
+{
+	StringInfo	head = makeStringInfo();
+
+	mesh_msg_begin(head, MESH_MSG_REPLY, call->op, fixed_size);
+	return head;
+}
+
+/* Queue the call's final message (a reply or an error); its timings go with it when sent. */
+void
+finish_with(WorkerCall *call, StringInfo head, const char *blob, Size blob_len)
+{
+	settle_txn_time(call);
+	queue_message(call, head, blob, blob_len, true);
 	call->step = STEP_FINISHED;
+}
+
+/* A reply without fields (a file write's). */
+void
+reply_done(WorkerCall *call)
+{
+	finish_with(call, begin_reply(call, 0), NULL, 0);
 }
 
 void
 reply_error(WorkerCall *call, const char *sqlstate, const char *message,
 			const char *detail, const char *hint)
 {
-	json_t	   *error = json_pack("{s:s,s:s}", "sqlstate", sqlstate, "message", message);
+	StringInfo	head = makeStringInfo();
 
-	if (detail)
-		json_object_set_new(error, "detail", json_string(detail));
-	if (hint)
-		json_object_set_new(error, "hint", json_string(hint));
-	queue_message(call, json_pack("{s:o}", "error", error), NULL, 0);
-	call->step = STEP_FINISHED;
+	mesh_msg_error(head, call->op,
+				   MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]),
+				   message, detail, hint);
+	finish_with(call, head, NULL, 0);
 }
 
 /*
@@ -232,17 +270,28 @@ reply_backend_error(WorkerCall *call, const char *what, const MeshError *err)
 					err->message, failure_hint(err->failure));
 }
 
-/* Send what can be sent now; the rest waits for the caller to read. */
+/*
+ * Send what can be sent now; the rest waits for the caller to read.  The
+ * final message carries the call's times, the WAL flush its result waited
+ * for (flush_ns, this turn's) counted as a worker transaction's.
+ */
 static void
-flush_outbox(WorkerCall *call)
+flush_outbox(WorkerCall *call, uint64 flush_ns)
 {
 	while (call->outbox != NIL && !call->caller_gone)
 	{
 		OutMessage *msg = (OutMessage *) linitial(call->outbox);
 		shm_mq_iovec parts[2] = {{msg->head->data, msg->head->len}, {msg->blob, msg->blob_len}};
+		shm_mq_result res;
 
+		if (msg->final && call->times.replied_at_ns == 0)
+		{
+			call->times.worker_txn_ns += flush_ns;
+			call->times.replied_at_ns = mesh_clock_ns();
+			mesh_msg_set_times(msg->head, &call->times);
+		}
 		/* after WOULD_BLOCK, the same parts again: the queue remembers how far it got */
-		shm_mq_result res = shm_mq_sendv(call->mqh, parts, msg->blob_len > 0 ? 2 : 1, true, true);
+		res = shm_mq_sendv(call->mqh, parts, msg->blob_len > 0 ? 2 : 1, true, true);
 
 		if (res == SHM_MQ_WOULD_BLOCK)
 			return;
@@ -257,31 +306,70 @@ flush_outbox(WorkerCall *call)
  *--------------------------------------------------------------------------
  */
 
+/* The size of an operation's fixed request struct. */
+static Size
+request_size(MeshOp op)
+{
+	switch (op)
+	{
+		case MESH_OP_ACQUIRE:
+			return sizeof(MeshAcquireRequest);
+		case MESH_OP_EXEC:
+			return sizeof(MeshExecRequest);
+		case MESH_OP_READ_FILE:
+		case MESH_OP_WRITE_FILE:
+			return sizeof(MeshFileRequest);
+		case MESH_OP_RELEASE:
+			return sizeof(MeshReleaseRequest);
+		default:
+			return 0;
+	}
+}
+
+/*
+ * A new call of OP for RUN_ID whose request is MSG; with OWN, the call
+ * keeps copies of both (a call the worker makes itself), otherwise they lie
+ * in the call segment, mapped while the call lasts.
+ */
+static WorkerCall *
+new_call(MeshOp op, const char *run_id, const char *msg, Size msg_len, bool own)
+{
+	WorkerCall *call = MemoryContextAllocZero(worker_cxt, sizeof(WorkerCall));
+
+	call->cxt = AllocSetContextCreate(worker_cxt, "mesh call", ALLOCSET_DEFAULT_SIZES);
+	call->op = op;
+	call->def = worker_op(op);
+	call->run_id = own ? MemoryContextStrdup(call->cxt, run_id) : run_id;
+	if (own)
+		msg = memcpy(MemoryContextAlloc(call->cxt, msg_len), msg, msg_len);
+	mesh_msg_parse(msg, msg_len, &call->msg);
+	if (call->def)
+		memcpy(&call->req, mesh_msg_fixed(&call->msg, request_size(op)), request_size(op));
+	call->txn_mark = mesh_txn_time_ns;
+	call->step = STEP_START;
+	return call;
+}
+
 /* Attach a queued call segment; NULL when its caller already gave up. */
 static WorkerCall *
 attach_call(dsm_handle handle)
 {
 	MeshCall   *hdr;
+	MeshMsg		request;
+	const char *blob;
 	shm_mq_handle *mqh;
-	dsm_segment *seg = mesh_attach_call(handle, &hdr, &mqh);
+	dsm_segment *seg = mesh_attach_call(handle, &hdr, &request, &blob, &mqh);
 	WorkerCall *call;
-	char	   *base;
 
 	if (seg == NULL)
 		return NULL;
-	base = dsm_segment_address(seg);
-	call = MemoryContextAllocZero(worker_cxt, sizeof(WorkerCall));
-	call->cxt = AllocSetContextCreate(worker_cxt, "mesh call", ALLOCSET_DEFAULT_SIZES);
+	call = new_call(hdr->op, hdr->run_id, request.base, request.len, false);
+	call->times.handoff_ns = mesh_clock_ns() - hdr->queued_at_ns;
 	call->seg = seg;
 	call->hdr = hdr;
 	call->mqh = mqh;
-	call->op = hdr->op;
-	call->def = worker_op(hdr->op);
-	call->req = json_loadb(base + hdr->json_off, hdr->json_len, 0, NULL);
-	call->blob = base + hdr->blob_off;
+	call->blob = blob ? blob : "";	/* an empty stdin or file is still one */
 	call->blob_len = hdr->blob_len;
-	call->run_id = call->req ? json_string_value(json_object_get(call->req, "run_id")) : NULL;
-	call->step = STEP_START;
 	return call;
 }
 
@@ -303,14 +391,7 @@ take_new_calls(void)
 
 		if (call == NULL)
 			continue;
-		if (call->req == NULL || call->run_id == NULL)
-		{
-			MemoryContext old = MemoryContextSwitchTo(call->cxt);
-
-			reply_error(call, "XX000", "mesh: malformed request", NULL, NULL);
-			MemoryContextSwitchTo(old);
-		}
-		else if (call->def == NULL)
+		if (call->def == NULL)
 		{
 			MemoryContext old = MemoryContextSwitchTo(call->cxt);
 
@@ -341,14 +422,12 @@ queued_calls_fit(void)
 static void
 free_call(WorkerCall *call)
 {
-	if (call->transfer)
-		mesh_http_free(call->transfer);
-	if (call->kept)
-		mesh_http_free(call->kept);
+	/* a read's reply was sent from the last response's body: it goes now */
+	mesh_run_end(&call->run);
 	if (call->be.config)
 		json_decref(call->be.config);
-	if (call->req)
-		json_decref(call->req);
+	if (call->env)
+		json_decref(call->env);
 	dlist_delete(&call->node);
 	ncalls--;
 	/* the queue handle lives in the worker's top context: free it with the call */
@@ -368,15 +447,17 @@ free_call(WorkerCall *call)
 void
 spawn_internal_release(const char *run_id, const char *reason)
 {
-	WorkerCall *call = MemoryContextAllocZero(worker_cxt, sizeof(WorkerCall));
+	StringInfoData msg;
+	MeshReleaseRequest r = {0};
+	WorkerCall *call;
 
-	call->cxt = AllocSetContextCreate(worker_cxt, "mesh internal call", ALLOCSET_DEFAULT_SIZES);
-	call->op = MESH_OP_RELEASE;
-	call->def = worker_op(MESH_OP_RELEASE);
-	call->req = json_pack("{s:s,s:s?}", "run_id", run_id, "reason", reason);
-	call->run_id = json_string_value(json_object_get(call->req, "run_id"));
+	initStringInfo(&msg);
+	mesh_msg_begin(&msg, MESH_MSG_REQUEST, MESH_OP_RELEASE, sizeof(r));
+	r.reason = mesh_msg_add_string(&msg, reason);
+	mesh_msg_set_fixed(&msg, &r, sizeof(r));
+	call = new_call(MESH_OP_RELEASE, run_id, msg.data, msg.len, true);
+	pfree(msg.data);
 	call->caller_gone = true;
-	call->step = STEP_START;
 	dlist_push_tail(&calls, &call->node);
 	ncalls++;
 }
@@ -447,32 +528,30 @@ load_backend(WorkerCall *call)
 	return false;
 }
 
-void
-start_transfer(WorkerCall *call, MeshHttpRequest *req, size_t max_response)
-{
-	call->transfer = mesh_http_start(req, max_response, call);
-}
-
-/* A fresh driver state for the next operation of this call. */
+/*
+ * A fresh driver run for the call's next operation; returns the driver's
+ * state for the request builder, whose reason for refusing goes to
+ * call->run.err.
+ */
 MeshOpState *
 begin_op(WorkerCall *call)
 {
-	memset(&call->opstate, 0, sizeof(call->opstate));
-	return &call->opstate;
+	memset(&call->out, 0, sizeof(call->out));
+	return mesh_run_begin(&call->run, &call->be);
 }
 
 /*
- * A parser asked for another request: send it and stay in the same step.
- * Returns true when that happened, so the caller stops here.
+ * Send the operation's first request (built false: the builder refused, and
+ * the run ends failed at once) and wait for its end in step.  The result
+ * goes to out, the step's finish function takes it from there.
  */
-bool
-continue_op(WorkerCall *call, MeshStepResult r, size_t max_response)
+void
+start_op(WorkerCall *call, CallStep step, bool built, const MeshHttpRequest *req,
+		 MeshResponseParser parse, void *out, size_t max_response)
 {
-	if (r != MESH_STEP_NEXT)
-		return false;
-	call->opstate.step++;
-	start_transfer(call, &call->opstate.next, max_response);
-	return true;
+	call->http_started = mesh_clock_ns();
+	mesh_run_start(&call->run, built, req, parse, out, max_response);
+	call->step = step;
 }
 
 /*
@@ -581,30 +660,67 @@ advance_call(WorkerCall *call)
 		start_operation(call);
 }
 
-/* An HTTP step of a call finished: route the response. */
+/*
+ * A request of the call's driver run was answered: the runner parses it and
+ * sends the next one, or the run ended and its step's finish takes it.
+ */
 static void
-complete_transfer(WorkerCall *call)
+complete_run(WorkerCall *call)
 {
-	MeshHttpResponse resp;
-	CallStep	step = call->step;
-	MeshTransfer *done = call->transfer;
+	if (!mesh_run_step(&call->run))
+		return;
+	call->times.http_ns += mesh_clock_ns() - call->http_started;
+	if (call->step == STEP_ACQUIRING)
+		finish_acquire(call);
+	else if (call->step == STEP_DELIVERING)
+		finish_token_delivery(call);
+	else if (call->step == STEP_KILLING)
+		finish_cancel(call);
+	else
+		call->def->finish(call);
+}
 
-	/* a parser may start the operation's next request: it becomes call->transfer */
-	call->transfer = NULL;
-	mesh_http_response(done, &resp);
-	if (step == STEP_ACQUIRING)
-		finish_acquire(call, &resp);
-	else if (step == STEP_DELIVERING)
-		finish_token_delivery(call, &resp);
-	else if (step == STEP_KILLING)
-		finish_cancel(call, &resp);
-	else
-		call->def->finish(call, &resp);
-	/* a read's reply sends the file from the response body: keep it until the call ends */
-	if (call->def->reply_sends_body && call->step == STEP_FINISHED && call->kept == NULL)
-		call->kept = done;
-	else
-		mesh_http_free(done);
+/*
+ * WAL this turn of the loop must make durable before any message goes out:
+ * exec rows just started and exec results just recorded, committed
+ * asynchronously, so one flush covers every call of the turn.
+ */
+static XLogRecPtr durable_wanted = InvalidXLogRecPtr;
+
+/* What the call committed up to lsn must be on disk before the caller hears more. */
+void
+worker_want_durable(XLogRecPtr lsn)
+{
+	if (lsn > durable_wanted)
+		durable_wanted = lsn;
+}
+
+/*
+ * Make this turn's commits durable (one flush, whatever the number of
+ * calls), then send what the calls queued and free the calls that ended.
+ */
+static void
+send_all(void)
+{
+	dlist_mutable_iter iter;
+	uint64		flush_ns = 0;
+
+	if (durable_wanted != InvalidXLogRecPtr)
+	{
+		uint64		started = mesh_clock_ns();
+
+		XLogFlush(durable_wanted);
+		flush_ns = mesh_clock_ns() - started;
+	}
+	durable_wanted = InvalidXLogRecPtr;
+	dlist_foreach_modify(iter, &calls)
+	{
+		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
+
+		flush_outbox(call, flush_ns);
+		if (call->step == STEP_FINISHED && (call->outbox == NIL || call->caller_gone))
+			free_call(call);
+	}
 }
 
 /*
@@ -623,10 +739,11 @@ advance_all(void)
 		MemoryContext old = MemoryContextSwitchTo(call->cxt);
 
 		CHECK_FOR_INTERRUPTS();
+		call->txn_mark = mesh_txn_time_ns;
 		if (call->hdr && pg_atomic_read_u32(&call->hdr->cancelled) && !call->caller_gone)
 		{
 			call->caller_gone = true;
-			if (call->step == STEP_OPERATING && call->op == MESH_OP_EXEC && call->transfer)
+			if (call->step == STEP_OPERATING && call->op == MESH_OP_EXEC && call->run.active)
 				cancel_exec(call);
 			else if (call->step == STEP_PARKED || call->step == STEP_START)
 				call->step = STEP_FINISHED;
@@ -636,15 +753,14 @@ advance_all(void)
 			call->step = STEP_FINISHED;
 		if (call->step == STEP_START)
 			advance_call(call);
-		if (call->transfer && mesh_http_is_done(call->transfer))
-			complete_transfer(call);
-		flush_outbox(call);
+		if (call->step == STEP_AWAITING_BROKER && broker_listening(call))
+			call->step = STEP_START;
+		if (mesh_run_ready(&call->run))
+			complete_run(call);
+		settle_txn_time(call);
 		if (call->step == STEP_START)
 			runnable = true;
 		MemoryContextSwitchTo(old);
-
-		if (call->step == STEP_FINISHED && (call->outbox == NIL || call->caller_gone))
-			free_call(call);
 	}
 	return runnable;
 }
@@ -659,33 +775,74 @@ any_call_ready(void)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
 
-		if (call->step == STEP_START || (call->transfer && mesh_http_is_done(call->transfer)))
+		if (call->step == STEP_START || mesh_run_ready(&call->run))
 			return true;
 	}
 	return false;
 }
 
-/* Ask a backend to kill one exec's command, waiting at most timeout_ms for the answer. */
-static void
-kill_exec_now(const MeshBackend *be, const char *ref, int64 exec_id, long timeout_ms)
+/*
+ * Until when the loop may sleep for the calls' own sake: the earliest
+ * broker wait's end (-1: none).  curl's timer is the other bound.
+ */
+static long
+calls_timeout(void)
 {
-	MeshHttpRequest req;
-	MeshOpState st = {0};
-	MeshHttpResponse resp;
-	MeshError	merr = {0};
-	MeshStepResult r;
+	dlist_iter	iter;
+	long		timeout = -1;
+	TimestampTz now = GetCurrentTimestamp();
 
-	be->driver->kill_request(be, &st, ref, psprintf(INT64_FORMAT, exec_id), &req);
-	do
+	dlist_foreach(iter, &calls)
 	{
-		mesh_http_blocking(&req, timeout_ms, &resp);
-		r = be->driver->kill_response(be, &st, &resp, &merr);
-		req = st.next;
-		st.step++;
-	} while (r == MESH_STEP_NEXT);
-	if (r == MESH_STEP_FAILED)
-		ereport(LOG, (errmsg("mesh worker %d: could not have exec " INT64_FORMAT " killed: %s",
-							 worker_index, exec_id, merr.message)));
+		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
+		long		left;
+
+		if (call->step != STEP_AWAITING_BROKER)
+			continue;
+		left = Max((long) ((call->wait_until - now + 999) / 1000), 0L);
+		if (timeout < 0 || left < timeout)
+			timeout = left;
+	}
+	return timeout;
+}
+
+/* A kill the worker sends for itself, at its exit or its start. */
+typedef struct ExecKill
+{
+	MeshDriverRun run;
+	int64		exec_id;
+} ExecKill;
+
+/* Ask a backend to kill one exec's command; the answer is awaited by await_kills. */
+static ExecKill *
+start_kill(const MeshBackend *be, const char *ref, int64 exec_id)
+{
+	ExecKill   *kill = palloc0(sizeof(ExecKill));
+	MeshHttpRequest req;
+	MeshOpState *st = mesh_run_begin(&kill->run, be);
+	bool		built = be->driver->kill_request(be, st, ref, psprintf(INT64_FORMAT, exec_id),
+												 &req, &kill->run.err);
+
+	kill->exec_id = exec_id;
+	mesh_run_start(&kill->run, built, &req, mesh_parse_kill, NULL, worker_small_response_limit(NULL));
+	return kill;
+}
+
+/* Wait for the kills' answers, all in flight together, at most until deadline. */
+static void
+await_kills(List *kills, TimestampTz deadline)
+{
+	ListCell   *lc;
+
+	foreach(lc, kills)
+	{
+		ExecKill   *kill = lfirst(lc);
+
+		if (mesh_run_until(&kill->run, deadline) == MESH_STEP_FAILED)
+			ereport(LOG, (errmsg("mesh worker %d: could not have exec " INT64_FORMAT " killed: %s",
+								 worker_index, kill->exec_id, kill->run.err.message)));
+		mesh_run_end(&kill->run);
+	}
 }
 
 /*
@@ -698,19 +855,17 @@ static void
 worker_exit(int code, Datum arg)
 {
 	dlist_iter	iter;
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
+	List	   *kills = NIL;
 
 	mesh_worker_detach_slot(DatumGetInt32(arg));
 	dlist_foreach(iter, &calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
-		long		left = (long) ((deadline - GetCurrentTimestamp()) / 1000);
 
-		if (left <= 0)
-			break;
 		if (call->op == MESH_OP_EXEC && call->step == STEP_OPERATING && call->be.driver)
-			kill_exec_now(&call->be, call->ws.external_ref, call->exec_id, left);
+			kills = lappend(kills, start_kill(&call->be, call->ws.external_ref, call->exec_id));
 	}
+	await_kills(kills, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000));
 }
 
 static void
@@ -725,13 +880,15 @@ apply_worker_settings(void)
 
 /*
  * At start: fail the execs this worker's predecessor left running, and ask
- * their backends to kill the commands in case they still run.
+ * their backends to kill the commands in case they still run (all at once,
+ * for a second at most).
  */
 static void
 recover(void)
 {
 	ErrorData  *err;
 	List	   *interrupted = NIL;
+	List	   *kills = NIL;
 	ListCell   *lc;
 
 	if (!store_recover_after_restart(worker_index, mesh_shared->nworkers, &interrupted, &err))
@@ -744,19 +901,21 @@ recover(void)
 	foreach(lc, interrupted)
 	{
 		MeshInterruptedExec *ie = lfirst(lc);
-		MeshBackend be;
+		MeshBackend *be = palloc0(sizeof(MeshBackend));
 
-		if (ie->ref && mesh_backend_make(ie->backend, ie->driver, ie->config, ie->credential, &be))
-		{
-			kill_exec_now(&be, ie->ref, ie->exec_id, 1000);
-			json_decref(be.config);
-		}
+		if (ie->ref && mesh_backend_make(ie->backend, ie->driver, ie->config, ie->credential, be))
+			kills = lappend(kills, start_kill(be, ie->ref, ie->exec_id));
 	}
+	await_kills(kills, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000));
+	foreach(lc, kills)
+		json_decref(((ExecKill *) lfirst(lc))->run.be->config);
 }
 
 void
 mesh_worker_main(Datum arg)
 {
+	WaitEventSet *set;
+
 	worker_index = DatumGetInt32(arg);
 
 	pqsignal(SIGTERM, die);
@@ -774,12 +933,19 @@ mesh_worker_main(Datum arg)
 	before_shmem_exit(worker_exit, Int32GetDatum(worker_index));
 	ereport(LOG, (errmsg("mesh worker %d started", worker_index)));
 
+	/* the latch, the postmaster, and every socket curl waits on, behind one descriptor */
+	set = CreateWaitEventSet(TopMemoryContext, 3);
+	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	AddWaitEventToSet(set, WL_SOCKET_READABLE, mesh_http_socket(), NULL, NULL);
+
 	for (;;)
 	{
-		WaitEventSet *set;
-		WaitEvent	events[64];
+		WaitEvent	events[3];
 		long		timeout;
+		long		calls_wait;
 		bool		runnable;
+		int			completed;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -791,13 +957,18 @@ mesh_worker_main(Datum arg)
 		take_new_calls();
 		mesh_http_drive();
 		runnable = advance_all();
-		/* push new requests onto the wire; finished ones mean another pass */
-		if (mesh_http_drive() > 0 || runnable || any_call_ready() || queued_calls_fit())
+		/* push new requests onto the wire, then make the turn's commits durable and reply */
+		completed = mesh_http_drive();
+		send_all();
+		/* finished requests mean another pass */
+		if (completed > 0 || runnable || any_call_ready() || queued_calls_fit())
 			continue;
 
-		set = mesh_http_wait_set(&timeout);
+		timeout = mesh_http_timeout();
+		calls_wait = calls_timeout();
+		if (calls_wait >= 0 && (timeout < 0 || calls_wait < timeout))
+			timeout = calls_wait;
 		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
-		FreeWaitEventSet(set);
 		ResetLatch(MyLatch);
 	}
 }

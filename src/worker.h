@@ -6,8 +6,8 @@
  * worker.c takes calls, runs the loop and sends replies; each operation
  * lives in a file of its own (worker_acquire.c, worker_exec.c,
  * worker_files.c, worker_release.c) and is described here by a WorkerOpDef:
- * how it starts, how its response is finished, and how large a response it
- * accepts.  Only the worker process includes this header.
+ * how it starts, how the end of its driver run is finished, and how large
+ * a response it accepts.  Only the worker process includes this header.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,8 +24,8 @@
 
 #include "backends/backend.h"
 #include "handoff.h"
+#include "runner.h"
 #include "store.h"
-#include "worker_http.h"
 
 typedef enum CallStep
 {
@@ -33,6 +33,7 @@ typedef enum CallStep
 	STEP_PARKED,				/* another call of this run is materializing it */
 	STEP_ACQUIRING,				/* this call materializes: acquire in flight */
 	STEP_DELIVERING,			/* the run token is being written into the workspace */
+	STEP_AWAITING_BROKER,		/* the token is there: waiting for the broker to listen */
 	STEP_OPERATING,				/* the operation's request is in flight */
 	STEP_KILLING,				/* cancelled exec: kill request in flight */
 	STEP_FINISHED				/* reply queued (or caller gone) */
@@ -49,26 +50,37 @@ typedef struct WorkerCall
 	shm_mq_handle *mqh;
 	MeshOp		op;
 	const WorkerOpDef *def;		/* what op means (worker_op); NULL: no such operation */
-	json_t	   *req;
+	MeshMsg		msg;			/* the request as it came (in the segment, or the call's copy) */
+	MeshRequest req;			/* its fixed part: read spans with mesh_msg_string(&msg, ...) */
 	const char *blob;
 	Size		blob_len;
 	const char *run_id;
 	CallStep	step;
 	MeshWorkspace ws;
 	MeshBackend be;
-	MeshTransfer *transfer;
-	MeshOpState opstate;		/* the driver's state for the operation in flight */
+	MeshDriverRun run;			/* the driver operation in flight, or the last one */
+	union						/* what the run's parser fills */
+	{
+		MeshCapabilities caps;
+		MeshExecResult exec;
+		MeshFileData file;
+		MeshReleaseOutcome release;
+	}			out;
 	int64		exec_id;
 	MeshExecSpec spec;
 	XLogRecPtr	exec_row_lsn;	/* exec row's commit, flushed once sent */
 	TimestampTz op_started;
 	List	   *outbox;			/* OutMessages not yet sent */
-	MeshTransfer *kept;			/* a finished transfer whose body a queued reply sends */
 	bool		caller_gone;
 	bool		budget_bound;	/* the budget, not the caller, set the timeout */
 	List	   *delivered;		/* secrets delivered into this exec's environment */
 	char	   *secret_body;	/* a request body holding a secret, wiped once sent */
 	bool		woke_once;		/* already woke a stopped workspace for this call */
+	json_t	   *env;			/* the command's environment, built for the driver */
+	MeshCallTimes times;		/* where the call's time went, sent with the reply */
+	uint64		txn_mark;		/* mesh_txn_time_ns when last added to times */
+	uint64		http_started;	/* when the request in flight was started */
+	TimestampTz wait_until;		/* STEP_AWAITING_BROKER: go on at the latest then */
 } WorkerCall;
 
 /* What the worker needs to know about an operation, whichever it is. */
@@ -84,11 +96,10 @@ struct WorkerOpDef
 	const char *noun;			/* what the caller asked for, as an error's subject */
 	WorkerOpScope scope;
 	void		(*start) (WorkerCall *call);
-	/* the response to the operation's request; NULL: it makes none */
-	void		(*finish) (WorkerCall *call, const MeshHttpResponse *resp);
+	/* the operation's driver run ended (call->run); NULL: it makes none */
+	void		(*finish) (WorkerCall *call);
 	/* the largest response the operation accepts */
 	size_t		(*response_limit) (WorkerCall *call);
-	bool		reply_sends_body;	/* the reply carries the response body (a read) */
 };
 
 extern const WorkerOpDef *worker_op(MeshOp op);
@@ -99,8 +110,10 @@ extern int	worker_index;
 extern char *worker_install_id;
 
 /* worker.c: replies */
-extern void queue_message(WorkerCall *call, json_t *doc, const char *blob, Size blob_len);
-extern void reply_ok(WorkerCall *call, json_t *doc, const char *blob, Size blob_len);
+extern void queue_notice(WorkerCall *call, const char *text);
+extern StringInfo begin_reply(WorkerCall *call, Size fixed_size);
+extern void finish_with(WorkerCall *call, StringInfo head, const char *blob, Size blob_len);
+extern void reply_done(WorkerCall *call);
 extern void reply_error(WorkerCall *call, const char *sqlstate, const char *message,
 						const char *detail, const char *hint);
 extern void reply_txn_error(WorkerCall *call, ErrorData *err);
@@ -113,38 +126,40 @@ extern void spawn_internal_release(const char *run_id, const char *reason);
 extern bool run_is_changing(const char *run_id, WorkerCall *except);
 extern void wake_parked(const char *run_id, const MeshError *failed);
 extern bool load_backend(WorkerCall *call);
-extern void start_transfer(WorkerCall *call, MeshHttpRequest *req, size_t max_response);
 extern MeshOpState *begin_op(WorkerCall *call);
-extern bool continue_op(WorkerCall *call, MeshStepResult r, size_t max_response);
+extern void start_op(WorkerCall *call, CallStep step, bool built, const MeshHttpRequest *req,
+					 MeshResponseParser parse, void *out, size_t max_response);
 extern bool workspace_has_capability(WorkerCall *call, const char *name);
+extern void worker_want_durable(XLogRecPtr lsn);
 extern const char *caller_role(WorkerCall *call);
 
 /* worker_acquire.c: declare, materialize, wake, the run token, tier climb */
 extern void run_declare(WorkerCall *call);
 extern bool wake_and_retry(WorkerCall *call, const MeshError *merr);
 extern void begin_materialize(WorkerCall *call);
-extern void finish_acquire(WorkerCall *call, const MeshHttpResponse *resp);
+extern void finish_acquire(WorkerCall *call);
 extern void wake_broker(void);
 extern bool deliver_token_first(WorkerCall *call);
-extern void finish_token_delivery(WorkerCall *call, const MeshHttpResponse *resp);
+extern void finish_token_delivery(WorkerCall *call);
+extern bool broker_listening(WorkerCall *call);
 extern void climb_tier(WorkerCall *call);
 
 /* worker_exec.c: exec, cancel, budgets, egress notices, redaction */
 extern void start_exec(WorkerCall *call);
-extern void finish_exec(WorkerCall *call, const MeshHttpResponse *resp);
+extern void finish_exec(WorkerCall *call);
 extern size_t exec_response_limit(WorkerCall *call);
 extern void cancel_exec(WorkerCall *call);
-extern void finish_cancel(WorkerCall *call, const MeshHttpResponse *resp);
+extern void finish_cancel(WorkerCall *call);
 
 /* worker_files.c: read and write */
 extern void start_read(WorkerCall *call);
-extern void finish_read(WorkerCall *call, const MeshHttpResponse *resp);
+extern void finish_read(WorkerCall *call);
 extern size_t read_response_limit(WorkerCall *call);
 extern void start_write(WorkerCall *call);
-extern void finish_write(WorkerCall *call, const MeshHttpResponse *resp);
+extern void finish_write(WorkerCall *call);
 
 /* worker_release.c: release, the caller's and the worker's own */
 extern void start_release(WorkerCall *call);
-extern void finish_release(WorkerCall *call, const MeshHttpResponse *resp);
+extern void finish_release(WorkerCall *call);
 
 #endif							/* MESH_WORKER_H */

@@ -20,21 +20,33 @@
 #include "credentials.h"
 #include "worker.h"
 
+/*
+ * Declare the run.  The reply is the mesh.workspaces row as the statement
+ * returned it, a composite datum the caller returns as it is: encoded once.
+ */
 void
 run_declare(WorkerCall *call)
 {
-	char	   *row_json;
+	const MeshAcquireRequest *r = &call->req.acquire;
+	Datum		row;
 	ErrorData  *err;
+	StringInfo	head;
+	MeshAcquireReply a;
 
 	if (!store_declare(call->run_id,
-					   json_string_value(json_object_get(call->req, "agent_id")),
-					   json_string_value(json_object_get(call->req, "actor_id")),
-					   json_string_value(json_object_get(call->req, "parent_run_id")),
-					   json_string_value(json_object_get(call->req, "environment")),
-					   caller_role(call), &row_json, &err))
+					   mesh_msg_string(&call->msg, r->agent_id),
+					   mesh_msg_string(&call->msg, r->actor_id),
+					   mesh_msg_string(&call->msg, r->parent_run_id),
+					   mesh_msg_string(&call->msg, r->environment),
+					   caller_role(call), &row, &err))
+	{
 		reply_txn_error(call, err);
-	else
-		reply_ok(call, json_pack("{s:s}", "row", row_json), NULL, 0);
+		return;
+	}
+	head = begin_reply(call, sizeof(a));
+	a.row = mesh_msg_add_bytes(head, DatumGetPointer(row), VARSIZE(DatumGetPointer(row)));
+	mesh_msg_set_fixed(head, &a, sizeof(a));
+	finish_with(call, head, NULL, 0);
 }
 
 /* Ask the recorded backend to create (or wake) the workspace. */
@@ -42,19 +54,18 @@ static void
 start_acquire(WorkerCall *call)
 {
 	MeshHttpRequest req;
-	MeshSize	size = MESH_SIZE_STANDARD;
+	MeshAcquireSpec spec = {MESH_SIZE_STANDARD, worker_install_id, call->ws.egress};
 	MeshOpState *st;
+	bool		built;
 
 	if (!load_backend(call))
 		return;
-	(void) mesh_size_parse(call->ws.size ? call->ws.size : "standard", &size);
+	(void) mesh_size_parse(call->ws.size ? call->ws.size : "standard", &spec.size);
+	/* spec.egress is the creation-time policy, also on a wake: policy changes never retrofit */
 	st = begin_op(call);
-	/* the creation-time policy, also on a wake: policy changes never retrofit */
-	st->egress = call->ws.egress;
-	call->be.driver->acquire_request(&call->be, st, call->ws.external_ref, size,
-									 worker_install_id, &req);
-	start_transfer(call, &req, 1024 * 1024);
-	call->step = STEP_ACQUIRING;
+	built = call->be.driver->acquire_request(&call->be, st, call->ws.external_ref, &spec, &req,
+											 &call->run.err);
+	start_op(call, STEP_ACQUIRING, built, &req, mesh_parse_acquire, &call->out.caps, 1024 * 1024);
 }
 
 /*
@@ -86,13 +97,11 @@ begin_materialize(WorkerCall *call)
 			reply_txn_error(call, err);
 			return;
 		}
-		queue_message(call,
-					  json_pack("{s:s}", "notice",
-								psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"%s; the first call takes a moment",
-										 call->run_id, call->ws.backend_kind,
-										 workspace_has_capability(call, "snapshot") ? ""
-										 : " (no snapshot capability: it starts empty)")),
-					  NULL, 0);
+		queue_notice(call,
+					 psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"%s; the first call takes a moment",
+							  call->run_id, call->ws.backend_kind,
+							  workspace_has_capability(call, "snapshot") ? ""
+							  : " (no snapshot capability: it starts empty)"));
 	}
 	else if (strcmp(call->ws.status, "pending") == 0)
 	{
@@ -106,29 +115,22 @@ begin_materialize(WorkerCall *call)
 			reply_txn_error(call, err);
 			return;
 		}
-		queue_message(call,
-					  json_pack("{s:s}", "notice",
-								psprintf(interrupted ? "mesh: setting up the sandbox of run \"%s\" on backend \"%s\" again (the last try was interrupted)"
-										 : "mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
-										 call->run_id, call->ws.backend_kind)),
-					  NULL, 0);
+		queue_notice(call,
+					 psprintf(interrupted ? "mesh: setting up the sandbox of run \"%s\" on backend \"%s\" again (the last try was interrupted)"
+							  : "mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
+							  call->run_id, call->ws.backend_kind));
 	}
 	/* else: acquiring left over from a crash: the same idempotent acquire */
 	start_acquire(call);
 }
 
 void
-finish_acquire(WorkerCall *call, const MeshHttpResponse *resp)
+finish_acquire(WorkerCall *call)
 {
-	MeshCapabilities caps;
-	MeshError	merr = {0};
+	MeshError	merr = call->run.err;
 	ErrorData  *err;
 
-	MeshStepResult r = call->be.driver->acquire_response(&call->be, &call->opstate, resp, &caps, &merr);
-
-	if (continue_op(call, r, 1024 * 1024))
-		return;
-	if (r == MESH_STEP_FAILED)
+	if (call->run.result == MESH_STEP_FAILED)
 	{
 		bool		retryable = merr.failure == MESH_FAIL_UNAVAILABLE ||
 			merr.failure == MESH_FAIL_NO_RESOURCES || merr.failure == MESH_FAIL_PROTOCOL;
@@ -140,7 +142,7 @@ finish_acquire(WorkerCall *call, const MeshHttpResponse *resp)
 		wake_parked(call->run_id, &merr);
 		return;
 	}
-	if (!store_materialized(&call->ws, &caps, &err))
+	if (!store_materialized(&call->ws, &call->out.caps, &err))
 	{
 		call->step = STEP_START;
 		reply_txn_error(call, err);
@@ -162,21 +164,19 @@ wake_broker(void)
 }
 
 /*
- * The broker listens for a workspace a moment after its token is minted;
- * the command must not run before it does.  Bounded: a broker that is down
- * only means the sandbox's exchange is refused, visibly.
+ * The broker listens for a workspace a moment after its token is minted
+ * (woken by wake_broker, it wakes the workers when it listened); the
+ * command must not run before it does.  Bounded by call->wait_until: a
+ * broker that is down only means the sandbox's exchange is refused,
+ * visibly.  True when the call may go on.
  */
-static void
-wait_for_broker_socket(const char *ref)
+bool
+broker_listening(WorkerCall *call)
 {
-	char	   *path;
 	struct stat st;
 
-	if (mesh_shared->broker_procno < 0)
-		return;
-	path = mesh_broker_socket_path(ref);
-	for (int i = 0; i < 500 && stat(path, &st) != 0; i++)
-		pg_usleep(1000L);
+	return mesh_shared->broker_procno < 0 || GetCurrentTimestamp() >= call->wait_until ||
+		stat(mesh_broker_socket_path(call->ws.external_ref), &st) == 0;
 }
 
 /*
@@ -192,6 +192,7 @@ deliver_token_first(WorkerCall *call)
 	char	   *hash;
 	char	   *token;
 	char	   *content;
+	bool		built;
 
 	if (!call->ws.has_grants || call->ws.token_valid)
 		return false;
@@ -205,25 +206,23 @@ deliver_token_first(WorkerCall *call)
 	content = psprintf("%s\n", token);
 	mesh_forget(token);
 	wake_broker();
-	call->be.driver->write_request(&call->be, begin_op(call), call->ws.external_ref,
-								   MESH_TOKEN_PATH, 0600, content, strlen(content), &req);
-	start_transfer(call, &req, worker_small_response_limit(call));
+	built = call->be.driver->write_request(&call->be, begin_op(call), call->ws.external_ref,
+										   MESH_TOKEN_PATH, 0600, content, strlen(content), &req,
+										   &call->run.err);
+	start_op(call, STEP_DELIVERING, built, &req, mesh_parse_write, NULL,
+			 worker_small_response_limit(call));
 	call->secret_body = content;	/* curl sends from it; wiped once sent */
-	call->step = STEP_DELIVERING;
 	return true;
 }
 
 void
-finish_token_delivery(WorkerCall *call, const MeshHttpResponse *resp)
+finish_token_delivery(WorkerCall *call)
 {
-	MeshError	merr = {0};
-	MeshStepResult r = call->be.driver->write_response(&call->be, &call->opstate, resp, &merr);
+	MeshError	merr = call->run.err;
 
 	mesh_forget(call->secret_body);
 	call->secret_body = NULL;
-	if (continue_op(call, r, worker_small_response_limit(call)))
-		return;
-	if (r == MESH_STEP_FAILED)
+	if (call->run.result == MESH_STEP_FAILED)
 	{
 		reply_error(call, failure_sqlstate(merr.failure),
 					psprintf("could not deliver the run token into the workspace of run \"%s\"", call->run_id),
@@ -231,8 +230,9 @@ finish_token_delivery(WorkerCall *call, const MeshHttpResponse *resp)
 		return;
 	}
 	call->ws.token_valid = true;
-	wait_for_broker_socket(call->ws.external_ref);
-	call->step = STEP_START;	/* now the operation itself */
+	/* then the operation itself, once the broker listens */
+	call->wait_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 500);
+	call->step = STEP_AWAITING_BROKER;
 }
 
 /*
@@ -251,8 +251,6 @@ climb_tier(WorkerCall *call)
 		FreeErrorData(err);
 	}
 	if (what)
-		queue_message(call, json_pack("{s:s}", "notice",
-									  psprintf("mesh: the command ran out of memory in the workspace of run \"%s\"; %s",
-											   call->run_id, what)),
-					  NULL, 0);
+		queue_notice(call, psprintf("mesh: the command ran out of memory in the workspace of run \"%s\"; %s",
+									call->run_id, what));
 }

@@ -63,7 +63,7 @@ exec_response_limit(WorkerCall *call)
 static long
 clamp_bytes(WorkerCall *call)
 {
-	return (long) json_integer_value(json_object_get(call->req, "max_output"));
+	return (long) call->req.exec.max_output;
 }
 
 static bool
@@ -90,7 +90,8 @@ deliver_environment(WorkerCall *call)
 
 	if (!list_has_variable(call->delivered))
 		return;
-	env = call->spec.env ? json_deep_copy(call->spec.env) : json_pack("{}");
+	/* the row already holds the caller's variable names: the secrets join them now */
+	env = call->env ? call->env : json_object();
 	foreach(lc, call->delivered)
 	{
 		MeshDelivered *d = lfirst(lc);
@@ -98,8 +99,7 @@ deliver_environment(WorkerCall *call)
 		if (d->variable)
 			json_object_set_new(env, d->variable, json_string(d->value));
 	}
-	call->spec.env = env;
-	json_object_set_new(call->req, "delivered_env", env);	/* freed with the request */
+	call->spec.env = call->env = env;	/* freed with the call */
 }
 
 /*
@@ -143,15 +143,48 @@ redact_message(WorkerCall *call, char *message)
 	return message;
 }
 
+/*
+ * The command as the driver takes it, from the typed request: argv, and the
+ * caller's variables as the JSON object the backends' APIs want.
+ */
+static void
+exec_spec_from_request(WorkerCall *call)
+{
+	const MeshExecRequest *r = &call->req.exec;
+	const char **args = palloc(sizeof(char *) * (r->argc + 1));
+
+	for (int i = 0; i < r->argc; i++)
+		args[i] = mesh_msg_string(&call->msg, mesh_msg_list_item(&call->msg, r->argv, i));
+	args[r->argc] = NULL;
+	call->spec.argv = args;
+	call->spec.argc = r->argc;
+	call->spec.dir = mesh_msg_string(&call->msg, r->dir);
+	if (r->env.len >= 0)
+	{
+		call->env = json_object();
+		for (int i = 0; i < r->nenv; i++)
+			json_object_set_new(call->env,
+								mesh_msg_string(&call->msg, mesh_msg_list_item(&call->msg, r->env, 2 * i)),
+								json_string(mesh_msg_string(&call->msg,
+															mesh_msg_list_item(&call->msg, r->env, 2 * i + 1))));
+	}
+	call->spec.env = call->env;
+	if (r->has_stdin)
+	{
+		call->spec.stdin_data = call->blob;
+		call->spec.stdin_len = call->blob_len;
+	}
+	call->spec.timeout_ms = (long) r->timeout_ms;
+	/* the backend keeps what is stored whole, and never less than is shown */
+	call->spec.max_output_bytes = Max(mesh_exec_output_limit_bytes, r->max_output);
+}
+
 void
 start_exec(WorkerCall *call)
 {
-	json_t	   *argv = json_object_get(call->req, "argv");
-	const char **args = palloc(sizeof(char *) * (json_array_size(argv) + 1));
 	MeshHttpRequest req;
 	ErrorData  *err;
-	size_t		i;
-	json_t	   *item;
+	bool		built;
 
 	if (!workspace_has_capability(call, "shell"))
 	{
@@ -161,22 +194,7 @@ start_exec(WorkerCall *call)
 					NULL, "Pin this agent to a backend with shell, or use only file calls.");
 		return;
 	}
-	json_array_foreach(argv, i, item)
-		args[i] = json_string_value(item);
-	call->spec.argv = args;
-	call->spec.argc = (int) json_array_size(argv);
-	call->spec.dir = json_string_value(json_object_get(call->req, "dir"));
-	/* absent and JSON null both mean no variables of the caller's */
-	call->spec.env = json_is_object(json_object_get(call->req, "env"))
-		? json_object_get(call->req, "env") : NULL;
-	if (json_is_true(json_object_get(call->req, "has_stdin")))
-	{
-		call->spec.stdin_data = call->blob;
-		call->spec.stdin_len = call->blob_len;
-	}
-	call->spec.timeout_ms = (long) json_integer_value(json_object_get(call->req, "timeout_ms"));
-	/* the backend keeps what is stored whole, and never less than is shown */
-	call->spec.max_output_bytes = Max(mesh_exec_output_limit_bytes, clamp_bytes(call));
+	exec_spec_from_request(call);
 	if (!bound_by_budget(call))
 		return;
 
@@ -188,13 +206,13 @@ start_exec(WorkerCall *call)
 	}
 	deliver_environment(call);
 	call->spec.exec_key = psprintf(INT64_FORMAT, call->exec_id);
-	call->be.driver->exec_request(&call->be, begin_op(call), call->ws.external_ref, &call->spec, &req);
+	built = call->be.driver->exec_request(&call->be, begin_op(call), call->ws.external_ref,
+										  &call->spec, &req, &call->run.err);
 	call->op_started = GetCurrentTimestamp();
-	start_transfer(call, &req, exec_response_limit(call));
-	call->step = STEP_OPERATING;
-	/* put the request on the wire, then make the exec row durable meanwhile */
-	mesh_http_drive();
-	mesh_flush_to(call->exec_row_lsn);
+	start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec, &call->out.exec,
+			 exec_response_limit(call));
+	/* the loop puts the request on the wire, then makes the exec row durable meanwhile */
+	worker_want_durable(call->exec_row_lsn);
 }
 
 /*
@@ -305,22 +323,36 @@ notice_egress_denials(WorkerCall *call, const char *denials_text)
 	}
 	appendStringInfoString(&msg, "; see mesh.run_network() and the egress_denied events");
 	json_decref(denials);
-	queue_message(call, json_pack("{s:s}", "notice", msg.data), NULL, 0);
+	queue_notice(call, msg.data);
+}
+
+/* The command's result, for the caller's row. */
+static void
+reply_exec(WorkerCall *call, const MeshExecResult *result, const char *status)
+{
+	StringInfo	head = begin_reply(call, sizeof(MeshExecReply));
+	MeshExecReply r;
+
+	r.exec_id = call->exec_id;
+	r.exit_code = result->exit_code;
+	r.truncated = result->truncated;
+	r.status = mesh_msg_add_string(head, status);
+	r.stdout_text = mesh_msg_add_string(head, result->stdout_data);
+	r.stderr_text = mesh_msg_add_string(head, result->stderr_data);
+	mesh_msg_set_fixed(head, &r, sizeof(r));
+	finish_with(call, head, NULL, 0);
 }
 
 void
-finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
+finish_exec(WorkerCall *call)
 {
-	MeshExecResult result;
+	MeshExecResult result = call->out.exec;
 	MeshExecRecord rec = {0};
-	MeshError	merr = {0};
+	MeshError	merr = call->run.err;
 	ErrorData  *err;
+	XLogRecPtr	lsn;
 
-	MeshStepResult r = call->be.driver->exec_response(&call->be, &call->opstate, resp, &result, &merr);
-
-	if (continue_op(call, r, exec_response_limit(call)))
-		return;
-	if (r == MESH_STEP_FAILED)
+	if (call->run.result == MESH_STEP_FAILED)
 	{
 		rec.status = "error";
 		merr.message = redact_message(call, merr.message);
@@ -330,8 +362,10 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 			rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
 		rec.charged_seconds = seconds_since(call->op_started);
 		rec.charge_basis = "wall";
-		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
 			FreeErrorData(err);
+		else
+			worker_want_durable(lsn);
 		if (!wake_and_retry(call, &merr))
 			reply_backend_error(call, NULL, &merr);
 		return;
@@ -349,23 +383,17 @@ finish_exec(WorkerCall *call, const MeshHttpResponse *resp)
 		rec.charged_seconds = Max(rec.charged_seconds,
 								  call->ws.budget_seconds - call->ws.compute_seconds);
 	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
 	{
 		reply_txn_error(call, err);
 		return;
 	}
+	worker_want_durable(lsn);
 	charge_budget(call, rec.charged_seconds);
 	notice_egress_denials(call, result.egress_denials);
 	if (strcmp(rec.status, "oom") == 0)
 		climb_tier(call);
-	reply_ok(call, json_pack("{s:i,s:s,s:s,s:s,s:b,s:I}",
-							 "exit_code", result.exit_code,
-							 "stdout", result.stdout_data,
-							 "stderr", result.stderr_data,
-							 "status", rec.status,
-							 "truncated", result.truncated,
-							 "exec_id", (json_int_t) call->exec_id),
-			 NULL, 0);
+	reply_exec(call, &result, rec.status);
 }
 
 /* The caller stopped waiting: kill the command's tree in the sandbox. */
@@ -373,35 +401,35 @@ void
 cancel_exec(WorkerCall *call)
 {
 	MeshHttpRequest req;
+	bool		built;
 
-	mesh_http_free(call->transfer);
-	call->transfer = NULL;
-	call->be.driver->kill_request(&call->be, begin_op(call), call->ws.external_ref,
-								  call->spec.exec_key, &req);
-	start_transfer(call, &req, worker_small_response_limit(call));
-	call->step = STEP_KILLING;
+	/* the exec's own request is abandoned with the run: the daemon sees the disconnect */
+	built = call->be.driver->kill_request(&call->be, begin_op(call), call->ws.external_ref,
+										  call->spec.exec_key, &req, &call->run.err);
+	start_op(call, STEP_KILLING, built, &req, mesh_parse_kill, NULL,
+			 worker_small_response_limit(call));
 }
 
 void
-finish_cancel(WorkerCall *call, const MeshHttpResponse *resp)
+finish_cancel(WorkerCall *call)
 {
 	MeshExecRecord rec = {0};
 	ErrorData  *err;
-	MeshError	merr = {0};
-
-	if (continue_op(call, call->be.driver->kill_response(&call->be, &call->opstate, resp, &merr),
-					worker_small_response_limit(call)))
-		return;
+	XLogRecPtr	lsn;
+	const char *transport_error = call->run.resp.transport_error;
 
 	rec.status = "cancelled";
-	rec.error = resp->transport_error
-		? psprintf("cancelled by the caller; the kill request failed: %s", resp->transport_error)
+	rec.error = transport_error
+		? psprintf("cancelled by the caller; the kill request failed: %s", transport_error)
 		: "cancelled by the caller (interrupt or statement_timeout)";
 	rec.charged_seconds = seconds_since(call->op_started);
 	rec.charge_basis = "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &err))
+	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
 		FreeErrorData(err);
 	else
+	{
+		worker_want_durable(lsn);
 		charge_budget(call, rec.charged_seconds);
+	}
 	call->step = STEP_FINISHED;
 }

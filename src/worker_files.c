@@ -11,8 +11,6 @@
  */
 #include "postgres.h"
 
-#include "mesh_json.h"
-
 #include "mesh_exec.h"
 #include "worker.h"
 
@@ -54,17 +52,6 @@ reply_file_error(WorkerCall *call, const char *path, const MeshError *err)
 				failure_hint(err->failure));
 }
 
-/*
- * The file operation is not over yet: the driver asked for another request,
- * or the workspace had stopped and is being woken for a retry.
- */
-static bool
-op_continues(WorkerCall *call, MeshStepResult r, const MeshError *merr, size_t max_response)
-{
-	return continue_op(call, r, max_response) ||
-		(r == MESH_STEP_FAILED && wake_and_retry(call, merr));
-}
-
 /* A file of mesh.max_file_size fits; one byte more shows it is larger. */
 size_t
 read_response_limit(WorkerCall *call)
@@ -72,32 +59,49 @@ read_response_limit(WorkerCall *call)
 	return (size_t) mesh_max_file_bytes + 1;
 }
 
+/*
+ * A file's bytes for the caller, sent from the response body where they
+ * lie, as the second part of the reply message.
+ */
+static void
+reply_file(WorkerCall *call, const char *data, size_t len)
+{
+	StringInfo	head = begin_reply(call, sizeof(MeshReadReply));
+	MeshReadReply r;
+
+	r.content.off = (uint32) head->len;
+	r.content.len = (int32) len;
+	mesh_msg_set_fixed(head, &r, sizeof(r));
+	finish_with(call, head, data, len);
+}
+
 void
 start_read(WorkerCall *call)
 {
 	MeshHttpRequest req;
+	bool		built;
 
-	call->be.driver->read_request(&call->be, begin_op(call), call->ws.external_ref,
-								  json_string_value(json_object_get(call->req, "path")), &req);
-	start_transfer(call, &req, read_response_limit(call));
-	call->step = STEP_OPERATING;
+	built = call->be.driver->read_request(&call->be, begin_op(call), call->ws.external_ref,
+										  mesh_msg_string(&call->msg, call->req.file.path),
+										  &req, &call->run.err);
+	start_op(call, STEP_OPERATING, built, &req, mesh_parse_read, &call->out.file,
+			 read_response_limit(call));
 }
 
 void
-finish_read(WorkerCall *call, const MeshHttpResponse *resp)
+finish_read(WorkerCall *call)
 {
-	const char *path = json_string_value(json_object_get(call->req, "path"));
-	MeshError	merr = {0};
+	const char *path = mesh_msg_string(&call->msg, call->req.file.path);
+	MeshError	merr = call->run.err;
 	ErrorData  *err;
-	const char *data = NULL;
-	size_t		len = 0;
-	MeshStepResult r = call->be.driver->read_response(&call->be, &call->opstate, resp, &data, &len, &merr);
-	bool		ok = r == MESH_STEP_DONE;
+	const char *data = call->out.file.data;
+	size_t		len = call->out.file.len;
+	bool		ok = call->run.result == MESH_STEP_DONE;
 
-	if (op_continues(call, r, &merr, read_response_limit(call)))
+	/* the workspace had stopped: it is being woken for a retry */
+	if (!ok && wake_and_retry(call, &merr))
 		return;
-	if (!ok && resp->transport_error && resp->status == 0 &&
-		strstr(resp->transport_error, "limit") != NULL)
+	if (!ok && call->run.resp.too_large)
 		mesh_error_set(&merr, MESH_FAIL_TOO_LARGE, "file \"%s\" is larger than mesh.max_file_size (%d bytes)",
 					   path, mesh_max_file_bytes);
 	if (!store_file_event(&call->ws, "file_read", path, ok ? (int64) len : 0,
@@ -109,32 +113,33 @@ finish_read(WorkerCall *call, const MeshHttpResponse *resp)
 	if (!ok)
 		reply_file_error(call, path, &merr);
 	else
-		reply_ok(call, json_pack("{s:b}", "ok", 1), data, len);
+		reply_file(call, data, len);
 }
 
 void
 start_write(WorkerCall *call)
 {
 	MeshHttpRequest req;
+	bool		built;
 
-	call->be.driver->write_request(&call->be, begin_op(call), call->ws.external_ref,
-								   json_string_value(json_object_get(call->req, "path")),
-								   (int) json_integer_value(json_object_get(call->req, "mode")),
-								   call->blob, call->blob_len, &req);
-	start_transfer(call, &req, worker_small_response_limit(call));
-	call->step = STEP_OPERATING;
+	built = call->be.driver->write_request(&call->be, begin_op(call), call->ws.external_ref,
+										   mesh_msg_string(&call->msg, call->req.file.path),
+										   call->req.file.mode,
+										   call->blob, call->blob_len, &req, &call->run.err);
+	start_op(call, STEP_OPERATING, built, &req, mesh_parse_write, NULL,
+			 worker_small_response_limit(call));
 }
 
 void
-finish_write(WorkerCall *call, const MeshHttpResponse *resp)
+finish_write(WorkerCall *call)
 {
-	const char *path = json_string_value(json_object_get(call->req, "path"));
-	MeshError	merr = {0};
+	const char *path = mesh_msg_string(&call->msg, call->req.file.path);
+	MeshError	merr = call->run.err;
 	ErrorData  *err;
-	MeshStepResult r = call->be.driver->write_response(&call->be, &call->opstate, resp, &merr);
-	bool		ok = r == MESH_STEP_DONE;
+	bool		ok = call->run.result == MESH_STEP_DONE;
 
-	if (op_continues(call, r, &merr, worker_small_response_limit(call)))
+	/* the workspace had stopped: it is being woken for a retry */
+	if (!ok && wake_and_retry(call, &merr))
 		return;
 	if (!store_file_event(&call->ws, "file_write", path, (int64) call->blob_len,
 						  ok ? NULL : merr.message, &err))
@@ -145,5 +150,5 @@ finish_write(WorkerCall *call, const MeshHttpResponse *resp)
 	if (!ok)
 		reply_file_error(call, path, &merr);
 	else
-		reply_ok(call, json_pack("{s:b}", "ok", 1), NULL, 0);
+		reply_done(call);
 }

@@ -12,31 +12,35 @@
  */
 #include "postgres.h"
 
-#include "mesh_json.h"
-
 #include "credentials.h"
 #include "worker.h"
 
 static void
 reply_outcome(WorkerCall *call, const char *outcome)
 {
-	reply_ok(call, json_pack("{s:s}", "outcome", outcome), NULL, 0);
+	StringInfo	head = begin_reply(call, sizeof(MeshReleaseReply));
+	MeshReleaseReply r;
+
+	r.outcome = mesh_msg_add_string(head, outcome);
+	mesh_msg_set_fixed(head, &r, sizeof(r));
+	finish_with(call, head, NULL, 0);
 }
 
 /* The reaper releases idle workspaces with "idle": hibernate if possible. */
 static bool
 release_for_idleness(WorkerCall *call)
 {
-	return json_is_true(json_object_get(call->req, "idle"));
+	return call->req.release.idle;
 }
 
 void
 start_release(WorkerCall *call)
 {
-	const char *reason = json_string_value(json_object_get(call->req, "reason"));
+	const char *reason = mesh_msg_string(&call->msg, call->req.release.reason);
 	MeshHttpRequest req;
 	ErrorData  *err;
 	const char *status = call->ws.status;
+	bool		built;
 
 	if (strcmp(status, "released") == 0 || call->ws.release_outcome != NULL)
 	{
@@ -69,21 +73,19 @@ start_release(WorkerCall *call)
 		reply_txn_error(call, err);
 		return;
 	}
-	call->be.driver->release_request(&call->be, begin_op(call), call->ws.external_ref,
-									 release_for_idleness(call) && workspace_has_capability(call, "hibernate"),
-									 &req);
-	start_transfer(call, &req, worker_small_response_limit(call));
-	call->step = STEP_OPERATING;
+	built = call->be.driver->release_request(&call->be, begin_op(call), call->ws.external_ref,
+											 release_for_idleness(call) && workspace_has_capability(call, "hibernate"),
+											 &req, &call->run.err);
+	start_op(call, STEP_OPERATING, built, &req, mesh_parse_release, &call->out.release,
+			 worker_small_response_limit(call));
 }
 
-static void finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp);
+static void finish_release_outcome(WorkerCall *call);
 
 void
-finish_release(WorkerCall *call, const MeshHttpResponse *resp)
+finish_release(WorkerCall *call)
 {
-	finish_release_outcome(call, resp);
-	if (call->step == STEP_OPERATING)
-		return;
+	finish_release_outcome(call);
 	if (call->ws.release_outcome != NULL)	/* released now (an idle hibernation is not) */
 	{
 		mesh_broker_forget_workspace(call->ws.external_ref);
@@ -94,18 +96,14 @@ finish_release(WorkerCall *call, const MeshHttpResponse *resp)
 }
 
 static void
-finish_release_outcome(WorkerCall *call, const MeshHttpResponse *resp)
+finish_release_outcome(WorkerCall *call)
 {
-	MeshReleaseOutcome outcome;
-	MeshError	merr = {0};
+	MeshReleaseOutcome outcome = call->out.release;
+	MeshError	merr = call->run.err;
 	ErrorData  *err;
 	const char *text;
 
-	MeshStepResult r = call->be.driver->release_response(&call->be, &call->opstate, resp, &outcome, &merr);
-
-	if (continue_op(call, r, worker_small_response_limit(call)))
-		return;
-	if (r == MESH_STEP_FAILED)
+	if (call->run.result == MESH_STEP_FAILED)
 	{
 		if (merr.failure == MESH_FAIL_NOT_FOUND)
 		{

@@ -8,8 +8,11 @@
  * a running exec, and a list call for reconciliation).  Everything else is a
  * declared capability.  Drivers do no I/O: each operation is a pair of pure
  * functions, one that builds an HTTP request and one that parses the
- * response, so the worker owns all waiting, cancellation and connection
- * reuse, and drivers can be tested without a network.
+ * response, so the driver runner (src/runner.c) owns all waiting,
+ * cancellation and connection reuse, and drivers can be tested without a
+ * network.  A builder may refuse (a request the backend could not serve,
+ * such as a path outside the workspace): it returns false with the reason,
+ * and the operation fails without a request.
  *
  * Nothing outside src/backends/ may name a driver; code above this layer
  * asks the driver table for capabilities and never compares names.
@@ -84,6 +87,7 @@ typedef struct MeshHttpResponse
 	const char *body;
 	size_t		body_len;
 	const char *transport_error;
+	bool		too_large;		/* the response exceeded the operation's limit */
 } MeshHttpResponse;
 
 /*
@@ -92,8 +96,7 @@ typedef struct MeshHttpResponse
  */
 typedef enum MeshFailure
 {
-	MESH_OK = 0,
-	MESH_FAIL_NOT_FOUND,		/* file or workspace does not exist */
+	MESH_FAIL_NOT_FOUND = 1,		/* file or workspace does not exist */
 	MESH_FAIL_PATH_REFUSED,		/* path escapes the workspace */
 	MESH_FAIL_TOO_LARGE,		/* over a size limit */
 	MESH_FAIL_BAD_REQUEST,		/* the backend refused the input */
@@ -115,6 +118,19 @@ typedef struct MeshError
 	char	   *message;		/* human text, never containing a credential */
 	char	   *reason;			/* the backend's own words, when it answered with an error */
 } MeshError;
+
+/* What acquire is asked for, on a create and on a wake alike. */
+typedef struct MeshAcquireSpec
+{
+	MeshSize	size;
+	const char *install_id;		/* labels the sandbox as this install's, for list */
+	/*
+	 * The workspace's network policy captured at creation
+	 * (mesh.workspace_egress), JSON text {"mode": "open"|"allowlist",
+	 * "domains": [...], "enforced": bool}; NULL: no network at all.
+	 */
+	const char *egress;
+} MeshAcquireSpec;
 
 typedef struct MeshExecSpec
 {
@@ -177,10 +193,10 @@ typedef struct MeshListedWorkspace
 
 /*
  * How a response parser ends a step.  MESH_STEP_NEXT: the operation needs
- * another request, which the parser put in st->next; the worker performs it
+ * another request, which the parser put in st->next; the runner performs it
  * and calls the same parser again.  So multi-step operations (create, then
  * start, then inspect) are small state machines inside the driver, while
- * the worker still owns every wait.
+ * the runner still owns every wait.
  */
 typedef enum MeshStepResult
 {
@@ -195,13 +211,6 @@ typedef struct MeshOpState
 	int			step;			/* responses parsed so far */
 	void	   *data;			/* the driver's own, palloc'd */
 	MeshHttpRequest next;		/* filled when a parser returns MESH_STEP_NEXT */
-	/*
-	 * Set by the worker before acquire_request: the workspace's network
-	 * policy captured at creation (mesh.workspace_egress), JSON text
-	 * {"mode": "open"|"allowlist", "domains": [...], "enforced": bool};
-	 * NULL for rows recorded before policies existed (network "none").
-	 */
-	const char *egress;
 } MeshOpState;
 
 typedef struct MeshDriver
@@ -224,47 +233,53 @@ typedef struct MeshDriver
 	char	   *(*workspace_ref) (const MeshBackend *be, const char *install_id,
 								  int64_t workspace_id);
 
+	/*
+	 * Each operation: a request builder, which returns false (the reason in
+	 * err) when it cannot build the request, and a response parser.
+	 */
+
 	/* create or wake; the backend may refine the capabilities */
-	void		(*acquire_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
-									MeshSize size, const char *install_id, MeshHttpRequest *req);
+	bool		(*acquire_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
+									const MeshAcquireSpec *spec, MeshHttpRequest *req,
+									MeshError *err);
 	MeshStepResult (*acquire_response) (const MeshBackend *be, MeshOpState *st,
 										const MeshHttpResponse *resp,
 										MeshCapabilities *caps, MeshError *err);
 
-	void		(*exec_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
-								 const MeshExecSpec *spec, MeshHttpRequest *req);
+	bool		(*exec_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
+								 const MeshExecSpec *spec, MeshHttpRequest *req, MeshError *err);
 	MeshStepResult (*exec_response) (const MeshBackend *be, MeshOpState *st,
 									 const MeshHttpResponse *resp,
 									 MeshExecResult *result, MeshError *err);
 
 	/* kill the whole process tree of a running exec */
-	void		(*kill_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
-								 const char *exec_key, MeshHttpRequest *req);
+	bool		(*kill_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
+								 const char *exec_key, MeshHttpRequest *req, MeshError *err);
 	MeshStepResult (*kill_response) (const MeshBackend *be, MeshOpState *st,
 									 const MeshHttpResponse *resp, MeshError *err);
 
-	void		(*read_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
-								 const char *path, MeshHttpRequest *req);
+	bool		(*read_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
+								 const char *path, MeshHttpRequest *req, MeshError *err);
 	MeshStepResult (*read_response) (const MeshBackend *be, MeshOpState *st,
 									 const MeshHttpResponse *resp,
 									 const char **data, size_t *len, MeshError *err);
 
-	void		(*write_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
+	bool		(*write_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
 								  const char *path, int mode, const char *data, size_t len,
-								  MeshHttpRequest *req);
+								  MeshHttpRequest *req, MeshError *err);
 	MeshStepResult (*write_response) (const MeshBackend *be, MeshOpState *st,
 									  const MeshHttpResponse *resp, MeshError *err);
 
 	/* prefer_hibernate: keep the filesystem where the backend can (idle reaping) */
-	void		(*release_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
-									bool prefer_hibernate, MeshHttpRequest *req);
+	bool		(*release_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
+									bool prefer_hibernate, MeshHttpRequest *req, MeshError *err);
 	MeshStepResult (*release_response) (const MeshBackend *be, MeshOpState *st,
 										const MeshHttpResponse *resp,
 										MeshReleaseOutcome *outcome, MeshError *err);
 
 	/* the backend's own list of this install's workspaces, for reconciliation */
-	void		(*list_request) (const MeshBackend *be, MeshOpState *st, const char *install_id,
-								 MeshHttpRequest *req);
+	bool		(*list_request) (const MeshBackend *be, MeshOpState *st, const char *install_id,
+								 MeshHttpRequest *req, MeshError *err);
 	MeshStepResult (*list_response) (const MeshBackend *be, MeshOpState *st,
 									 const MeshHttpResponse *resp,
 									 MeshListedWorkspace **items, int *nitems, MeshError *err);

@@ -599,16 +599,17 @@ container_spec(const MeshBackend *be, MeshSize size, const char *install_id)
 					 "Type", "volume", "Target", DOCKER_SCRATCH);
 }
 
-static void
-docker_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref, MeshSize size,
-					   const char *install_id, MeshHttpRequest *req)
+static bool
+docker_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+					   const MeshAcquireSpec *spec, MeshHttpRequest *req, MeshError *err)
 {
 	DockerOp   *op = op_new(st, ref);
 
-	op->install_id = pstrdup(install_id);
+	op->install_id = pstrdup(spec->install_id);
 	op->phase = PH_CREATE;
 	docker_begin(be, req, "POST", psprintf("/containers/create?name=%s", mesh_url_encode(ref)));
-	mesh_http_json_body(req, container_spec(be, size, install_id));
+	mesh_http_json_body(req, container_spec(be, spec->size, spec->install_id));
+	return true;
 }
 
 /* A create warning about a limit means the host does not enforce it. */
@@ -777,9 +778,9 @@ stdin_upload_request(const MeshBackend *be, DockerOp *op, const MeshExecSpec *sp
 }
 
 /* Stdin first (as a file in the exec's scratch directory), else the command. */
-static void
+static bool
 docker_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-					const MeshExecSpec *spec, MeshHttpRequest *req)
+					const MeshExecSpec *spec, MeshHttpRequest *req, MeshError *err)
 {
 	DockerOp   *op = op_new(st, ref);
 
@@ -793,11 +794,12 @@ docker_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 	{
 		op->phase = PH_EXEC_CREATE;
 		exec_command_request(be, op, spec, req);
-		return;
+		return true;
 	}
 	op->phase = PH_STDIN;
 	exec_command_request(be, op, spec, &op->create);
 	stdin_upload_request(be, op, spec, req);
+	return true;
 }
 
 /* The trailer at the end of stderr: timed out, full stdout/stderr sizes. */
@@ -922,9 +924,9 @@ docker_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
  *--------------------------------------------------------------------------
  */
 
-static void
+static bool
 docker_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-					const char *exec_key, MeshHttpRequest *req)
+					const char *exec_key, MeshHttpRequest *req, MeshError *err)
 {
 	DockerOp   *op = op_new(st, ref);
 	json_t	   *cmd = script_cmd(kill_script);
@@ -933,6 +935,7 @@ docker_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 	op->phase = PH_EXEC_CREATE;
 	exec_create_request(be, ref, cmd, NULL, req);
 	req->timeout_ms = Min(req->timeout_ms, 10000);
+	return true;
 }
 
 /* A container that is gone or stopped has nothing left to kill. */
@@ -1107,39 +1110,28 @@ file_op(MeshOpState *st, const char *ref, const char *path)
 	return op;
 }
 
-/*
- * A refused path still needs a request from a builder; a harmless ping is
- * sent and its parser reports the refusal.
- */
-static void
-refused_request(const MeshBackend *be, DockerOp *op, MeshHttpRequest *req)
-{
-	op->phase = PH_ARCHIVE;
-	op->rel = NULL;
-	docker_begin(be, req, "GET", "/_ping");
-}
-
+/* A path the driver refuses before the daemon is asked: no request is built. */
 static bool
-refused_now(const MeshBackend *be, DockerOp *op, MeshError *err)
+refuse_path(const MeshBackend *be, DockerOp *op, MeshError *err)
 {
-	if (op->rel != NULL)
+	if (op->rel != NULL && op->rel[0] != '\0')
 		return false;
 	mesh_error_set(err, MESH_FAIL_PATH_REFUSED,
 				   "backend \"%s\": the path is not inside " DOCKER_WORKSPACE, be->name);
 	return true;
 }
 
-static void
+static bool
 docker_read_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
-					MeshHttpRequest *req)
+					MeshHttpRequest *req, MeshError *err)
 {
 	DockerOp   *op = file_op(st, ref, path);
 
 	op->after_check = read_archive_request;
-	if (op->rel == NULL || op->rel[0] == '\0')
-		refused_request(be, op, req);
-	else
-		file_check_request(be, op, read_check_script, req);
+	if (refuse_path(be, op, err))
+		return false;
+	file_check_request(be, op, read_check_script, req);
+	return true;
 }
 
 /* The archive answer is a tar holding the one file. */
@@ -1154,8 +1146,6 @@ docker_read_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 
 	if (op->phase != PH_ARCHIVE)
 		return file_step(be, st, op, resp, err);
-	if (refused_now(be, op, err))
-		return MESH_STEP_FAILED;
 	if (!docker_ok(resp, be, "read the file", err))
 		return MESH_STEP_FAILED;
 	if (!tar_first_file(resp->body, resp->body_len, &file, &size, &is_file))
@@ -1169,9 +1159,9 @@ docker_read_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 	return MESH_STEP_DONE;
 }
 
-static void
+static bool
 docker_write_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
-					 int mode, const char *data, size_t len, MeshHttpRequest *req)
+					 int mode, const char *data, size_t len, MeshHttpRequest *req, MeshError *err)
 {
 	DockerOp   *op = file_op(st, ref, path);
 
@@ -1179,10 +1169,10 @@ docker_write_request(const MeshBackend *be, MeshOpState *st, const char *ref, co
 	op->data = data;
 	op->len = len;
 	op->after_check = write_archive_request;
-	if (op->rel == NULL || op->rel[0] == '\0')
-		refused_request(be, op, req);
-	else
-		file_check_request(be, op, write_check_script, req);
+	if (refuse_path(be, op, err))
+		return false;
+	file_check_request(be, op, write_check_script, req);
+	return true;
 }
 
 static MeshStepResult
@@ -1193,8 +1183,6 @@ docker_write_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResp
 
 	if (op->phase != PH_ARCHIVE)
 		return file_step(be, st, op, resp, err);
-	if (refused_now(be, op, err))
-		return MESH_STEP_FAILED;
 	return mesh_step(docker_ok(resp, be, "write the file", err));
 }
 
@@ -1213,9 +1201,9 @@ keeps_on_release(const MeshBackend *be, bool prefer_hibernate)
 }
 
 /* Hibernate: stop, keeping the container and its volumes.  Else remove both. */
-static void
+static bool
 docker_release_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-					   bool prefer_hibernate, MeshHttpRequest *req)
+					   bool prefer_hibernate, MeshHttpRequest *req, MeshError *err)
 {
 	DockerOp   *op = op_new(st, ref);
 
@@ -1225,6 +1213,7 @@ docker_release_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 	else
 		docker_begin(be, req, "DELETE", psprintf("/containers/%s?force=1&v=1", mesh_url_encode(ref)));
 	req->timeout_ms += 5000;
+	return true;
 }
 
 /* 304 from stop: already stopped, which is hibernated too. */
@@ -1247,9 +1236,9 @@ docker_release_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRe
  * must list only what it made, or the reaper would take the other's
  * containers for orphans.
  */
-static void
+static bool
 docker_list_request(const MeshBackend *be, MeshOpState *st, const char *install_id,
-					MeshHttpRequest *req)
+					MeshHttpRequest *req, MeshError *err)
 {
 	json_t	   *filters = json_pack("{s:[s,s]}", "label",
 										psprintf(DOCKER_LABEL "=%s", install_id),
@@ -1259,6 +1248,7 @@ docker_list_request(const MeshBackend *be, MeshOpState *st, const char *install_
 	docker_begin(be, req, "GET", psprintf("/containers/json?all=1&filters=%s", mesh_url_encode(text)));
 	free(text);
 	json_decref(filters);
+	return true;
 }
 
 static MeshStepResult

@@ -149,7 +149,7 @@ parse_body(const MeshHttpResponse *resp, const MeshBackend *be, MeshError *err)
 /*
  * The acquire body's network fields from the workspace's captured policy:
  * "allowlist" with its domains, "open" when the policy is open and enforced
- * here, else "none" (loopback only: rows from before policies, or a daemon
+ * here, else "none" (loopback only: no policy recorded, or a daemon
  * declared without egress_control).
  */
 static void
@@ -174,16 +174,17 @@ set_network(json_t *body, const char *egress_text)
 		json_decref(egress);
 }
 
-static void
-sandboxd_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref, MeshSize size,
-						 const char *install_id, MeshHttpRequest *req)
+static bool
+sandboxd_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+						 const MeshAcquireSpec *spec, MeshHttpRequest *req, MeshError *err)
 {
-	json_t	   *body = json_pack("{s:s,s:{s:s}}", "size", mesh_size_name(size),
-								 "labels", "mesh.install", install_id);
+	json_t	   *body = json_pack("{s:s,s:{s:s}}", "size", mesh_size_name(spec->size),
+								 "labels", "mesh.install", spec->install_id);
 
 	sandboxd_begin(be, req, "PUT", psprintf("/v1/workspaces/%s", ref));
-	set_network(body, st->egress);
+	set_network(body, spec->egress);
 	mesh_http_json_body(req, body);
+	return true;
 }
 
 /* Take what the host says it enforces, where it says anything. */
@@ -226,9 +227,9 @@ sandboxd_acquire_response(const MeshBackend *be, MeshOpState *st, const MeshHttp
 	return MESH_STEP_DONE;
 }
 
-static void
+static bool
 sandboxd_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-					  const MeshExecSpec *spec, MeshHttpRequest *req)
+					  const MeshExecSpec *spec, MeshHttpRequest *req, MeshError *err)
 {
 	json_t	   *body = json_object();
 	json_t	   *argv = json_array();
@@ -252,6 +253,7 @@ sandboxd_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 		mesh_http_json_body(req, body);
 	/* the transport deadline must outlast the command's own timeout */
 	req->timeout_ms += spec->timeout_ms;
+	return true;
 }
 
 static bool
@@ -385,13 +387,14 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	return MESH_STEP_DONE;
 }
 
-static void
+static bool
 sandboxd_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-					  const char *exec_key, MeshHttpRequest *req)
+					  const char *exec_key, MeshHttpRequest *req, MeshError *err)
 {
 	sandboxd_begin(be, req, "POST",
 				   psprintf("/v1/workspaces/%s/execs/%s/kill", ref, mesh_url_encode(exec_key)));
 	req->timeout_ms = Min(req->timeout_ms, 10000);
+	return true;
 }
 
 /* An exec that already ended (exec_not_found) needs no kill: success too. */
@@ -404,12 +407,13 @@ sandboxd_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
 }
 
-static void
+static bool
 sandboxd_read_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
-					  MeshHttpRequest *req)
+					  MeshHttpRequest *req, MeshError *err)
 {
 	sandboxd_begin(be, req, "GET",
 				   psprintf("/v1/workspaces/%s/files?path=%s", ref, mesh_url_encode(path)));
+	return true;
 }
 
 /* The body is the file: nothing to parse beyond the status. */
@@ -424,15 +428,16 @@ sandboxd_read_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	return MESH_STEP_DONE;
 }
 
-static void
+static bool
 sandboxd_write_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
-					   int mode, const char *data, size_t len, MeshHttpRequest *req)
+					   int mode, const char *data, size_t len, MeshHttpRequest *req, MeshError *err)
 {
 	sandboxd_begin(be, req, "PUT",
 				   psprintf("/v1/workspaces/%s/files?path=%s&mode=%d", ref, mesh_url_encode(path), mode));
 	req->body = data;
 	req->body_len = len;
 	mesh_http_add_header(req, "Content-Type: application/octet-stream");
+	return true;
 }
 
 static MeshStepResult
@@ -442,9 +447,9 @@ sandboxd_write_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRe
 	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
 }
 
-static void
+static bool
 sandboxd_release_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-						 bool prefer_hibernate, MeshHttpRequest *req)
+						 bool prefer_hibernate, MeshHttpRequest *req, MeshError *err)
 {
 	json_t	   *release = json_object_get(be->config, "release");
 
@@ -453,6 +458,7 @@ sandboxd_release_request(const MeshBackend *be, MeshOpState *st, const char *ref
 		mesh_http_json_body(req, json_pack("{s:s}", "prefer", "hibernate"));
 	else if (release)
 		mesh_http_json_body(req, json_pack("{s:s}", "prefer", json_string_value(release)));
+	return true;
 }
 
 static MeshStepResult
@@ -483,12 +489,13 @@ sandboxd_release_response(const MeshBackend *be, MeshOpState *st, const MeshHttp
 	return MESH_STEP_DONE;
 }
 
-static void
+static bool
 sandboxd_list_request(const MeshBackend *be, MeshOpState *st, const char *install_id,
-					  MeshHttpRequest *req)
+					  MeshHttpRequest *req, MeshError *err)
 {
 	sandboxd_begin(be, req, "GET",
 				   psprintf("/v1/workspaces?label=%s", mesh_url_encode(psprintf("mesh.install=%s", install_id))));
+	return true;
 }
 
 static MeshStepResult

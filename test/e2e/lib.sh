@@ -43,3 +43,24 @@ wait_daemon_ready() {
   done
   return 1
 }
+
+# stand_in SOCKET: a stand-in backend on unix socket SOCKET, in the background (its pid in
+# $!); stdin is Python defining class Handler (a socketserver request handler), which serves
+# each connection on a thread of its own.  Returns once the socket is there.
+stand_in() {
+  local sock=$1
+  /usr/bin/python3 -c "$(cat; cat <<'PY'
+
+import os, socketserver, sys
+
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+server = Server(sys.argv[1], Handler)
+os.chmod(sys.argv[1], 0o777)
+server.serve_forever()
+PY
+)" "$sock" &
+  for _ in $(seq 1 100); do [ -S "$sock" ] && return 0; sleep 0.1; done
+  return 1
+}

@@ -7,10 +7,10 @@
 . "$(dirname "$0")/lib.sh"
 plan 6
 dir=$(mktemp -d /tmp/mesh-full.XXXXXX); chmod 755 "$dir"
-/usr/bin/python3 - "$dir/full.sock" <<'PY' &
-import http.server, json, os, socketserver, sys
+stand_in "$dir/full.sock" <<'PY'
+import http.server, json
 
-class Full(http.server.BaseHTTPRequestHandler):
+class Handler(http.server.BaseHTTPRequestHandler):
     def answer(self):
         body = json.dumps({"error": {"code": "out_of_resources",
                                      "message": "as many workspaces run as the open-files limit allows"}}).encode()
@@ -22,18 +22,9 @@ class Full(http.server.BaseHTTPRequestHandler):
     do_GET = do_PUT = do_POST = do_DELETE = answer
     def log_message(self, *args):
         pass
-
-class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-path = sys.argv[1]
-server = Server(path, Full)
-os.chmod(path, 0o777)
-server.serve_forever()
 PY
 fake=$!
 trap 'kill $fake 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 1 100); do [ -S "$dir/full.sock" ] && break; sleep 0.1; done
 be=full-$$; run=full-run-$$
 
 q "SELECT mesh.backend_add('$be', 'sandboxd', '{\"socket\": \"$dir/full.sock\"}', catalog_order => 900)" >/dev/null

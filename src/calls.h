@@ -1,0 +1,202 @@
+/*-------------------------------------------------------------------------
+ *
+ * calls.h
+ *	  The typed hand-off: what a caller asks a mesh worker, and what the
+ *	  worker answers, per operation.
+ *
+ * Every message between a caller and a worker -- the request in the call
+ * segment, each notice and the final reply on the call's shm_mq -- is one
+ * flat message: a MeshMsgHeader, the operation's fixed struct, then the
+ * bytes its MeshSpans point at (strings, each NUL-terminated; lists of
+ * spans).  Offsets, never pointers: caller and worker map the segment at
+ * different addresses, and a reply is read where shm_mq left it.  Large
+ * payloads (stdin, a file's content) travel beside the message, never
+ * copied into it: a request's in the call segment's blob (handoff.c), a
+ * reply's as the second part of the same shm_mq message.
+ *
+ * Built and read by src/calls.c; no JSON on either side of the hand-off.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MESH_CALLS_H
+#define MESH_CALLS_H
+
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+
+/* Identifiers (run_id, agent_id, ...) are at most this long (api.c checks). */
+#define MESH_MAX_ID_BYTES 255
+
+typedef enum MeshOp
+{
+	MESH_OP_ACQUIRE = 1,		/* declare a run's workspace (no backend call) */
+	MESH_OP_EXEC,
+	MESH_OP_READ_FILE,
+	MESH_OP_WRITE_FILE,
+	MESH_OP_RELEASE,
+	MESH_OP_SWEEP				/* to the reaper: sweep now, reply with what it did */
+} MeshOp;
+
+#define MESH_OP_COUNT (MESH_OP_SWEEP + 1)
+
+typedef enum MeshMsgKind
+{
+	MESH_MSG_REQUEST = 1,		/* caller -> worker: the operation's request */
+	MESH_MSG_NOTICE,			/* worker -> caller: raise as NOTICE, keep waiting */
+	MESH_MSG_ERROR,				/* worker -> caller, final: raise as ERROR */
+	MESH_MSG_REPLY				/* worker -> caller, final: the operation's result */
+} MeshMsgKind;
+
+/* Bytes inside a message: from its start; len -1 is SQL NULL. */
+typedef struct MeshSpan
+{
+	uint32		off;
+	int32		len;
+} MeshSpan;
+
+/*
+ * Where the worker's time on a call went, in nanoseconds, sent in the final
+ * message; the caller adds its own stages and counts them (stages.c).
+ */
+typedef struct MeshCallTimes
+{
+	uint64		handoff_ns;		/* caller queued the call -> worker took it */
+	uint64		worker_txn_ns;	/* in the worker's own transactions and flushes */
+	uint64		http_ns;		/* backend requests: sent -> response received */
+	uint64		replied_at_ns;	/* when the worker queued the final message */
+} MeshCallTimes;
+
+typedef struct MeshMsgHeader
+{
+	uint16		kind;			/* MeshMsgKind */
+	uint16		op;				/* MeshOp */
+	uint32		fixed_size;		/* size of the struct that follows */
+	MeshCallTimes times;		/* final messages only */
+} MeshMsgHeader;
+
+/*--------------------------------------------------------------------------
+ * Requests.  The run's id is not here: it is in the call's header.
+ *--------------------------------------------------------------------------
+ */
+typedef struct MeshAcquireRequest
+{
+	MeshSpan	agent_id;
+	MeshSpan	actor_id;
+	MeshSpan	parent_run_id;	/* NULL: a top-level run */
+	MeshSpan	environment;	/* NULL: no grants */
+} MeshAcquireRequest;
+
+typedef struct MeshExecRequest
+{
+	MeshSpan	argv;			/* list of argc strings */
+	MeshSpan	env;			/* list of name, value, name, value, ...; NULL: none */
+	MeshSpan	dir;			/* NULL: the workspace root */
+	int32		argc;
+	int32		nenv;			/* variables, so the env list has 2 * nenv spans */
+	bool		has_stdin;		/* stdin is the call's blob */
+	int64		timeout_ms;
+	int32		max_output;		/* bytes of each stream kept */
+} MeshExecRequest;
+
+/* read and write; a write's content is the call's blob */
+typedef struct MeshFileRequest
+{
+	MeshSpan	path;
+	int32		mode;
+} MeshFileRequest;
+
+typedef struct MeshReleaseRequest
+{
+	MeshSpan	reason;			/* NULL: the caller gave none */
+	bool		idle;			/* the reaper's: hibernate if the backend can */
+} MeshReleaseRequest;
+
+typedef union MeshRequest
+{
+	MeshAcquireRequest acquire;
+	MeshExecRequest exec;
+	MeshFileRequest file;
+	MeshReleaseRequest release;
+} MeshRequest;
+
+/*--------------------------------------------------------------------------
+ * Replies
+ *--------------------------------------------------------------------------
+ */
+
+/* a mesh.workspaces row, as the composite datum the worker's INSERT returned */
+typedef struct MeshAcquireReply
+{
+	MeshSpan	row;
+} MeshAcquireReply;
+
+typedef struct MeshExecReply
+{
+	int64		exec_id;
+	int32		exit_code;
+	bool		truncated;
+	MeshSpan	status;
+	MeshSpan	stdout_text;
+	MeshSpan	stderr_text;
+} MeshExecReply;
+
+typedef struct MeshReadReply
+{
+	MeshSpan	content;
+} MeshReadReply;
+
+typedef struct MeshReleaseReply
+{
+	MeshSpan	outcome;
+} MeshReleaseReply;
+
+#define MESH_SWEEP_COLUMNS 4	/* action, run_id, backend, detail */
+
+typedef struct MeshSweepReply
+{
+	int32		nrows;
+	MeshSpan	cells;			/* list of nrows * MESH_SWEEP_COLUMNS strings */
+} MeshSweepReply;
+
+typedef struct MeshErrorReply
+{
+	int32		sqlerrcode;		/* as MAKE_SQLSTATE */
+	MeshSpan	message;
+	MeshSpan	detail;
+	MeshSpan	hint;
+} MeshErrorReply;
+
+typedef struct MeshNoticeReply
+{
+	MeshSpan	message;
+} MeshNoticeReply;
+
+/* A message as received: where it lies, and its header. */
+typedef struct MeshMsg
+{
+	const char *base;
+	Size		len;
+	const MeshMsgHeader *hdr;
+} MeshMsg;
+
+/* building (either side) */
+extern void mesh_msg_begin(StringInfo buf, MeshMsgKind kind, MeshOp op, Size fixed_size);
+extern MeshSpan mesh_msg_add_bytes(StringInfo buf, const char *data, Size len);
+extern MeshSpan mesh_msg_add_string(StringInfo buf, const char *s);
+extern MeshSpan mesh_msg_add_list(StringInfo buf, int n);
+extern void mesh_msg_set_list_item(StringInfo buf, MeshSpan list, int i, MeshSpan item);
+extern void mesh_msg_set_fixed(StringInfo buf, const void *fixed, Size fixed_size);
+extern void mesh_msg_set_times(StringInfo buf, const MeshCallTimes *times);
+extern void mesh_msg_error(StringInfo buf, MeshOp op, int sqlerrcode, const char *message,
+						   const char *detail, const char *hint);
+extern void mesh_msg_notice(StringInfo buf, MeshOp op, const char *message);
+
+/* reading (either side) */
+extern void mesh_msg_parse(const char *data, Size len, MeshMsg *msg);
+extern const void *mesh_msg_fixed(const MeshMsg *msg, Size fixed_size);
+extern const char *mesh_msg_string(const MeshMsg *msg, MeshSpan span);
+extern Size mesh_msg_bytes(const MeshMsg *msg, MeshSpan span, const char **data);
+extern MeshSpan mesh_msg_list_item(const MeshMsg *msg, MeshSpan list, int i);
+
+#endif							/* MESH_CALLS_H */
