@@ -18,9 +18,12 @@ SELECT stdout_bytes, stdout_dropped, (SELECT sum(length(data)) FROM mesh.exec_ou
   FROM mesh.execs WHERE id = :nul;
 
 -- output larger than mesh.max_output: clamped in the row, whole in the store (1 MB chunks)
-SELECT exec_id AS seq, truncated, stdout LIKE '%bytes omitted%' AS marked, length(stdout) < 100000 AS clamped
+-- and mesh_exec says how long each stream is as stored
+SELECT exec_id AS seq, truncated, stdout LIKE '%bytes omitted%' AS marked, length(stdout) < 100000 AS clamped,
+       stdout_bytes AS seq_bytes, stderr_bytes AS seq_err_bytes
   FROM mesh_exec('out-1', ARRAY['seq', '1', '300000']) \gset
-SELECT :'truncated' AS truncated, :'marked' AS marked, :'clamped' AS clamped;
+SELECT :'truncated' AS truncated, :'marked' AS marked, :'clamped' AS clamped,
+       :seq_bytes AS stdout_bytes, :seq_err_bytes AS stderr_bytes;
 SELECT stdout_bytes, stdout_dropped, truncated FROM mesh.execs WHERE id = :seq;
 SELECT count(*) AS chunks, min(start_offset) AS first_chunk FROM mesh.exec_output WHERE exec_id = :seq;
 SELECT (SELECT data FROM mesh_exec_output_bytes(:seq, max_bytes => 10000000))

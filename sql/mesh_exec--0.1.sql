@@ -1062,7 +1062,8 @@ CREATE FUNCTION @extschema@.mesh_exec(run_id text, argv text[], dir text DEFAULT
                                       stdin bytea DEFAULT NULL, timeout interval DEFAULT NULL,
                                       env jsonb DEFAULT NULL)
 RETURNS TABLE (exit_code integer, stdout text, stderr text, status text,
-               truncated boolean, exec_id bigint)
+               truncated boolean, exec_id bigint,
+               stdout_bytes bigint, stderr_bytes bigint)  -- stored whole: mesh_exec_output
     AS 'MODULE_PATHNAME', 'mesh_exec' LANGUAGE C ROWS 1;
 
 CREATE FUNCTION @extschema@.mesh_read_file(run_id text, path text)
@@ -1102,20 +1103,21 @@ SELECT pg_catalog.pg_extension_config_dump('mesh.exec_output', '');
 CREATE FUNCTION mesh.output_text(data bytea) RETURNS text
     AS 'MODULE_PATHNAME', 'mesh_output_text' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
--- The worker stores an exec's output (what the backend kept, already redacted) in 1 MB chunks.
-CREATE FUNCTION mesh.exec_output_store(p_exec_id bigint, p_stdout bytea, p_stdout_dropped bigint,
-                                       p_stderr bytea, p_stderr_dropped bigint)
+-- The worker stores an exec's output (what the backend kept, already redacted) a chunk at a
+-- time (1 MB, src/exec_output.c), so it never holds a second copy of a whole stream, then
+-- the byte counts on the exec's row, in the same transaction.
+CREATE FUNCTION mesh.exec_output_chunk(p_exec_id bigint, p_stream text, p_start_offset bigint,
+                                       p_data bytea)
 RETURNS void LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
     INSERT INTO mesh.exec_output (exec_id, stream, start_offset, data)
-    SELECT p_exec_id, s.stream, s.dropped + i * 1048576,
-           substring(s.data FROM i * 1048576 + 1 FOR 1048576)
-      FROM (VALUES ('stdout', p_stdout, p_stdout_dropped),
-                   ('stderr', p_stderr, p_stderr_dropped)) s (stream, data, dropped),
-           generate_series(0, (length(s.data) - 1) / 1048576) i
-     WHERE length(s.data) > 0;
+    VALUES (p_exec_id, p_stream, p_start_offset, p_data);
+$$;
+CREATE FUNCTION mesh.exec_output_counts(p_exec_id bigint, p_stdout_bytes bigint, p_stdout_dropped bigint,
+                                        p_stderr_bytes bigint, p_stderr_dropped bigint)
+RETURNS void LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
     UPDATE mesh.execs
-       SET stdout_bytes = p_stdout_dropped + length(p_stdout), stdout_dropped = p_stdout_dropped,
-           stderr_bytes = p_stderr_dropped + length(p_stderr), stderr_dropped = p_stderr_dropped
+       SET stdout_bytes = p_stdout_bytes, stdout_dropped = p_stdout_dropped,
+           stderr_bytes = p_stderr_bytes, stderr_dropped = p_stderr_dropped
      WHERE id = p_exec_id;
 $$;
 

@@ -5,7 +5,8 @@
  *
  * Backends hand back the last mesh.exec_output_limit bytes of each stream
  * as the command wrote them.  Those bytes (redacted) are stored in
- * mesh.exec_output, chunked by byte offset, for mesh_exec_output to read
+ * mesh.exec_output, in chunks keyed by byte offset, one chunk at a time
+ * (never a second copy of a whole stream), for mesh_exec_output to read
  * back; mesh_exec's return and mesh.execs keep mesh.max_output bytes of
  * each, head and tail around a marker, as text.
  *
@@ -18,8 +19,10 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 
 #include "exec_output.h"
 #include "mesh_exec.h"
@@ -28,45 +31,80 @@
 
 PG_FUNCTION_INFO_V1(mesh_output_text);
 
+/* Stored rows hold at most this many bytes of a stream each. */
+#define OUTPUT_CHUNK_BYTES (1024 * 1024)
+
 typedef struct OutputArgs
 {
 	int64		exec_id;
 	MeshOutputStream streams[2];	/* stdout, stderr */
 } OutputArgs;
 
-static const char store_output_sql[] =
-"SELECT mesh.exec_output_store($1, $2, $3, $4, $5)";
+static const char *const stream_names[2] = {"stdout", "stderr"};
 
-/* A bytea datum holding a copy of LEN bytes. */
-static Datum
-bytea_datum(const char *data, size_t len)
+static const char store_chunk_sql[] =
+"SELECT mesh.exec_output_chunk($1, $2, $3, $4)";
+static const char store_counts_sql[] =
+"SELECT mesh.exec_output_counts($1, $2, $3, $4, $5)";
+
+/* Run one statement of the store; any failure ends the transaction. */
+static void
+store_statement(const char *sql, int nargs, Oid *types, Datum *values, int64 exec_id)
 {
-	bytea	   *b = palloc(VARHDRSZ + len);
+	int			rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
 
-	SET_VARSIZE(b, VARHDRSZ + len);
-	if (len > 0)
-		memcpy(VARDATA(b), data, len);
-	return PointerGetDatum(b);
+	if (rc < 0)
+		elog(ERROR, "mesh: storing the output of exec " INT64_FORMAT " failed: %s",
+			 exec_id, SPI_result_code_string(rc));
+}
+
+/*
+ * One stream, a chunk at a time: only one chunk's copy (and what storing it
+ * allocates) exists at once, whatever the stream's size.
+ */
+static void
+store_stream(int64 exec_id, int which, const MeshOutputStream *s)
+{
+	Oid			types[4] = {INT8OID, TEXTOID, INT8OID, BYTEAOID};
+	Datum		values[4];
+	MemoryContext chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "mesh output chunk",
+													ALLOCSET_DEFAULT_SIZES);
+
+	values[0] = Int64GetDatum(exec_id);
+	values[1] = CStringGetTextDatum(stream_names[which]);
+	for (size_t done = 0; done < s->len; done += OUTPUT_CHUNK_BYTES)
+	{
+		size_t		n = Min((size_t) OUTPUT_CHUNK_BYTES, s->len - done);
+		MemoryContext old = MemoryContextSwitchTo(chunk_cxt);
+		bytea	   *chunk = palloc(VARHDRSZ + n);
+
+		SET_VARSIZE(chunk, VARHDRSZ + n);
+		memcpy(VARDATA(chunk), s->data + done, n);
+		values[2] = Int64GetDatum(s->dropped + (int64) done);
+		values[3] = PointerGetDatum(chunk);
+		store_statement(store_chunk_sql, 4, types, values, exec_id);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(chunk_cxt);
+		CHECK_FOR_INTERRUPTS();
+	}
+	MemoryContextDelete(chunk_cxt);
 }
 
 static void
 store_output_body(void *arg)
 {
 	OutputArgs *a = (OutputArgs *) arg;
-	Oid			types[5] = {INT8OID, BYTEAOID, INT8OID, BYTEAOID, INT8OID};
+	Oid			types[5] = {INT8OID, INT8OID, INT8OID, INT8OID, INT8OID};
 	Datum		values[5];
-	int			rc;
 
 	values[0] = Int64GetDatum(a->exec_id);
 	for (int i = 0; i < 2; i++)
 	{
-		values[1 + 2 * i] = bytea_datum(a->streams[i].data, a->streams[i].len);
+		store_stream(a->exec_id, i, &a->streams[i]);
+		values[1 + 2 * i] = Int64GetDatum(a->streams[i].dropped + (int64) a->streams[i].len);
 		values[2 + 2 * i] = Int64GetDatum(a->streams[i].dropped);
 	}
-	rc = SPI_execute_with_args(store_output_sql, 5, types, values, NULL, false, 0);
-	if (rc < 0)
-		elog(ERROR, "mesh: storing the output of exec " INT64_FORMAT " failed: %s",
-			 a->exec_id, SPI_result_code_string(rc));
+	store_statement(store_counts_sql, 5, types, values, a->exec_id);
 }
 
 /* Past the ceiling only the tail is stored: what went before counts as dropped. */

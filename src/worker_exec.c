@@ -52,7 +52,7 @@ bound_by_budget(WorkerCall *call)
 	return true;
 }
 
-/* Room for both streams as kept, base64-encoded, and the envelope. */
+/* Room for both streams as kept (base64-encoded by a backend that must), and the envelope. */
 size_t
 exec_response_limit(WorkerCall *call)
 {
@@ -233,6 +233,9 @@ keep_output(WorkerCall *call, MeshExecResult *result)
 	out.len = result->stdout_len;
 	errs.data = result->stderr_data;
 	errs.len = result->stderr_len;
+	/* the lengths as stored: a redacted secret's label need not be as long as the secret */
+	result->stdout_total = out.dropped + (int64) out.len;
+	result->stderr_total = errs.dropped + (int64) errs.len;
 	if (!store_exec_output(call->exec_id, &out, &errs, &err))
 	{
 		ereport(LOG,
@@ -334,6 +337,8 @@ reply_exec(WorkerCall *call, const MeshExecResult *result, const char *status)
 	MeshExecReply r;
 
 	r.exec_id = call->exec_id;
+	r.stdout_bytes = result->stdout_total;
+	r.stderr_bytes = result->stderr_total;
 	r.exit_code = result->exit_code;
 	r.truncated = result->truncated;
 	r.status = mesh_msg_add_string(head, status);

@@ -407,42 +407,94 @@ static void capture_append(struct capture *cap, const unsigned char *data, size_
 }
 
 /*
- * Base64 of head + marker + tail (marker only when bytes were omitted); a
- * tail-only capture is its bytes alone, *_bytes telling what went before.
+ * The marker between head and tail when bytes were omitted ("" otherwise,
+ * and always for a tail-only capture, whose *_bytes tell what went before).
  */
-static char *capture_finish(struct capture *cap, bool *truncated)
+static void capture_marker(const struct capture *cap, char *marker, size_t size,
+                           bool *truncated)
 {
     uint64_t omitted = cap->total - cap->head_len - cap->tail_len;
-    char marker[96] = "";
+    marker[0] = '\0';
     if (omitted > 0) {
         if (cap->head_cap > 0)
-            snprintf(marker, sizeof marker, "\n\xe2\x80\xa6[mesh: %llu bytes omitted]\xe2\x80\xa6\n",
+            snprintf(marker, size, "\n\xe2\x80\xa6[mesh: %llu bytes omitted]\xe2\x80\xa6\n",
                      (unsigned long long)omitted);
         *truncated = true;
     }
-    size_t len = cap->head_len + strlen(marker) + cap->tail_len;
+}
+
+/* Bytes capture_copy writes: head, marker, tail. */
+static size_t capture_kept_len(const struct capture *cap, const char *marker)
+{
+    return cap->head_len + strlen(marker) + cap->tail_len;
+}
+
+/* Copies head + marker + tail (the ring unrolled) to DST; returns the byte after them. */
+static unsigned char *capture_copy(const struct capture *cap, const char *marker,
+                                   unsigned char *dst)
+{
+    if (cap->head_len > 0)
+        memcpy(dst, cap->head, cap->head_len);
+    dst += cap->head_len;
+    memcpy(dst, marker, strlen(marker));
+    dst += strlen(marker);
+    size_t first = cap->tail_cap - cap->tail_start < cap->tail_len
+                 ? cap->tail_cap - cap->tail_start : cap->tail_len;
+    if (first > 0)
+        memcpy(dst, cap->tail + cap->tail_start, first);
+    if (cap->tail_len > first)
+        memcpy(dst + first, cap->tail, cap->tail_len - first);
+    return dst + cap->tail_len;
+}
+
+/* Frees the capture's buffers. */
+static void capture_free(struct capture *cap)
+{
+    free(cap->head);
+    free(cap->tail);
+    cap->head = cap->tail = NULL;
+}
+
+/* Base64 of head + marker + tail, for the JSON response; frees the capture. */
+static char *capture_finish(struct capture *cap, bool *truncated)
+{
+    char marker[96];
+    capture_marker(cap, marker, sizeof marker, truncated);
+    size_t len = capture_kept_len(cap, marker);
     unsigned char *flat = malloc(len + 1);
     char *b64 = NULL;
     if (flat) {
-        size_t o = cap->head_len;
-        if (cap->head_len > 0)
-            memcpy(flat, cap->head, cap->head_len);
-        memcpy(flat + o, marker, strlen(marker));
-        o += strlen(marker);
-        size_t first = cap->tail_cap - cap->tail_start < cap->tail_len
-                     ? cap->tail_cap - cap->tail_start : cap->tail_len;
-        if (first > 0)
-            memcpy(flat + o, cap->tail + cap->tail_start, first);
-        if (cap->tail_len > first)
-            memcpy(flat + o + first, cap->tail, cap->tail_len - first);
+        capture_copy(cap, marker, flat);
         b64 = base64_encode(flat, len);
         free(flat);
     }
     if (!b64)
         b64 = strdup("");
-    free(cap->head);
-    free(cap->tail);
+    capture_free(cap);
     return b64;
+}
+
+/*
+ * Both tail-only captures as the raw body's bytes (stdout then stderr), the
+ * kept lengths in the response; frees the captures.  False: no memory.
+ */
+static bool capture_finish_raw(struct capture *out, struct capture *errc, json_t *resp,
+                               struct exec_output *raw, bool *truncated)
+{
+    char marker[96];    /* "" for tail-only captures */
+    capture_marker(out, marker, sizeof marker, truncated);
+    capture_marker(errc, marker, sizeof marker, truncated);
+    size_t out_len = capture_kept_len(out, ""), err_len = capture_kept_len(errc, "");
+    raw->bytes = malloc(out_len + err_len + 1);
+    if (raw->bytes) {
+        capture_copy(errc, "", capture_copy(out, "", raw->bytes));
+        raw->len = out_len + err_len;
+        json_object_set_new(resp, "stdout_kept", json_integer((json_int_t)out_len));
+        json_object_set_new(resp, "stderr_kept", json_integer((json_int_t)err_len));
+    }
+    capture_free(out);
+    capture_free(errc);
+    return raw->bytes != NULL;
 }
 
 /* Reads what is available from the non-blocking FD into CAP (stops at EAGAIN or EOF). */
@@ -807,9 +859,14 @@ static json_t *spawn_error_json(struct exec_run *run)
     return json_pack("{s:s,s:s}", "code", code, "message", message);
 }
 
-/* Turns the finished run into the protocol's exec response. */
+/*
+ * Turns the finished run into the protocol's exec response: the output in
+ * it as base64, or (RAW, output "tail") beside it as raw bytes.  NULL with
+ * ERR set when out of memory.
+ */
 static json_t *exec_response(struct exec_run *run, struct capture *out, struct capture *errc,
-                             double wall_ms, bool oom_killed, long long peak_bytes)
+                             double wall_ms, bool oom_killed, long long peak_bytes,
+                             struct exec_output *raw, struct api_error *err)
 {
     bool truncated = false;
     int reason = __atomic_load_n(&run->kill_reason, __ATOMIC_SEQ_CST);
@@ -827,23 +884,37 @@ static json_t *exec_response(struct exec_run *run, struct capture *out, struct c
     double cpu_ms = run->cpu_ns >= 0 ? (double)run->cpu_ns / 1e6
                   : run->init_usage.ru_utime.tv_sec * 1e3 + run->init_usage.ru_utime.tv_usec / 1e3 +
                     run->init_usage.ru_stime.tv_sec * 1e3 + run->init_usage.ru_stime.tv_usec / 1e3;
-    uint64_t out_bytes = out->total, err_bytes = errc->total;
-    char *out_b64 = capture_finish(out, &truncated);
-    char *err_b64 = capture_finish(errc, &truncated);
     json_t *resp = json_pack(
-        "{s:i,s:o,s:s,s:s,s:I,s:I,s:b,s:f,s:o,s:b,s:b,s:b}", "exit_code", exit_code, "signal",
-        signal_number ? json_integer(signal_number) : json_null(), "stdout_b64", out_b64,
-        "stderr_b64", err_b64, "stdout_bytes", (json_int_t)out_bytes, "stderr_bytes",
-        (json_int_t)err_bytes, "truncated", truncated, "wall_ms",
+        "{s:i,s:o,s:I,s:I,s:f,s:o,s:b,s:b,s:b}", "exit_code", exit_code, "signal",
+        signal_number ? json_integer(signal_number) : json_null(), "stdout_bytes",
+        (json_int_t)out->total, "stderr_bytes", (json_int_t)errc->total, "wall_ms",
         (double)(long long)(wall_ms * 1000) / 1000, "cpu_ms",
         json_number_or_null(g_caps.compute_metering && run->init_reaped,
                             (double)(long long)(cpu_ms * 1000) / 1000),
         "timed_out", reason == KILL_TIMEOUT, "oom_killed", oom_killed, "killed",
         reason == KILL_REQUEST || reason == KILL_RELEASE);
+    if (resp && raw) {
+        if (!capture_finish_raw(out, errc, resp, raw, &truncated)) {
+            json_decref(resp);
+            resp = NULL;
+        }
+    } else {
+        char *out_b64 = capture_finish(out, &truncated);
+        char *err_b64 = capture_finish(errc, &truncated);
+        if (resp) {
+            json_object_set_new(resp, "stdout_b64", json_string(out_b64));
+            json_object_set_new(resp, "stderr_b64", json_string(err_b64));
+        }
+        free(out_b64);
+        free(err_b64);
+    }
+    if (!resp) {
+        api_error_from_errno(err, ENOMEM, "cannot answer the exec");
+        return NULL;
+    }
+    json_object_set_new(resp, "truncated", json_boolean(truncated));
     json_object_set_new(resp, "memory_peak_bytes",
                         peak_bytes >= 0 ? json_integer(peak_bytes) : json_null());
-    free(out_b64);
-    free(err_b64);
     if (run->spawn_errno)
         json_object_set_new(resp, "spawn_error", spawn_error_json(run));
     return resp;
@@ -862,7 +933,8 @@ static void log_exec_end(struct workspace *ws, struct exec_run *run, bool oom, d
 
 /* Starts the helper chain and supervises it; returns the response or sets ERR. */
 static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
-                                   struct exec_request *req, struct api_error *err)
+                                   struct exec_request *req, struct exec_output *raw,
+                                   struct api_error *err)
 {
     int stdin_w = -1, out_r = -1, err_r = -1;
     struct capture out, errc;
@@ -902,7 +974,8 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
         } else {
             bool oom = exec_own_groups_end(ws, run);
             log_exec_end(ws, run, oom, wall);
-            resp = exec_response(run, &out, &errc, wall, oom, cgroup_peak_bytes(ws->id));
+            resp = exec_response(run, &out, &errc, wall, oom, cgroup_peak_bytes(ws->id),
+                                 req->output_tail ? raw : NULL, err);
         }
     }
     close_fd(&stdin_w);
@@ -937,8 +1010,12 @@ static void exec_run_free(struct exec_run *run)
         munmap(run, sizeof *run);
 }
 
-/* POST /v1/workspaces/{id}/exec */
-json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *err)
+/*
+ * POST /v1/workspaces/{id}/exec.  With output "tail" the kept output is
+ * left in RAW (stdout then stderr), for the body after the JSON document.
+ */
+json_t *exec_run_request(struct workspace *ws, json_t *body, struct exec_output *raw,
+                         struct api_error *err)
 {
     struct exec_request req;
     struct exec_run *run;
@@ -968,7 +1045,7 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
     run->cpu_ns = -1;
     if (exec_register(ws, run, err)) {
         exec_own_groups(ws, run);
-        resp = exec_spawn_and_wait(ws, run, &req, err);
+        resp = exec_spawn_and_wait(ws, run, &req, raw, err);
         close_fd(&run->memory_group_fd);
         close_fd(&run->cpu_group_fd);
         exec_unregister(ws, run);

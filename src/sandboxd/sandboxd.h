@@ -231,7 +231,13 @@ void sandbox_kill_strays(bool (*registered)(const char *id, pid_t holder_pid));
 
 /* ---- exec (exec.c) ---- */
 void exec_init(void);
-json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *err);
+/* An exec's kept output as raw bytes, stdout then stderr (output "tail"); malloc'd. */
+struct exec_output {
+    unsigned char *bytes;
+    size_t len;
+};
+json_t *exec_run_request(struct workspace *ws, json_t *body, struct exec_output *raw,
+                         struct api_error *err);
 bool exec_kill_by_key(struct workspace *ws, const char *key);
 void exec_kill_all(struct workspace *ws);
 

@@ -76,8 +76,9 @@ static void fuzz_path(const uint8_t *data, size_t size)
 
 /*
  * Output capture: byte 0 the budget (1-256), byte 1 the mode (odd: tail only), then pieces,
- * each a length byte and that many bytes of output. The tail-only result must be the stream's
- * last bytes exactly; head and tail must hold both ends.
+ * each a length byte and that many bytes of output. The tail-only result (raw, as output
+ * "tail" answers) must be the stream's last bytes exactly, its length in stdout_kept; head
+ * and tail (base64) must hold both ends.
  */
 static void fuzz_capture(const uint8_t *data, size_t size)
 {
@@ -101,24 +102,36 @@ static void fuzz_capture(const uint8_t *data, size_t size)
     if (cap.total != stream_len)
         abort();
     bool truncated = false;
+    if (tail_only) {
+        /* as an exec answers output "tail": raw bytes, stdout then (here empty) stderr */
+        struct capture none;
+        struct exec_output raw = {0};
+        json_t *resp = json_object();
+        capture_init(&none, limit, true);
+        size_t want = stream_len < limit ? stream_len : limit;
+        if (!capture_finish_raw(&cap, &none, resp, &raw, &truncated) ||
+            truncated != (stream_len > limit) || raw.len != want ||
+            json_integer_value(json_object_get(resp, "stdout_kept")) != (json_int_t)want ||
+            json_integer_value(json_object_get(resp, "stderr_kept")) != 0 ||
+            memcmp(raw.bytes, stream + stream_len - want, want) != 0)
+            abort();
+        json_decref(resp);
+        free(raw.bytes);
+        free(stream);
+        return;
+    }
     char *b64 = capture_finish(&cap, &truncated);
     size_t kept_len;
     bool ok;
     unsigned char *kept = base64_decode(b64, &kept_len, &ok);
     if (!ok || truncated != (stream_len > limit))
         abort();
-    if (tail_only) {
-        size_t want = stream_len < limit ? stream_len : limit;
-        if (kept_len != want || memcmp(kept, stream + stream_len - want, want) != 0)
-            abort();
-    } else {
-        size_t head = stream_len < (limit + 1) / 2 ? stream_len : (limit + 1) / 2;
-        size_t tail = stream_len - head < limit - (limit + 1) / 2 ? stream_len - head
-                                                                  : limit - (limit + 1) / 2;
-        if (kept_len < head + tail || memcmp(kept, stream, head) != 0 ||
-            memcmp(kept + kept_len - tail, stream + stream_len - tail, tail) != 0)
-            abort();
-    }
+    size_t head = stream_len < (limit + 1) / 2 ? stream_len : (limit + 1) / 2;
+    size_t tail = stream_len - head < limit - (limit + 1) / 2 ? stream_len - head
+                                                              : limit - (limit + 1) / 2;
+    if (kept_len < head + tail || memcmp(kept, stream, head) != 0 ||
+        memcmp(kept + kept_len - tail, stream + stream_len - tail, tail) != 0)
+        abort();
     free(kept);
     free(b64);
     free(stream);
