@@ -45,9 +45,7 @@ fake=$!
 trap 'kill $fake 2>/dev/null; rm -rf "$dir"' EXIT
 be=framing-$$; run=framing-run-$$
 
-q "SELECT mesh.backend_add('$be', 'sandboxd', '{\"socket\": \"$dir/framing.sock\"}', catalog_order => 900)" >/dev/null
-q "SELECT mesh.agent_set('$be-agent', backend => '$be')" >/dev/null
-q "SELECT 1 FROM mesh_acquire('$run', '$be-agent', 'fran')" >/dev/null
+stand_in_run "$be" "$dir/framing.sock" "$run" fran
 want_out=$(printf 'a\000b\nc\377\n' | xxd -p | tr -d '\n'); want_err=$(printf '\376 warn\n' | xxd -p)
 
 for how in raw old; do

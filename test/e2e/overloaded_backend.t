@@ -27,9 +27,7 @@ fake=$!
 trap 'kill $fake 2>/dev/null; rm -rf "$dir"' EXIT
 be=full-$$; run=full-run-$$
 
-q "SELECT mesh.backend_add('$be', 'sandboxd', '{\"socket\": \"$dir/full.sock\"}', catalog_order => 900)" >/dev/null
-q "SELECT mesh.agent_set('$be-agent', backend => '$be')" >/dev/null
-q "SELECT 1 FROM mesh_acquire('$run', '$be-agent', 'olga')" >/dev/null
+stand_in_run "$be" "$dir/full.sock" "$run" olga
 err=$(psql -X -q -v VERBOSITY=verbose -v ON_ERROR_STOP=1 -c "SET client_min_messages = warning" \
       -c "SELECT exit_code FROM mesh_exec('$run', ARRAY['true'])" 2>&1)
 echo "$err" | sed 's/^/# /'
