@@ -23,7 +23,9 @@ OBJS = \
 	src/broker.o \
 	src/backends/registry.o \
 	src/backends/sandboxd.o \
-	src/backends/docker.o
+	src/backends/docker.o \
+	src/backends/kubernetes.o \
+	src/backends/kubernetes_parse.o
 
 EXTENSION = mesh_exec
 DATA = sql/mesh_exec--0.1.sql

@@ -14,16 +14,10 @@ cd "$(dirname "$0")/.."
 WARM=${1:-50}
 COLD=${2:-10}
 export MESH_PORT=${MESH_PORT:-5511}
-bash test/lib/deps.sh
-make -s >/dev/null && make -s install >/dev/null
-. test/lib/cluster.sh
+. bench/lib.sh
 . test/lib/docker.sh
-WORK=$(mktemp -d /tmp/mesh-bench-docker.XXXXXX); chmod 755 "$WORK"
-trap 'mesh_docker_stop; mesh_cluster_stop "$WORK/pg"; rm -rf "$WORK"' EXIT
-mesh_cluster_start "$WORK/pg" "mesh.embedded_sandboxd = on" "mesh.workers = 2"
-mesh_wait_embedded "$WORK/pg"
-psql -X -q -c "CREATE EXTENSION mesh_exec"
-mesh_wait_workers
+BENCH_ON_EXIT=mesh_docker_stop
+bench_cluster 2
 mesh_docker_start "$WORK/docker"
 mesh_docker_image mesh-bench
 psql -X -q -v sock="$WORK/docker/docker.sock" >/dev/null <<'SQL'
@@ -32,40 +26,6 @@ SELECT mesh.backend_add('docker', 'docker', jsonb_build_object('socket', :'sock'
 SELECT mesh.agent_set('bench-local', 'local');
 SELECT mesh.agent_set('bench-docker', 'docker');
 SQL
-
-# median_ms BACKEND KIND ITERATIONS: timed inside the server, without the client round trip
-median_ms() {
-  psql -X -qAt -v backend="$1" -v kind="$2" -v n="$3" <<'SQL'
-SET client_min_messages = warning;
-SELECT set_config('bench.backend', :'backend', false), set_config('bench.kind', :'kind', false),
-       set_config('bench.n', :'n', false) \g /dev/null
-CREATE TEMP TABLE lat (ms float8);
-DO $$
-DECLARE
-  b text := current_setting('bench.backend');
-  cold boolean := current_setting('bench.kind') = 'cold';
-  run text; t0 timestamptz; rc int;
-BEGIN
-  IF NOT cold THEN
-    run := 'bench-warm-' || b;
-    PERFORM mesh_acquire(run, 'bench-' || b, 'bench');
-    SELECT exit_code INTO rc FROM mesh_exec(run, ARRAY['true']);
-  END IF;
-  FOR i IN 1..current_setting('bench.n')::int LOOP
-    IF cold THEN
-      run := format('bench-cold-%s-%s', b, i);
-      PERFORM mesh_acquire(run, 'bench-' || b, 'bench');
-    END IF;
-    t0 := clock_timestamp();
-    SELECT exit_code INTO rc FROM mesh_exec(run, ARRAY['true']);
-    INSERT INTO lat VALUES (extract(epoch FROM clock_timestamp() - t0) * 1000);
-    IF cold THEN PERFORM mesh_release(run); END IF;
-  END LOOP;
-  IF NOT cold THEN PERFORM mesh_release(run); END IF;
-END $$;
-SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 2) FROM lat;
-SQL
-}
 
 # cli_ms N CMD...: median wall time of a docker CLI command, in ms
 cli_ms() {
@@ -76,10 +36,10 @@ cli_ms() {
   done | sort -n | awk '{a[NR]=$1} END {printf "%.2f", a[int((NR+1)/2)] / 1000}'
 }
 
-local_warm=$(median_ms local warm "$WARM")
-docker_warm=$(median_ms docker warm "$WARM")
-local_cold=$(median_ms local cold "$COLD")
-docker_cold=$(median_ms docker cold "$COLD")
+local_warm=$(bench_median_ms local warm "$WARM")
+docker_warm=$(bench_median_ms docker warm "$WARM")
+local_cold=$(bench_median_ms local cold "$COLD")
+docker_cold=$(bench_median_ms docker cold "$COLD")
 docker run -d --name bench-ref --network none mesh-bench sleep 600 >/dev/null
 cli_exec=$(cli_ms "$COLD" docker exec bench-ref true)
 cli_run=$(cli_ms "$COLD" docker run --rm --network none mesh-bench true)

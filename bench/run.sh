@@ -1,55 +1,229 @@
 #!/usr/bin/env bash
-# bench/run.sh: mesh_exec against its baselines, measured in one run, printed as ratios.
+# bench/run.sh: issue 14's performance figures, each against a baseline measured in the same
+# run, with its target; then where the time of one call goes.
 #
-#   sudo bench/run.sh [ITERATIONS] [CLIENTS]
+#   bench/run.sh [ITERATIONS] [CLIENTS]      (as root, or not: see bench/lib.sh)
 #
-# 1. latency: SELECT mesh_exec(... true) in a warm workspace vs a bare fork+exec
-#    of /bin/true (target: at most 2x); and declaring a run that never execs.
-# 2. throughput: CLIENTS concurrent runs exec-ing `true` (pgbench) vs CLIENTS
-#    processes doing bare fork+exec (target: at least half the raw rate).
+# ITERATIONS (default 300) sizes every loop: warm execs, acquires, the CPU sample and each
+# client's share of the concurrent runs; cold starts are ITERATIONS/6, the daemon-alone
+# measurement (bench/sandboxd/run.sh) ITERATIONS*2/3.  About 1-2 minutes by default on 2 cores.
+#
+# Rows of the first table (key, what, median, p99, its baseline, ratio, target):
+#   warm_exec      SELECT mesh_exec(run, '{true}') in a warm workspace, timed in the server,
+#                  vs a bare fork+exec+wait of /bin/true (bench/forkexec.c)
+#   sandboxd       mesh-sandboxd alone, warm exec over HTTP keep-alive, vs its own fork+exec
+#   concurrent     CLIENTS runs exec-ing `true` at once (pgbench), execs/s, vs CLIENTS
+#                  processes doing bare fork+exec; concurrent_lat: their per-call latency
+#   acquire        mesh_acquire of a fresh run (no backend call), against the absolute target;
+#                  the ratio is to a bare fork+exec, this machine's yardstick
+#   cold_start     a fresh run's mesh_acquire until its first mesh_exec of `true` returns, vs
+#                  a bare bwrap sandbox running `true` with the holder's own flags (read from
+#                  the live holder's command line; its seccomp filter is an allow-all one)
+#   cpu_per_exec   CPU of all the cluster's processes (postmaster and descendants, the
+#                  embedded daemon and what it runs included) per warm exec, vs the CPU of a
+#                  bare fork+exec; cpu_workers: the mesh workers' share of it
+#   fsync_per_exec WAL fdatasyncs (pg_stat_wal) per exec under the concurrent runs, vs the
+#                  one flush a synchronously committed transaction makes: a figure the
+#                  machine's noise does not move
+# The last table: mesh.call_stages() over the warm execs and over the acquires, and a note on
+# what its stages count.
+# The load average at start and end is printed, with a warning when other work competed.
+# Both tables also go to bench/out/run.md as markdown (README.md's Performance table).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ITER=${1:-300}
 CLIENTS=${2:-4}
+COLD=$(( ITER / 6 > 3 ? ITER / 6 : 3 ))
+SANDBOXD_ITER=$(( ITER * 2 / 3 > 3 ? ITER * 2 / 3 : 3 ))
+CORES=$(nproc)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+
 . bench/lib.sh
 bench_cluster 2
 mkdir -p bench/out
-cc -O2 -o bench/out/forkexec bench/forkexec.c
+cc -O2 -Wall -Wextra -Werror -o bench/out/forkexec bench/forkexec.c
+export PGOPTIONS="-c client_min_messages=warning"
+psql -X -q -f bench/exec.sql
+q() { psql -X -qAt -v ON_ERROR_STOP=1 "$@"; }
+# field NAME LINE: the value after NAME in a "name value name value" line
+field() { awk -v k="$1" '{ for (i = 1; i < NF; i++) if ($i == k) { print $(i + 1); exit } }' <<<"$2"; }
+# summary FIGURE: median and p99 of the figure's samples in bench.samples
+summary() { q -F' ' -c "SELECT round(median_ms::numeric, 4), round(p99_ms::numeric, 4) FROM bench.summary('$1')"; }
 
-base=$(bench/out/forkexec "$ITER" 1)
-out=$(psql -X -q -v iterations="$ITER" -f bench/exec.sql)
-mesh=$(echo "$out" | awk '/^median_ms/ {print $2}')
-declare_ms=$(echo "$out" | awk '/^declare_ms/ {print $2}')
-base_ms=$(echo "$base" | awk '{print $2}')
-echo "latency   fork+exec /bin/true:        ${base_ms} ms (median of $ITER)"
-echo "latency   mesh_exec true, warm:       ${mesh} ms (median of $ITER)"
-awk -v m="$mesh" -v b="$base_ms" 'BEGIN { printf "ratio     mesh_exec / fork+exec:      %.2fx (target <= 2x)\n", m / b }'
-echo "latency   mesh_acquire, no backend:   ${declare_ms} ms (median of $ITER; target < 1 ms)"
+# Baseline and figure alternate in ROUNDS rounds, so that what else the machine does drifts
+# into both alike; each figure is summed up over all its rounds.
+ROUNDS=5
+# share N: one round's share of N iterations (at least 1)
+share() { echo $(( $1 / ROUNDS > 0 ? $1 / ROUNDS : 1 )); }
+echo "bench/run.sh: $(( $(share "$ITER") * ROUNDS )) iterations, $CLIENTS clients, $(( $(share "$COLD") * ROUNDS )) cold starts; $CORES cores;" \
+     "load average at start $LOAD_START"
 
-for c in $(seq 0 $((CLIENTS - 1))); do
-  psql -X -qAt -c "SELECT 1 FROM mesh_acquire('bench-run-$c', 'bench', 'bench'); SELECT exit_code FROM mesh_exec('bench-run-$c', ARRAY['true'])" >/dev/null
+# percentiles FILE: median and p99 of the samples in FILE (interpolated, as percentile_cont)
+percentiles() {
+  sort -g "$1" | awk '{ v[NR] = $1 }
+    function pct(p,  x, i) { x = (NR - 1) * p + 1; i = int(x); return v[i] + (x - i) * (v[i + 1 > NR ? NR : i + 1] - v[i]) }
+    END { printf "%.4f %.4f\n", pct(0.5), pct(0.99) }'
+}
+
+# --- warm exec vs fork+exec, and the CPU each costs ------------------------------------
+q -c "SELECT 1 FROM mesh_acquire('bench-warm', 'bench', 'bench')" \
+  -c "CALL bench.warm_exec('bench-warm', 10, NULL)" >/dev/null
+for _ in $(seq $ROUNDS); do
+  bench/out/forkexec -o "$WORK/fork.ms" "$(share "$ITER")" >> "$WORK/fork.out"
+  q -c "CALL bench.warm_exec('bench-warm', $(share "$ITER"))"
 done
-raw=$(bench/out/forkexec "$ITER" "$CLIENTS" | awk '{print $4}')
-psql -X -qAt -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
-tps=$(pgbench -n -f bench/throughput.pgbench -c "$CLIENTS" -j "$CLIENTS" -t "$ITER" mesh_test 2>/dev/null \
-      | awk '/^tps/ {print $3; exit}')
-echo "throughput fork+exec, $CLIENTS processes:    ${raw}/s"
-echo "throughput mesh_exec, $CLIENTS runs:          ${tps}/s"
-awk -v t="$tps" -v r="$raw" 'BEGIN { printf "ratio     mesh_exec / fork+exec rate: %.2f (target >= 0.5)\n", t / r }'
-# WAL fsyncs per exec (server-wide): the workers' one flush per loop turn shares them between calls
-psql -X -qAt -c "SELECT 'wal       fdatasyncs per exec, $CLIENTS runs:  ' || round(wal_sync::numeric / ($CLIENTS * $ITER), 2) FROM pg_stat_wal"
+read -r fork_med fork_p99 < <(percentiles "$WORK/fork.ms")
+fork_cpu=$(awk '{ for (i = 1; i < NF; i++) if ($i == "cpu_ms") { t += $(i + 1); n++ } } END { printf "%.4f", t / n }' "$WORK/fork.out")
+read -r warm_med warm_p99 < <(summary warm_exec)
+# read in the same session as the execs, so that no psql start or backend exit is counted
+q -c "\\! bash -c '. bench/lib.sh; bench_cpu_ms' > $WORK/cpu.before" \
+  -c "CALL bench.warm_exec('bench-warm', $ITER, NULL)" \
+  -c "\\! bash -c '. bench/lib.sh; bench_cpu_ms' > $WORK/cpu.after"
+read -r cpu_ms cpu_workers_ms < <(paste -d' ' "$WORK/cpu.before" "$WORK/cpu.after" |
+  awk -v n="$ITER" '{ printf "%.4f %.4f\n", ($3 - $1) / n, ($4 - $2) / n }')
 
-# CPU per warm exec: what the whole server (backend, mesh worker, embedded daemon, sandbox)
-# spends on one mesh_exec('true'), and the mesh workers' share, vs a bare fork+exec's own.
-pm=$(head -1 "$WORK/pg/data/postmaster.pid")
-workers=$(ps --ppid "$pm" -o pid=,args= | awk '/mesh worker/ {print $1}')
-psql -X -qAt -c "SELECT 1 FROM mesh_acquire('bench-cpu', 'bench', 'bench'); SELECT exit_code FROM mesh_exec('bench-cpu', ARRAY['true'])" >/dev/null
-cpu_before=$(tree_cpu_ms "$pm"); w_before=0
-for w in $workers; do w_before=$((w_before + $(tree_cpu_ms "$w"))); done
-psql -X -q -c "DO \$\$ BEGIN FOR i IN 1..$ITER LOOP PERFORM mesh_exec('bench-cpu', ARRAY['true']); END LOOP; END \$\$"
-cpu_after=$(tree_cpu_ms "$pm"); w_after=0
-for w in $workers; do w_after=$((w_after + $(tree_cpu_ms "$w"))); done
-base_cpu=$( { /usr/bin/time -f '%U %S' bench/out/forkexec "$ITER" 1 >/dev/null; } 2>&1 | awk '{print ($1 + $2) * 1000}')
-awk -v a="$cpu_after" -v b="$cpu_before" -v n="$ITER" -v wa="$w_after" -v wb="$w_before" -v f="$base_cpu" 'BEGIN {
-  printf "cpu       mesh_exec true, warm:       %.2f ms per exec (mesh workers %.2f ms)\n", (a - b) / n, (wa - wb) / n
-  printf "cpu       fork+exec /bin/true:        %.2f ms per exec\n", f / n }'
+# --- acquire ---------------------------------------------------------------------------
+q -c "CALL bench.acquire($ITER)"
+read -r acq_med acq_p99 < <(summary acquire)
+
+# --- cold start vs a bare bwrap sandbox with the holder's flags ------------------------
+daemon=$(pgrep -f "state-dir $PGHOST/data/mesh_sandboxd( |$)" | head -1)
+holder=$(pgrep -P "${daemon:-0}" -x bwrap | head -1 || true)   # bench-warm's: the only live one
+[ -n "$holder" ] || { echo "bench: no holder found under the embedded mesh-sandboxd (${daemon:-none})" >&2; exit 1; }
+mapfile -d '' -t holder_argv < "/proc/$holder/cmdline"
+holder_uid=$(awk '/^Uid:/ {print $2}' "/proc/$holder/status")
+n=${#holder_argv[@]}
+[ "${holder_argv[n-2]} ${holder_argv[n-1]}" = "sleep infinity" ] ||
+  { echo "bench: unexpected holder command line: ${holder_argv[*]}" >&2; exit 1; }
+bwrap_argv=("${holder_argv[@]:0:n-2}" true)
+printf '\x06\x00\x00\x00\x00\x00\xff\x7f' > "$WORK/allow-all.bpf"   # BPF_RET|BPF_K ALLOW
+uid_opt=(); [ "$(id -u)" -ne 0 ] || uid_opt=(-u "$holder_uid")
+for _ in $(seq $ROUNDS); do
+  bench/out/forkexec "${uid_opt[@]}" -i "4=$WORK/allow-all.bpf" -o "$WORK/bwrap.ms" \
+    "$(share "$COLD")" 1 -- "${bwrap_argv[@]}" 3>/dev/null >/dev/null
+  q -c "CALL bench.cold_start($(share "$COLD"))"
+done
+read -r bwrap_med bwrap_p99 < <(percentiles "$WORK/bwrap.ms")
+read -r cold_med cold_p99 < <(summary cold_start)
+
+# --- concurrent runs vs the raw fork+exec rate of as many processes ---------------------
+for c in $(seq 0 $((CLIENTS - 1))); do
+  q -c "SELECT 1 FROM mesh_acquire('bench-run-$c', 'bench', 'bench')" \
+    -c "CALL bench.warm_exec('bench-run-$c', 1, NULL)" >/dev/null
+done
+raw=$(bench/out/forkexec "$ITER" "$CLIENTS")
+q -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
+(cd "$WORK" && pgbench -n -f "$OLDPWD/bench/throughput.pgbench" -c "$CLIENTS" -j "$CLIENTS" -t "$ITER" \
+   -l --log-prefix=pgbench mesh_test > pgbench.out 2> pgbench.err) ||
+  { cat "$WORK/pgbench.err" >&2; exit 1; }
+tps=$(awk '/^tps/ {print $3; exit}' "$WORK/pgbench.out")
+cat "$WORK"/pgbench.[0-9]* | awk '{ print $3 / 1000 }' > "$WORK/concurrent.ms"
+read -r conc_med conc_p99 < <(percentiles "$WORK/concurrent.ms")
+
+# --- mesh-sandboxd alone (its own daemon and baseline, bench/sandboxd/run.sh) ----------
+sd_out=$(bash bench/sandboxd/run.sh "$SANDBOXD_ITER" 2>&1) || [ $? -eq 3 ] ||
+  { echo "$sd_out" >&2; exit 1; }
+sd_fork=$(awk '/^fork_exec +median/ {print $3}' <<<"$sd_out")
+sd_warm=$(awk '/^warm_exec +median/ {print $3}' <<<"$sd_out")
+sd_warm_p99=$(awk '/^warm_exec +p99/ {print $3}' <<<"$sd_out")
+sd_fork_p99=$(awk '/^fork_exec +p99/ {print $3}' <<<"$sd_out")
+
+# WAL fdatasyncs of the concurrent runs: a process reports its WAL statistics at most once a
+# second, after a transaction, so now (seconds later) one more exec in each run has every
+# worker report what it still held; those execs are counted too
+for c in $(seq 0 $((CLIENTS - 1))); do
+  q -c "CALL bench.warm_exec('bench-run-$c', 1, NULL)" >/dev/null
+done
+fsyncs=$(q -c "SELECT round(wal_sync::numeric / ($CLIENTS * ($ITER + 1)), 4) FROM pg_stat_wal")
+
+# --- the table (also as markdown rows in bench/out/run.md, for README.md's Performance) --
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+MD=bench/out/run.md
+{
+  echo "<!-- bench/run.sh $ITER $CLIENTS, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $CORES cores, load $LOAD_START at start, $LOAD_END at end -->"
+  echo "| figure | what | median (p99) | baseline | median (p99) | ratio | target |"
+  echo "|---|---|---|---|---|---|---|"
+} > "$MD"
+# row KEY WHAT UNIT MEDIAN P99 BASELINE BASE_MEDIAN BASE_P99 CHECK TARGET: CHECK is an awk
+# condition on r (the ratio) and m (the median), or "-" for a figure that has no target
+row() {
+  awk -v key="$1" -v what="$2" -v unit="$3" -v m="$4" -v p="${5:--}" -v bw="$6" -v b="$7" \
+      -v bp="${8:--}" -v check="${9}" -v target="${10}" -v md="$MD" '
+    function with_p99(v, p) { return sprintf("%.3f %s", v, unit) (p == "-" ? "" : sprintf(" (%.3f)", p)) }
+    BEGIN {
+      r = m / b
+      if (check == "-") met = "-"
+      else {
+        split(check, c, " ")
+        x = c[1] == "m" ? m : r
+        met = (c[2] == "<=" && x <= c[3]) || (c[2] == "<" && x < c[3]) || (c[2] == ">=" && x >= c[3]) ? "met" : "MISSED"
+      }
+      printf "%-14s %-44s %-5s %9.3f %9s   %-34s %9.3f %9s %8.2fx  %-9s %s\n",
+        key, what, unit, m, p == "-" ? "-" : sprintf("%.3f", p), bw, b, bp == "-" ? "-" : sprintf("%.3f", bp), r, target, met
+      gsub(/^ +/, "", what); gsub(/^ +/, "", bw)
+      printf "| `%s` | %s | %s | %s | %s | **%.2fx** | %s%s |\n", key, what, with_p99(m, p), bw, with_p99(b, bp), r,
+        target == "-" ? "" : target, met == "-" ? "" : ": " tolower(met) >> md
+    }'
+}
+echo
+printf '%-14s %-44s %-5s %9s %9s   %-34s %9s %9s %9s  %-9s %s\n' figure what unit median p99 \
+  baseline median p99 ratio target ""
+row warm_exec "mesh_exec(run, '{true}'), warm" ms "$warm_med" "$warm_p99" \
+  "fork+exec /bin/true" "$fork_med" "$fork_p99" "r <= 2.0" "<= 2.0x"
+row sandboxd "mesh-sandboxd alone: warm exec over HTTP" ms "$sd_warm" "$sd_warm_p99" \
+  "fork+exec /bin/true (its own run)" "$sd_fork" "$sd_fork_p99" "r <= 1.1" "<= 1.1x"
+row concurrent "$CLIENTS runs exec-ing true at once" "/s" "$tps" - \
+  "fork+exec, $CLIENTS processes" "$(field rate_per_s "$raw")" - "r >= 0.5" ">= 0.5x"
+row concurrent_lat "  their per-call latency (pgbench)" ms "$conc_med" "$conc_p99" \
+  "  fork+exec, $CLIENTS processes" "$(field median_ms "$raw")" "$(field p99_ms "$raw")" - "-"
+row acquire "mesh_acquire, no backend call" ms "$acq_med" "$acq_p99" \
+  "fork+exec /bin/true (yardstick)" "$fork_med" "$fork_p99" "m < 1" "< 1 ms"
+row cold_start "acquire -> first mesh_exec of true returns" ms "$cold_med" "$cold_p99" \
+  "bwrap true, the holder's flags" "$bwrap_med" "$bwrap_p99" "r <= 2.0" "<= 2.0x"
+row cpu_per_exec "CPU per warm exec: cluster + daemon" ms "$cpu_ms" - \
+  "CPU of a fork+exec /bin/true" "$fork_cpu" - - "(report)"
+row cpu_workers "  of which the mesh workers" ms "$cpu_workers_ms" - \
+  "  CPU of a fork+exec /bin/true" "$fork_cpu" - - "(report)"
+row fsync_per_exec "WAL fdatasyncs per exec, the concurrent runs" /exec "$fsyncs" - \
+  "a synchronous commit's one flush" 1 - - "(report)"
+echo
+echo "load average: $LOAD_START at start, $LOAD_END at end ($CORES cores)"
+printf '\nLoad average %s at start, %s at end (%d cores).\n' "$LOAD_START" "$LOAD_END" "$CORES" >> "$MD"
+awk -v s="${LOAD_START%% *}" -v e="${LOAD_END%% *}" -v c="$CORES" 'BEGIN {
+  if (s > c / 2 || e > c)
+    printf "WARNING: other work competed with this run (1-minute load %s at start, %s at end on %d cores; this run alone adds about 1): the figures are unreliable, re-run on a quiet machine\n", s, e, c }' |
+  tee -a "$MD"
+
+# --- last table: where the time goes (mesh.call_stages) --------------------------------
+echo
+if [ "$(q -c "SELECT to_regprocedure('mesh.call_stages()') IS NOT NULL")" != t ]; then
+  echo "stages: mesh.call_stages() is not in this build: no per-stage breakdown"
+  printf '\nNo per-stage breakdown: mesh.call_stages() is not in this build.\n' >> "$MD"
+  exit 0
+fi
+# stages PHASE: the counters since the last reset, in the function's own order, each stage's
+# time per call and its share of the op's total
+stages() {
+  q -F' ' -c "SELECT op, stage, calls, round(total_ms::numeric, 3), round((total_ms / calls)::numeric, 4),
+                     coalesce(round((100 * total_ms / nullif(sum(total_ms) FILTER (WHERE stage = 'total')
+                                                        OVER (PARTITION BY op), 0))::numeric, 1)::text, '-')
+              FROM mesh.call_stages() WITH ORDINALITY AS s(op, stage, calls, total_ms, n)
+              WHERE calls > 0 ORDER BY n" |
+    awk -v phase="$1" -v md="$MD" '{
+      printf "%-12s %-10s %-14s %8s %12s %12s %8s\n", phase, $1, $2, $3, $4, $5, $6
+      printf "| %s | %s | %s | %s | %s | %s | %s |\n", phase, $1, $2, $3, $4, $5, $6 >> md }'
+}
+STAGE_ITER=$(( ITER / 3 > 3 ? ITER / 3 : 3 ))
+printf '%-12s %-10s %-14s %8s %12s %12s %8s\n' phase op stage calls total_ms ms_per_call "%_total"
+printf '\n| phase | op | stage | calls | total ms | ms per call | %% of total |\n|---|---|---|---|---|---|---|\n' >> "$MD"
+q -c "SELECT mesh.call_stages_reset()" -c "CALL bench.warm_exec('bench-warm', $STAGE_ITER, NULL)" >/dev/null
+stages warm_exec
+q -c "SELECT mesh.call_stages_reset()" -c "CALL bench.acquire($STAGE_ITER, 'stages')" >/dev/null
+stages acquire
+STAGES_NOTE="The stages are disjoint parts of each call's wait, so they add up to at most its total
+(test/e2e/call_stages.t): http spans the call's driver run (an exec's row is made durable
+meanwhile); worker_txn is the call's own transactions and the WAL flush of the loop turn that
+sends its reply; what they leave of the total is the caller's own set-up of the call and the
+call's wait behind other calls in the worker's loop."
+printf '\n%s\n' "$STAGES_NOTE"
+printf '\n%s\n' "$(tr '\n' ' ' <<<"$STAGES_NOTE" | sed 's/ $//')" >> "$MD"

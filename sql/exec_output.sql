@@ -50,6 +50,16 @@ SELECT state, replace(message, :'utf', '<id>') AS message, hint
 SELECT * FROM regress.try(format('SELECT * FROM mesh_exec_output(%s, 0, 0, 0)', :utf));
 SELECT * FROM regress.try(format('SELECT * FROM mesh_exec_output_bytes(%s, ''stdin'')', :utf));
 
+-- storing the output fails (here: the worker may not insert it): the exec's end is still
+-- recorded and returned, and the row says none of its output was kept
+REVOKE INSERT ON mesh.exec_output FROM mesh_worker;
+SELECT exec_id AS lost, exit_code, stdout, stdout_bytes FROM mesh_exec('out-1', ARRAY['echo', 'not stored']) \gset
+GRANT INSERT ON mesh.exec_output TO mesh_worker;
+SELECT :exit_code AS exit_code, :'stdout' AS stdout, :stdout_bytes AS stdout_bytes;
+SELECT status, exit_code, stdout, stdout_bytes, stdout_dropped,
+       (SELECT count(*) FROM mesh.exec_output WHERE exec_id = :lost) AS chunks
+  FROM mesh.execs WHERE id = :lost;
+
 -- the stored output outlives the workspace
 SELECT mesh_release('out-1');
 SELECT status, stdout, stdout_next FROM mesh_exec_output(:utf);

@@ -120,51 +120,49 @@ send_error(struct MHD_Connection *conn, unsigned int status, const char *code, c
 	return send_json(conn, status, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message));
 }
 
-typedef struct ExchangeArgs
-{
-	const char *args[3];
-	Exchange   *out;
-} ExchangeArgs;
-
 static const char exchange_sql[] =
 "SELECT granted, value, reason FROM mesh.broker_exchange(pg_catalog.decode($1, 'hex'), $2, $3)";
 
-static void
-exchange_body(void *arg)
-{
-	ExchangeArgs *a = (ExchangeArgs *) arg;
-	char	   *granted;
-	char	   *value;
-
-	if (mesh_sql(exchange_sql, 3, a->args) != 1)
-		elog(ERROR, "mesh broker: exchange failed");
-	granted = mesh_sql_value(0, 1);
-	value = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	a->out->granted = granted && strcmp(granted, "t") == 0;
-	a->out->value = value ? strdup(value) : NULL;
-	a->out->reason = mesh_sql_value(0, 3);
-	if (value)
-		explicit_bzero(value, strlen(value));
-}
-
 /*
  * Ask the database: mesh.broker_exchange decides and records the event, in
- * a transaction of its own, committed durably (a read is a row).
+ * a transaction of its own, committed durably (a read is a row).  The value
+ * is copied out with malloc and wiped from the rows it came in.
  */
 static void
 exchange(const char *token, const char *name, const char *ref, Exchange *out)
 {
-	ExchangeArgs a = {{mesh_token_hash_hex(token), name, ref}, out};
+	MeshParam	p[3] = {mesh_text_param(mesh_token_hash_hex(token)), mesh_text_param(name),
+	mesh_text_param(ref)};
+	MeshRows   *rows;
 	ErrorData  *err;
 
 	memset(out, 0, sizeof(*out));
-	if (!mesh_txn("mesh broker: exchange", exchange_body, &a, true, &err))
+	if (!mesh_txn_sql("mesh broker: exchange", MESH_COMMIT_DURABLE, exchange_sql, 3, p, &rows, &err))
 	{
 		ereport(LOG, (errmsg("mesh broker: %s", err->message)));
 		FreeErrorData(err);
 		out->granted = false;
 		out->reason = pstrdup("internal error; see the server log");
+		return;
 	}
+	if (rows->n != 1)
+	{
+		ereport(LOG, (errmsg("mesh broker: mesh.broker_exchange returned %llu rows",
+							 (unsigned long long) rows->n)));
+		out->granted = false;
+		out->reason = pstrdup("internal error; see the server log");
+		return;
+	}
+	out->granted = mesh_col_bool(rows, 0, "granted");
+	out->reason = mesh_col_text(rows, 0, "reason");
+	if (!mesh_col_isnull(rows, 0, "value"))
+	{
+		char	   *value = mesh_col_text(rows, 0, "value");
+
+		out->value = strdup(value);
+		explicit_bzero(value, strlen(value));
+	}
+	explicit_bzero(rows->rows[0]->t_data, rows->rows[0]->t_len);
 }
 
 /* The workspace whose socket the connection came in on (its client address). */
@@ -307,37 +305,24 @@ static const char live_refs_sql[] =
 " WHERE t.revoked_at IS NULL AND t.expires_at > pg_catalog.now() AND w.external_ref IS NOT NULL "
 "   AND w.status OPERATOR(pg_catalog.<>) ALL ('{released,failed}')";
 
-typedef struct LiveArgs
-{
-	List	   *refs;
-} LiveArgs;
-
-static void
-live_body(void *arg)
-{
-	LiveArgs   *a = (LiveArgs *) arg;
-	uint64		n = mesh_sql(live_refs_sql, 0, NULL);
-
-	for (uint64 r = 0; r < n; r++)
-	{
-		MemoryContext old = MemoryContextSwitchTo(mesh_txn_result_cxt());
-
-		a->refs = lappend(a->refs, mesh_sql_value(r, 1));
-		MemoryContextSwitchTo(old);
-	}
-}
-
 /* The workspaces that hold a live token right now; *ok false when that is unknown. */
 static List *
 live_workspaces(bool *ok)
 {
-	LiveArgs	a = {NIL};
+	MeshRows   *rows;
 	ErrorData  *err;
+	List	   *refs = NIL;
 
-	*ok = mesh_txn("mesh broker: refresh", live_body, &a, false, &err);
+	/* read-only: nothing to commit, durably or not */
+	*ok = mesh_txn_sql("mesh broker: refresh", MESH_COMMIT_DURABLE, live_refs_sql, 0, NULL, &rows, &err);
 	if (!*ok)
+	{
 		FreeErrorData(err);		/* e.g. the extension is not installed yet */
-	return a.refs;
+		return NIL;
+	}
+	for (uint64 r = 0; r < rows->n; r++)
+		refs = lappend(refs, mesh_col_text(rows, r, "external_ref"));
+	return refs;
 }
 
 static bool

@@ -10,9 +10,8 @@
 
 #include "postgres.h"
 
-/* Where a workspace finds its run token and the broker (documented paths). */
+/* Where a workspace finds its run token (a documented path). */
 #define MESH_TOKEN_PATH ".mesh/run-token"
-#define MESH_BROKER_SOCKET_IN_SANDBOX "/run/mesh/broker.sock"
 
 /* A secret an exec may meet: delivered into its environment, or (variable NULL) only redacted. */
 typedef struct MeshDelivered

@@ -6,8 +6,8 @@
  * Backends hand back the last mesh.exec_output_limit bytes of each stream
  * as the command wrote them.  Those bytes (redacted) are stored in
  * mesh.exec_output, in chunks keyed by byte offset, one chunk at a time
- * (never a second copy of a whole stream), for mesh_exec_output to read
- * back; mesh_exec's return and mesh.execs keep mesh.max_output bytes of
+ * (never a second copy of a whole stream), in the transaction that records
+ * the exec's end, for mesh_exec_output to read back; mesh_exec's return and mesh.execs keep mesh.max_output bytes of
  * each, head and tail around a marker, as text.
  *
  *-------------------------------------------------------------------------
@@ -17,7 +17,6 @@
 #include "mesh_json.h"
 
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "lib/stringinfo.h"
@@ -34,29 +33,12 @@ PG_FUNCTION_INFO_V1(mesh_output_text);
 /* Stored rows hold at most this many bytes of a stream each. */
 #define OUTPUT_CHUNK_BYTES (1024 * 1024)
 
-typedef struct OutputArgs
-{
-	int64		exec_id;
-	MeshOutputStream streams[2];	/* stdout, stderr */
-} OutputArgs;
-
 static const char *const stream_names[2] = {"stdout", "stderr"};
 
 static const char store_chunk_sql[] =
 "SELECT mesh.exec_output_chunk($1, $2, $3, $4)";
 static const char store_counts_sql[] =
 "SELECT mesh.exec_output_counts($1, $2, $3, $4, $5)";
-
-/* Run one statement of the store; any failure ends the transaction. */
-static void
-store_statement(const char *sql, int nargs, Oid *types, Datum *values, int64 exec_id)
-{
-	int			rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
-
-	if (rc < 0)
-		elog(ERROR, "mesh: storing the output of exec " INT64_FORMAT " failed: %s",
-			 exec_id, SPI_result_code_string(rc));
-}
 
 /*
  * One stream, a chunk at a time: only one chunk's copy (and what storing it
@@ -65,13 +47,10 @@ store_statement(const char *sql, int nargs, Oid *types, Datum *values, int64 exe
 static void
 store_stream(int64 exec_id, int which, const MeshOutputStream *s)
 {
-	Oid			types[4] = {INT8OID, TEXTOID, INT8OID, BYTEAOID};
-	Datum		values[4];
+	MeshParam	p[4] = {mesh_int8_param(exec_id), mesh_text_param(stream_names[which])};
 	MemoryContext chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "mesh output chunk",
 													ALLOCSET_DEFAULT_SIZES);
 
-	values[0] = Int64GetDatum(exec_id);
-	values[1] = CStringGetTextDatum(stream_names[which]);
 	for (size_t done = 0; done < s->len; done += OUTPUT_CHUNK_BYTES)
 	{
 		size_t		n = Min((size_t) OUTPUT_CHUNK_BYTES, s->len - done);
@@ -80,31 +59,14 @@ store_stream(int64 exec_id, int which, const MeshOutputStream *s)
 
 		SET_VARSIZE(chunk, VARHDRSZ + n);
 		memcpy(VARDATA(chunk), s->data + done, n);
-		values[2] = Int64GetDatum(s->dropped + (int64) done);
-		values[3] = PointerGetDatum(chunk);
-		store_statement(store_chunk_sql, 4, types, values, exec_id);
+		p[2] = mesh_int8_param(s->dropped + (int64) done);
+		p[3] = mesh_param(BYTEAOID, PointerGetDatum(chunk));
+		(void) mesh_sql(store_chunk_sql, 4, p);
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(chunk_cxt);
 		CHECK_FOR_INTERRUPTS();
 	}
 	MemoryContextDelete(chunk_cxt);
-}
-
-static void
-store_output_body(void *arg)
-{
-	OutputArgs *a = (OutputArgs *) arg;
-	Oid			types[5] = {INT8OID, INT8OID, INT8OID, INT8OID, INT8OID};
-	Datum		values[5];
-
-	values[0] = Int64GetDatum(a->exec_id);
-	for (int i = 0; i < 2; i++)
-	{
-		store_stream(a->exec_id, i, &a->streams[i]);
-		values[1 + 2 * i] = Int64GetDatum(a->streams[i].dropped + (int64) a->streams[i].len);
-		values[2 + 2 * i] = Int64GetDatum(a->streams[i].dropped);
-	}
-	store_statement(store_counts_sql, 5, types, values, a->exec_id);
 }
 
 /* Past the ceiling only the tail is stored: what went before counts as dropped. */
@@ -124,23 +86,28 @@ within_limit(const MeshOutputStream *s)
 }
 
 /*
- * Store both streams of an exec, with the exec row's byte counts.  Committed
- * asynchronously: the exec's end is committed durably right after, and that
- * flush makes this transaction durable too.  Nothing is written for an exec
- * that printed nothing.
+ * Store both streams of an exec (stdout, stderr), with the exec row's byte
+ * counts, in the caller's transaction (store_exec_finished's, so the output
+ * is durable with the exec's end).  Nothing is written for an exec that
+ * printed nothing.
  */
-bool
-store_exec_output(int64 exec_id, const MeshOutputStream *out, const MeshOutputStream *err_stream,
-				  ErrorData **err)
+void
+exec_output_store(int64 exec_id, const MeshOutputStream streams[2])
 {
-	OutputArgs	a;
+	MeshParam	counts[5] = {mesh_int8_param(exec_id)};
 
-	if (out->len == 0 && out->dropped == 0 && err_stream->len == 0 && err_stream->dropped == 0)
-		return true;
-	a.exec_id = exec_id;
-	a.streams[0] = within_limit(out);
-	a.streams[1] = within_limit(err_stream);
-	return mesh_txn("mesh worker: exec output", store_output_body, &a, false, err);
+	if (streams[0].len == 0 && streams[0].dropped == 0 &&
+		streams[1].len == 0 && streams[1].dropped == 0)
+		return;
+	for (int i = 0; i < 2; i++)
+	{
+		MeshOutputStream kept = within_limit(&streams[i]);
+
+		store_stream(exec_id, i, &kept);
+		counts[1 + 2 * i] = mesh_int8_param(kept.dropped + (int64) kept.len);
+		counts[2 + 2 * i] = mesh_int8_param(kept.dropped);
+	}
+	(void) mesh_sql(store_counts_sql, 5, counts);
 }
 
 /*

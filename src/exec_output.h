@@ -22,8 +22,7 @@ typedef struct MeshOutputStream
 	int64		dropped;
 } MeshOutputStream;
 
-extern bool store_exec_output(int64 exec_id, const MeshOutputStream *out,
-							  const MeshOutputStream *err_stream, ErrorData **err);
+extern void exec_output_store(int64 exec_id, const MeshOutputStream streams[2]);
 extern void exec_output_clamp(char **data, size_t *len, int64 total, long max_bytes,
 							  bool *truncated);
 

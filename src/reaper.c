@@ -76,81 +76,50 @@ note(json_t *rows, const char *action, const char *run_id, const char *backend,
 										  "detail", detail));
 }
 
-typedef struct QueryArgs
-{
-	const char *sql;
-	int			nargs;
-	const char **args;
-	int			ncols;
-	List	   *rows;
-} QueryArgs;
-
-static void
-query_body(void *arg)
-{
-	QueryArgs  *q = (QueryArgs *) arg;
-	uint64		n = mesh_sql(q->sql, q->nargs, q->args);
-
-	for (uint64 r = 0; SPI_tuptable != NULL && r < n; r++)
-	{
-		MemoryContext old = MemoryContextSwitchTo(mesh_txn_result_cxt());
-		char	  **row = palloc(sizeof(char *) * Max(q->ncols, 1));
-
-		for (int c = 0; c < q->ncols; c++)
-			row[c] = mesh_sql_value(r, c + 1);
-		q->rows = lappend(q->rows, row);
-		MemoryContextSwitchTo(old);
-	}
-}
-
 /*
  * Run one statement in a transaction of the reaper's own and return its
- * rows as a list of char*[ncols] arrays.  Errors are logged and yield NIL:
- * one failing step never stops a sweep.
+ * rows.  Errors are logged and yield NULL: one failing step never stops a
+ * sweep.
  */
-static List *
-reaper_query(const char *sql, int nargs, const char **args, int ncols)
+static MeshRows *
+reaper_query(const char *sql, int nargs, const MeshParam *params)
 {
-	QueryArgs	q = {sql, nargs, args, ncols, NIL};
+	MeshRows   *rows;
 	ErrorData  *err;
 
-	if (!mesh_txn("mesh reaper: sweeping", query_body, &q, true, &err))
+	if (!mesh_txn_sql("mesh reaper: sweeping", MESH_COMMIT_DURABLE, sql, nargs, params, &rows, &err))
 	{
 		ereport(LOG, (errmsg("mesh reaper: %s", err->message)));
 		FreeErrorData(err);
-		return NIL;
+		return NULL;
 	}
-	return q.rows;
+	return rows;
 }
 
 /*--------------------------------------------------------------------------
  * 1. Execs a crash left running
  *--------------------------------------------------------------------------
  */
-static const char lost_execs_sql[] =
-"WITH lost AS ("
-"  UPDATE mesh.execs e SET status = 'error', finished_at = pg_catalog.clock_timestamp(), "
-"         error = 'lost: no worker finished it within its timeout', charge_basis = 'wall', "
-"         charged_seconds = least(extract(epoch FROM pg_catalog.clock_timestamp() - e.started_at), e.timeout_ms / 1000.0) "
-"   WHERE e.status OPERATOR(pg_catalog.=) 'running' "
-"     AND e.started_at + e.timeout_ms * interval '1 millisecond' + interval '1 minute' < pg_catalog.clock_timestamp() "
-"  RETURNING e.id, e.run_id, e.workspace_id, e.charged_seconds), "
-"charged AS ("
-"  UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + l.seconds "
-"    FROM (SELECT workspace_id, pg_catalog.sum(charged_seconds) AS seconds FROM lost GROUP BY workspace_id) l "
-"   WHERE w.id = l.workspace_id) "
-"SELECT run_id, id::text FROM lost";
-
+/* Execs no worker finished within their timeout (mesh.fail_lost_execs). */
 static void
 fail_lost_execs(json_t *rows)
 {
+	List	   *lost;
 	ListCell   *lc;
+	ErrorData  *err;
 
-	foreach(lc, reaper_query(lost_execs_sql, 0, NULL, 2))
+	if (!store_fail_timed_out_execs(&lost, &err))
 	{
-		char	  **row = lfirst(lc);
+		ereport(LOG, (errmsg("mesh reaper: %s", err->message)));
+		FreeErrorData(err);
+		return;
+	}
+	foreach(lc, lost)
+	{
+		MeshLostExec *le = lfirst(lc);
 
-		note(rows, "exec_failed", row[0], NULL, psprintf("exec %s was still running past its timeout", row[1]));
+		note(rows, "exec_failed", le->run_id, NULL,
+			 psprintf("exec " INT64_FORMAT " was still running past its timeout", le->exec_id));
 	}
 }
 
@@ -161,16 +130,17 @@ fail_lost_execs(json_t *rows)
 static void
 expire_output(json_t *rows)
 {
-	const char *minutes = psprintf("%d", mesh_exec_output_retention_min);
-	List	   *done;
+	MeshParam	minutes = mesh_int4_param(mesh_exec_output_retention_min);
+	MeshRows   *done;
+	int64		n;
 
 	if (mesh_exec_output_retention_min == 0)
 		return;
-	done = reaper_query("SELECT mesh.exec_output_expire($1::integer)::text", 1, &minutes, 1);
-	if (done != NIL && strcmp(((char **) linitial(done))[0], "0") != 0)
+	done = reaper_query("SELECT mesh.exec_output_expire($1) AS expired", 1, &minutes);
+	n = done && done->n == 1 ? mesh_col_int64(done, 0, "expired") : 0;
+	if (n > 0)
 		note(rows, "output_expired", NULL, NULL,
-			 psprintf("the stored output of %s exec(s) passed mesh.exec_output_retention",
-					  ((char **) linitial(done))[0]));
+			 psprintf("the stored output of " INT64_FORMAT " exec(s) passed mesh.exec_output_retention", n));
 }
 
 /*--------------------------------------------------------------------------
@@ -178,13 +148,13 @@ expire_output(json_t *rows)
  *--------------------------------------------------------------------------
  */
 static const char due_sql[] =
-"SELECT w.run_id, coalesce(w.backend_kind, ''), "
+"SELECT w.run_id, coalesce(w.backend_kind, '') AS backend, "
 "       CASE WHEN w.status OPERATOR(pg_catalog.=) 'failed' THEN 'failed: ' || coalesce(w.status_reason, 'no reason recorded') "
 "            WHEN w.status OPERATOR(pg_catalog.=) 'releasing' THEN 'finishing an interrupted release' "
 "            WHEN w.created_at < pg_catalog.now() - l.max_run_lifetime "
 "              THEN 'outlived the longest possible run (' || l.max_run_lifetime || ')' "
-"            ELSE 'idle for more than ' || l.idle_timeout END, "
-"       (w.status OPERATOR(pg_catalog.=) 'ready' AND w.created_at >= pg_catalog.now() - l.max_run_lifetime)::text "
+"            ELSE 'idle for more than ' || l.idle_timeout END AS reason, "
+"       w.status OPERATOR(pg_catalog.=) 'ready' AND w.created_at >= pg_catalog.now() - l.max_run_lifetime AS idle "
 "  FROM mesh.workspaces w JOIN mesh.run_limits l ON l.workspace_id = w.id "
 " WHERE (w.status OPERATOR(pg_catalog.=) 'failed' AND w.external_ref IS NOT NULL AND w.release_outcome IS NULL) "
 "    OR (w.status OPERATOR(pg_catalog.=) 'releasing' AND w.release_outcome IS NULL) "
@@ -193,20 +163,20 @@ static const char due_sql[] =
 "    OR (w.status OPERATOR(pg_catalog.=) 'ready' AND coalesce(w.last_used_at, w.materialized_at, w.created_at) < pg_catalog.now() - l.idle_timeout) "
 " ORDER BY w.backend_kind, w.id LIMIT 1000";
 
-/* How many distinct backends appear from position 'from' on (list is sorted). */
+/* How many distinct backends appear from row 'from' on (rows sorted by backend). */
 static int
-backends_left(List *items, int from, int col)
+backends_left(const MeshRows *due, uint64 from)
 {
 	int			n = 0;
 	const char *prev = NULL;
 
-	for (int i = from; i < list_length(items); i++)
+	for (uint64 i = from; i < due->n; i++)
 	{
-		char	  **row = list_nth(items, i);
+		char	   *backend = mesh_col_text(due, i, "backend");
 
-		if (prev == NULL || strcmp(prev, row[col]) != 0)
+		if (prev == NULL || strcmp(prev, backend) != 0)
 			n++;
-		prev = row[col];
+		prev = backend;
 	}
 	return n;
 }
@@ -267,31 +237,33 @@ release_through_worker(const char *run_id, const char *reason, bool idle, Timest
 static void
 release_due(json_t *rows, TimestampTz deadline)
 {
-	List	   *due = reaper_query(due_sql, 0, NULL, 4);
+	MeshRows   *due = reaper_query(due_sql, 0, NULL);
 	TimestampTz until = deadline;
 	const char *backend = NULL;
 
-	for (int i = 0; i < list_length(due); i++)
+	for (uint64 i = 0; due != NULL && i < due->n; i++)
 	{
-		char	  **row = list_nth(due, i);
+		char	   *run_id = mesh_col_text(due, i, "run_id");
+		char	   *row_backend = mesh_col_text(due, i, "backend");
+		char	   *reason = mesh_col_text(due, i, "reason");
 		char	   *outcome = NULL;
 		char	   *error = NULL;
 
 		CHECK_FOR_INTERRUPTS();
-		if (backend == NULL || strcmp(backend, row[1]) != 0)
+		if (backend == NULL || strcmp(backend, row_backend) != 0)
 		{
-			backend = row[1];
-			until = fair_share(deadline, backends_left(due, i, 1));
+			backend = row_backend;
+			until = fair_share(deadline, backends_left(due, i));
 		}
 		if (GetCurrentTimestamp() >= until)
 		{
-			note(rows, "release_deferred", row[0], row[1], "the sweep's time for this backend ran out");
+			note(rows, "release_deferred", run_id, row_backend, "the sweep's time for this backend ran out");
 			continue;
 		}
-		if (release_through_worker(row[0], row[2], strcmp(row[3], "true") == 0, until, &outcome, &error))
-			note(rows, "released", row[0], row[1], psprintf("%s: %s", outcome, row[2]));
+		if (release_through_worker(run_id, reason, mesh_col_bool(due, i, "idle"), until, &outcome, &error))
+			note(rows, "released", run_id, row_backend, psprintf("%s: %s", outcome, reason));
 		else
-			note(rows, "release_failed", row[0], row[1], psprintf("%s (%s)", error, row[2]));
+			note(rows, "release_failed", run_id, row_backend, psprintf("%s (%s)", error, reason));
 	}
 }
 
@@ -304,7 +276,7 @@ release_due(json_t *rows, TimestampTz deadline)
  * hold something a row says they minted (disabling never stops cleanup).
  */
 static const char backends_sql[] =
-"SELECT b.name, b.driver, b.config::text, c.credential "
+"SELECT b.name, b.driver, b.config::text AS config, c.credential "
 "  FROM mesh.backends b LEFT JOIN mesh.backend_credentials c ON c.backend = b.name "
 " WHERE b.enabled OR EXISTS (SELECT 1 FROM mesh.workspaces w WHERE w.backend_kind = b.name "
 "                             AND w.external_ref IS NOT NULL "
@@ -313,17 +285,9 @@ static const char backends_sql[] =
 
 /* Rows that explain a sandbox on this backend: everything not destroyed. */
 static const char explained_sql[] =
-"SELECT external_ref, status::text, run_id FROM mesh.workspaces "
+"SELECT external_ref FROM mesh.workspaces "
 " WHERE backend_kind = $1 AND external_ref IS NOT NULL "
 "   AND release_outcome IS DISTINCT FROM 'destroyed'";
-
-static const char lost_sql[] =
-"WITH lost AS ("
-"  UPDATE mesh.workspaces SET status = 'failed', "
-"         status_reason = 'the backend no longer has this workspace (found by the reaper)' "
-"   WHERE backend_kind = $1 AND external_ref = $2 AND status OPERATOR(pg_catalog.=) 'ready' RETURNING id, run_id) "
-"INSERT INTO mesh.events (kind, run_id, workspace_id, backend) "
-"SELECT 'workspace_lost', run_id, id, $1 FROM lost RETURNING run_id";
 
 /*
  * Rows that say a sandbox is running, being made, or may have been made by
@@ -332,21 +296,15 @@ static const char lost_sql[] =
  * each settle statement re-checks the status it saw.
  */
 static const char live_rows_sql[] =
-"SELECT external_ref, status::text, run_id FROM mesh.workspaces "
+"SELECT external_ref, " STATUS_INDEX("status") " AS status, "
+"       run_id FROM mesh.workspaces "
 " WHERE backend_kind = $1 AND external_ref IS NOT NULL AND release_outcome IS NULL "
 "   AND status OPERATOR(pg_catalog.=) ANY ('{pending,acquiring,ready}')";
 
 /* Move one row from the status the reaper saw to what the backend shows, with an event. */
 static const char settle_sql[] =
-"WITH s AS ("
-"  UPDATE mesh.workspaces SET status = $4::mesh.workspace_status, status_reason = $5, "
-"         materialized_at = CASE WHEN $4 = 'ready' THEN coalesce(materialized_at, pg_catalog.now()) "
-"                                ELSE materialized_at END "
-"   WHERE backend_kind = $1 AND external_ref = $2 AND status OPERATOR(pg_catalog.=) $3::mesh.workspace_status "
-"     AND release_outcome IS NULL RETURNING id, run_id) "
-"INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
-"SELECT 'workspace_settled', run_id, id, $1, pg_catalog.jsonb_build_object('from', $3, 'to', $4, 'reason', $5) "
-"  FROM s RETURNING run_id";
+"SELECT run_id, reason FROM mesh.workspace_settle($1, $2, $3::mesh.workspace_status, $4::mesh.status_reason_code) "
+" WHERE run_id IS NOT NULL";
 
 static const char orphan_event_sql[] =
 "INSERT INTO mesh.events (kind, backend, detail) "
@@ -378,12 +336,10 @@ ref_listed(const char *ref, MeshListedWorkspace *items, int n)
 }
 
 static bool
-ref_explained(const char *ref, List *explained)
+ref_explained(const char *ref, const MeshRows *explained)
 {
-	ListCell   *lc;
-
-	foreach(lc, explained)
-		if (strcmp(((char **) lfirst(lc))[0], ref) == 0)
+	for (uint64 r = 0; explained != NULL && r < explained->n; r++)
+		if (strcmp(mesh_col_text(explained, r, "external_ref"), ref) == 0)
 			return true;
 	return false;
 }
@@ -398,7 +354,6 @@ release_orphan(json_t *rows, const MeshBackend *be, const char *ref, TimestampTz
 	MeshReleaseOutcome outcome;
 	MeshError	merr = {0};
 	const char *result;
-	const char *args[3];
 	bool		built = be->driver->release_request(be, st, ref, false, &req, &run.err);
 
 	if (!run_until(&run, built, &req, until, mesh_parse_release, &outcome, &merr))
@@ -406,29 +361,44 @@ release_orphan(json_t *rows, const MeshBackend *be, const char *ref, TimestampTz
 	else
 		result = outcome == MESH_RELEASE_HIBERNATED ? "hibernated" : "destroyed";
 	mesh_run_end(&run);
-	args[0] = be->name;
-	args[1] = ref;
-	args[2] = result;
-	(void) reaper_query(orphan_event_sql, 3, args, 0);
+	{
+		MeshParam	p[3] = {mesh_text_param(be->name), mesh_text_param(ref), mesh_text_param(result)};
+
+		(void) reaper_query(orphan_event_sql, 3, p);
+	}
 	ereport(LOG, (errmsg("mesh reaper: released orphan sandbox %s on backend \"%s\": %s",
 						 ref, be->name, result)));
 	note(rows, "orphan_released", NULL, be->name, psprintf("%s: %s", ref, result));
 }
 
-/* Apply one settle_sql move; true when the row was still as the reaper saw it. */
-static bool
-settle(json_t *rows, const char *backend, char **row, const char *to, const char *reason)
+/*
+ * Move row r of live (read before the list) to what its backend shows, for
+ * the reason code says (mesh.workspace_settle), if it is still as the
+ * reaper saw it.
+ */
+static void
+settle(json_t *rows, const char *backend, const MeshRows *live, uint64 r, MeshReasonCode code)
 {
-	const char *args[5] = {backend, row[0], row[1], to, reason};
+	MeshWorkspaceStatus from = mesh_col_status(live, r, "status");
+	MeshParam	p[4] = {mesh_text_param(backend), mesh_text_param(mesh_col_text(live, r, "external_ref")),
+		mesh_text_param(mesh_workspace_status_names[from]),
+	mesh_text_param(mesh_reason_code_names[code])};
+	MeshRows   *moved = reaper_query(settle_sql, 4, p);
 
-	if (reaper_query(settle_sql, 5, args, 1) == NIL)
-		return false;
-	note(rows, "workspace_settled", row[2], backend, psprintf("%s -> %s: %s", row[1], to, reason));
-	return true;
+	if (moved == NULL || moved->n == 0)
+		return;
+	if (code == MESH_REASON_LOST)
+		note(rows, "workspace_lost", mesh_col_text(moved, 0, "run_id"), backend,
+			 "the backend no longer has it; marked failed");
+	else
+		note(rows, "workspace_settled", mesh_col_text(moved, 0, "run_id"), backend,
+			 psprintf("%s -> %s: %s", mesh_workspace_status_names[from],
+					  code == MESH_REASON_FOUND_RUNNING ? "ready" : "pending",
+					  mesh_col_text(moved, 0, "reason")));
 }
 
 /*
- * Make one live row (ref, status, run_id; read before the list) agree with
+ * Make row r of live (ref, status, run_id; read before the list) agree with
  * what the backend shows for it (entry, NULL when it has none):
  *	ready, nothing there: the sandbox and its files are gone -> failed;
  *	acquiring, nothing there: nothing was made -> pending, the run's next
@@ -438,30 +408,23 @@ settle(json_t *rows, const char *backend, char **row, const char *to, const char
  *	pending, there and running (an acquire whose answer was lost) -> ready.
  */
 static void
-settle_row(json_t *rows, const char *backend, char **row, MeshListedWorkspace *entry)
+settle_row(json_t *rows, const char *backend, const MeshRows *live, uint64 r,
+		   MeshListedWorkspace *entry)
 {
-	const char *status = row[1];
-	const char *args[2] = {backend, row[0]};
+	MeshWorkspaceStatus status = mesh_col_status(live, r, "status");
 
-	if (strcmp(status, "ready") == 0 && entry == NULL)
-	{
-		if (reaper_query(lost_sql, 2, args, 1) != NIL)
-			note(rows, "workspace_lost", row[2], backend, "the backend no longer has it; marked failed");
-	}
-	else if (strcmp(status, "acquiring") == 0 && entry == NULL)
-		settle(rows, backend, row, "pending",
-			   MESH_ACQUIRE_INTERRUPTED ": the backend has no sandbox for it (found by the reaper); "
-			   "the run's next call tries again");
-	else if (strcmp(status, "pending") != 0 && entry != NULL && !entry->running)
-		settle(rows, backend, row, "pending",
-			   "hibernated by the backend (its sandbox was stopped); the run's next call wakes it");
-	else if (strcmp(status, "pending") == 0 && entry != NULL && entry->running)
-		settle(rows, backend, row, "ready",
-			   "the backend runs its sandbox (an acquire whose answer was lost; found by the reaper)");
+	if (status == MESH_WS_READY && entry == NULL)
+		settle(rows, backend, live, r, MESH_REASON_LOST);
+	else if (status == MESH_WS_ACQUIRING && entry == NULL)
+		settle(rows, backend, live, r, MESH_REASON_ACQUIRE_INTERRUPTED);
+	else if (status != MESH_WS_PENDING && entry != NULL && !entry->running)
+		settle(rows, backend, live, r, MESH_REASON_HIBERNATED_BY_BACKEND);
+	else if (status == MESH_WS_PENDING && entry != NULL && entry->running)
+		settle(rows, backend, live, r, MESH_REASON_FOUND_RUNNING);
 }
 
 static void
-reconcile_backend(json_t *rows, char **entry, TimestampTz until)
+reconcile_backend(json_t *rows, const MeshRows *backends, uint64 b, TimestampTz until)
 {
 	MeshBackend be;
 	MeshHttpRequest req;
@@ -472,12 +435,13 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 	int			nitems;
 	MeshError	merr = {0};
 	bool		built;
-	List	   *explained;
-	List	   *live;
-	ListCell   *lc;
-	const char *name = entry[0];
+	MeshRows   *explained;
+	MeshRows   *live;
+	const char *name = mesh_col_text(backends, b, "name");
+	MeshParam	backend_param = mesh_text_param(name);
 
-	if (!mesh_backend_make(name, entry[1], entry[2], entry[3], &be))
+	if (!mesh_backend_make(name, mesh_col_text(backends, b, "driver"), mesh_col_text(backends, b, "config"),
+						   mesh_col_text(backends, b, "credential"), &be))
 	{
 		note(rows, "reconcile_skipped", NULL, name, "the driver or config is not usable by this build");
 		return;
@@ -488,7 +452,7 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 		json_decref(be.config);
 		return;
 	}
-	live = reaper_query(live_rows_sql, 1, &name, 3);
+	live = reaper_query(live_rows_sql, 1, &backend_param);
 	st = mesh_run_begin(&run, &be);
 	built = be.driver->list_request(&be, st, install_id, &req, &run.err);
 	if (!run_until(&run, built, &req, until, mesh_parse_list, &listing, &merr))
@@ -505,12 +469,12 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 	nitems = listing.nitems;
 
 	/* read after the list: every listed sandbox's row was committed before it was asked for */
-	explained = reaper_query(explained_sql, 1, &name, 3);
+	explained = reaper_query(explained_sql, 1, &backend_param);
 	for (int i = 0; i < nitems; i++)
-		if (!ref_explained(items[i].ref, explained) && GetCurrentTimestamp() < until)
+		if (explained != NULL && !ref_explained(items[i].ref, explained) && GetCurrentTimestamp() < until)
 			release_orphan(rows, &be, items[i].ref, until);
-	foreach(lc, live)
-		settle_row(rows, name, lfirst(lc), ref_listed(((char **) lfirst(lc))[0], items, nitems));
+	for (uint64 r = 0; live != NULL && r < live->n; r++)
+		settle_row(rows, name, live, r, ref_listed(mesh_col_text(live, r, "external_ref"), items, nitems));
 	note(rows, "reconciled", NULL, name, psprintf("%d sandbox(es) listed", nitems));
 	json_decref(be.config);
 }
@@ -518,13 +482,12 @@ reconcile_backend(json_t *rows, char **entry, TimestampTz until)
 static void
 reconcile_all(json_t *rows, TimestampTz deadline)
 {
-	List	   *backends = reaper_query(backends_sql, 0, NULL, 4);
+	MeshRows   *backends = reaper_query(backends_sql, 0, NULL);
 
-	for (int i = 0; i < list_length(backends); i++)
+	for (uint64 b = 0; backends != NULL && b < backends->n; b++)
 	{
 		CHECK_FOR_INTERRUPTS();
-		reconcile_backend(rows, list_nth(backends, i),
-						  fair_share(deadline, list_length(backends) - i));
+		reconcile_backend(rows, backends, b, fair_share(deadline, (int) (backends->n - b)));
 	}
 }
 
@@ -535,7 +498,10 @@ reconcile_all(json_t *rows, TimestampTz deadline)
 static bool
 extension_installed(void)
 {
-	return reaper_query("SELECT 1 FROM pg_extension WHERE extname = 'mesh_exec'", 0, NULL, 1) != NIL;
+	static const char installed_sql[] = "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'mesh_exec'";
+	MeshRows   *rows = reaper_query(installed_sql, 0, NULL);
+
+	return rows != NULL && rows->n > 0;
 }
 
 /* One bounded sweep; what it did is appended to rows. */

@@ -3,11 +3,18 @@
  * store.c
  *	  The rows a worker writes, each change in its own short transaction.
  *
- * Invariant 4 (docs/design.md): the row is written before the backend call, and every state
- * change is committed here, by the worker, never in the caller's
- * transaction, so a caller's ROLLBACK cannot erase that a sandbox exists or
- * that compute was spent.  Transactions are short and never span an HTTP
- * wait, so no relation or row lock is held while a backend works.
+ * Invariant 4 (docs/design.md): the row is written before the backend call,
+ * and every state change is committed here, by the worker, never in the
+ * caller's transaction, so a caller's ROLLBACK cannot erase that a sandbox
+ * exists or that compute was spent.  Transactions are short and never span
+ * an HTTP wait, so no relation or row lock is held while a backend works.
+ *
+ * Each move of a workspace or an exec is one of the state-change functions
+ * of the install script (mesh.workspace_*, mesh.exec_*, where pgTAP tests
+ * them), called with typed parameters through txn.c; what they return is
+ * read by column name.  Statuses and reasons come back as the positions of
+ * their enum labels (MeshWorkspaceStatus, MeshReasonCode), never as text
+ * to compare.
  *
  * Each store_* function returns false with *err set when its transaction
  * failed; the worker turns that into the caller's error.  lock_timeout is
@@ -19,130 +26,107 @@
 
 #include "mesh_json.h"
 
-#include "access/xact.h"
-#include "access/xlog.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
-#include "pgstat.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
 
 #include "credentials.h"
-#include "handoff.h"
+#include "exec_output.h"
 #include "store.h"
 #include "txn.h"
 
-static char *
-int64_text(int64 v)
+/* The labels of mesh.workspace_status, indexed by MeshWorkspaceStatus. */
+const char *const mesh_workspace_status_names[] = {
+	"pending", "acquiring", "ready", "releasing", "released", "failed"
+};
+
+/* The labels of mesh.status_reason_code, indexed by MeshReasonCode (NONE: NULL). */
+const char *const mesh_reason_code_names[] = {
+	NULL, "acquire_interrupted", "acquire_failed", "hibernated_idle", "hibernated_by_backend",
+	"found_running", "lost", "budget_exhausted", "release_stuck"
+};
+
+/* The labels of mesh.exec_status, indexed by MeshExecStatus. */
+const char *const mesh_exec_status_names[] = {
+	"running", "ok", "timeout", "cancelled", "oom", "budget_exhausted", "error"
+};
+
+StaticAssertDecl(lengthof(mesh_workspace_status_names) == MESH_WS_FAILED + 1,
+				 "mesh_workspace_status_names must match MeshWorkspaceStatus");
+StaticAssertDecl(lengthof(mesh_reason_code_names) == MESH_REASON_RELEASE_STUCK + 1,
+				 "mesh_reason_code_names must match MeshReasonCode");
+StaticAssertDecl(lengthof(mesh_exec_status_names) == MESH_EXEC_ERROR + 1,
+				 "mesh_exec_status_names must match MeshExecStatus");
+
+/* A workspace status read back as the position of its label (STATUS_INDEX). */
+MeshWorkspaceStatus
+mesh_col_status(const MeshRows *rows, uint64 row, const char *name)
 {
-	return psprintf(INT64_FORMAT, v);
+	int64		v = mesh_col_int64(rows, row, name);
+
+	if (v < MESH_WS_PENDING || v > MESH_WS_FAILED)
+		elog(ERROR, "mesh: workspace status %lld is not one this build knows", (long long) v);
+	return (MeshWorkspaceStatus) v;
+}
+
+/* A reason code read back as the position of its label (REASON_INDEX; 0: none). */
+static MeshReasonCode
+col_reason(const MeshRows *rows, uint64 row, const char *name)
+{
+	int64		v = mesh_col_int64(rows, row, name);
+
+	if (v < MESH_REASON_NONE || v > MESH_REASON_RELEASE_STUCK)
+		elog(ERROR, "mesh: status reason code %lld is not one this build knows", (long long) v);
+	return (MeshReasonCode) v;
 }
 
 /*--------------------------------------------------------------------------
- * Declaring a run (mesh_acquire): intent only, committed asynchronously.
+ * Declaring a run (mesh_acquire).
  *--------------------------------------------------------------------------
  */
-typedef struct DeclareArgs
+static const char declare_sql[] =
+"SELECT d AS row, 'mesh.workspaces'::pg_catalog.regtype::pg_catalog.oid AS row_type "
+"  FROM mesh.workspace_declare($1, $2, $3, $4, $5, $6) d";
+
+/*
+ * The declared mesh.workspaces row as one composite datum the caller's
+ * backend can return as is: detoasted, with a plain header, in the caller's
+ * memory (it outlives the transaction's).
+ */
+static Datum
+workspace_row_copy(const MeshRows *rows)
 {
-	const char *args[6];
-	Datum		row;			/* the mesh.workspaces row, a composite datum */
-} DeclareArgs;
+	bool		isnull;
+	Oid			type = DatumGetObjectId(mesh_col_datum(rows, 0, "row_type", OIDOID, &isnull));
+	Datum		row = mesh_col_datum(rows, 0, "row", type, &isnull);
 
-static const char declare_insert_sql[] =
-"INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, parent_run_id, environment, owner_role) "
-"VALUES ($1, $2, $3, $4, $5, $6::oid::regrole) ON CONFLICT (run_id) DO NOTHING "
-"RETURNING workspaces";
-
-static const char declare_existing_sql[] =
-"SELECT w, agent_id, created_by_actor_id, coalesce(parent_run_id, '(none)'), "
-"       agent_id = $2 AND created_by_actor_id = $3 AND parent_run_id IS NOT DISTINCT FROM $4 "
-"       AND environment IS NOT DISTINCT FROM $5, coalesce(environment, '(none)'), "
-"       mesh.may_drive(owner_role, $6::oid) "
-"  FROM mesh.workspaces w WHERE run_id = $1";
-
-/* The environment's needs, checked against what the agent really has. */
-static const char environment_check_sql[] =
-"SELECT e.name IS NOT NULL, "
-"       (SELECT pg_catalog.string_agg(n->>'name', ', ') FROM pg_catalog.jsonb_array_elements(e.needs) n "
-"         WHERE n->>'kind' = 'secret' AND NOT EXISTS "
-"               (SELECT 1 FROM mesh.secrets s WHERE s.agent_id = $2 AND s.name = n->>'name')) "
-"  FROM (SELECT $1::text AS wanted) x LEFT JOIN mesh.environments e ON e.name = x.wanted";
-
-static const char grants_insert_sql[] =
-"INSERT INTO mesh.grants (run_id, kind, name, scope, deliver_as, expires_at) "
-"SELECT $1, n->>'kind', n->>'name', n->>'scope', n->>'as', "
-"       CASE WHEN n ? 'ttl' THEN pg_catalog.now() + (n->>'ttl')::interval END "
-"  FROM mesh.environments e, pg_catalog.jsonb_array_elements(e.needs) n WHERE e.name = $2 "
-"ON CONFLICT (run_id, kind, name) DO NOTHING";
-
-/* The run's declaration becomes its grants: what it could ever see. */
-static void
-declare_grants(DeclareArgs *a)
-{
-	const char *check[2] = {a->args[4], a->args[1]};
-	const char *grant[2] = {a->args[0], a->args[4]};
-	char	   *missing;
-
-	mesh_sql(environment_check_sql, 2, check);
-	if (strcmp(mesh_sql_value(0, 1), "t") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("environment \"%s\" is not declared", a->args[4]),
-				 errhint("An admin declares it with mesh.environment_set(name, needs).")));
-	missing = mesh_sql_value(0, 2);
-	if (missing)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("environment \"%s\" needs secret(s) %s, which agent \"%s\" does not have",
-						a->args[4], missing, a->args[1]),
-				 errhint("An admin sets them with mesh.secret_set(agent_id, name, value).")));
-	mesh_sql(grants_insert_sql, 2, grant);
+	if (isnull)
+		elog(ERROR, "mesh: mesh.workspace_declare returned no row");
+	return PointerGetDatum(PG_DETOAST_DATUM_COPY(row));
 }
 
-static void
-declare_body(void *arg)
-{
-	DeclareArgs *a = (DeclareArgs *) arg;
-
-	if (mesh_sql(declare_insert_sql, 6, a->args) == 1)
-	{
-		a->row = mesh_sql_datum(0, 1);
-		if (a->args[4])
-			declare_grants(a);
-		return;
-	}
-	mesh_sql(declare_existing_sql, 6, a->args);
-	if (strcmp(mesh_sql_value(0, 7), "t") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNIQUE_VIOLATION),
-				 errmsg("run \"%s\" is already declared by another role", a->args[0]),
-				 errhint("Run ownership is on: use a new run_id.")));
-	if (strcmp(mesh_sql_value(0, 5), "t") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNIQUE_VIOLATION),
-				 errmsg("run \"%s\" is already declared with a different agent, actor, parent or environment",
-						a->args[0]),
-				 errdetail("It was declared by agent \"%s\" for actor \"%s\" with parent run %s and environment %s.",
-						   mesh_sql_value(0, 2), mesh_sql_value(0, 3), mesh_sql_value(0, 4), mesh_sql_value(0, 6)),
-				 errhint("A run has one workspace; use a new run_id for different work.")));
-	a->row = mesh_sql_datum(0, 1);
-}
-
+/*
+ * Declare the run; *row is its row.  A plain declaration is intent and
+ * commits deferred (losing one in a crash loses nothing real); with an
+ * environment it carries grants, and commits durably.
+ */
 bool
 store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 			  const char *parent_run_id, const char *environment, const char *owner_role,
 			  Datum *row, ErrorData **err)
 {
-	DeclareArgs a = {{run_id, agent_id, actor_id, parent_run_id, environment, owner_role}, (Datum) 0};
+	MeshParam	p[6] = {mesh_text_param(run_id), mesh_text_param(agent_id), mesh_text_param(actor_id),
+		mesh_text_param(parent_run_id), mesh_text_param(environment),
+	owner_role ? mesh_oid_param(atooid(owner_role)) : mesh_null_param(OIDOID)};
+	MeshRows   *rows;
 
-	/* with grants the declaration is more than intent: commit it durably */
-	if (!mesh_txn("mesh worker: declare run", declare_body, &a, environment == NULL, err))
+	if (!mesh_txn_sql("mesh worker: declare run", environment ? MESH_COMMIT_DURABLE : MESH_COMMIT_DEFERRED,
+					  declare_sql, 6, p, &rows, err))
 		return false;
-	*row = a.row;
+	*row = workspace_row_copy(rows);
 	return true;
 }
 
@@ -154,105 +138,84 @@ typedef struct LoadArgs
 {
 	const char *run_id;
 	const char *caller_role;
-	MeshWorkspace *ws;
-	bool		found;
-	bool		for_update;
+	MeshRows   *rows;
 } LoadArgs;
 
 static const char load_sql[] =
-"SELECT w.id, w.run_id, w.agent_id, w.created_by_actor_id, w.status, w.status_reason, "
-"       w.backend_kind, w.external_ref, w.size, w.capabilities::text, "
-"       b.name IS NOT NULL, b.enabled, b.driver, b.config::text, c.credential, "
-"       w.compute_seconds, coalesce(l.max_compute_seconds, -1), w.release_outcome, "
-"       EXISTS (SELECT 1 FROM mesh.grants g WHERE g.run_id = w.run_id AND g.revoked_at IS NULL), "
+"SELECT w.id, w.run_id, w.agent_id, w.created_by_actor_id, " STATUS_INDEX("w.status") " AS status, "
+"       " REASON_INDEX("w.status_reason_code") " AS reason_code, w.status_reason, "
+"       w.backend_kind, w.external_ref, w.size::text AS size, w.capabilities::text AS capabilities, "
+"       b.name IS NOT NULL AS backend_found, b.enabled AS backend_enabled, b.driver, "
+"       b.config::text AS config, c.credential, w.compute_seconds, "
+"       coalesce(l.max_compute_seconds, -1) AS budget_seconds, w.release_outcome, "
+"       EXISTS (SELECT 1 FROM mesh.grants g WHERE g.run_id = w.run_id AND g.revoked_at IS NULL) AS has_grants, "
 "       EXISTS (SELECT 1 FROM mesh.run_tokens t WHERE t.run_id = w.run_id AND t.revoked_at IS NULL "
-"               AND t.expires_at > pg_catalog.now() + interval '1 minute'), "
-"       w.egress::text, mesh.may_drive(w.owner_role, $2::oid) "
+"               AND t.expires_at > pg_catalog.now() + interval '1 minute') AS token_valid, "
+"       w.egress::text AS egress "
 "  FROM mesh.workspaces w "
 "  JOIN mesh.run_limits l ON l.workspace_id = w.id "
 "  LEFT JOIN mesh.backends b ON b.name = w.backend_kind "
 "  LEFT JOIN mesh.backend_credentials c ON c.backend = b.name "
-" WHERE w.run_id = $1";
-
-static const char lock_sql[] =
-"SELECT 1 FROM mesh.workspaces WHERE run_id = $1 FOR UPDATE";
+" WHERE w.run_id = $1 AND mesh.may_drive(w.owner_role, $2)";
 
 static void
-fill_workspace(MeshWorkspace *ws)
+fill_workspace(MeshWorkspace *ws, const MeshRows *r)
 {
-	char	   *v;
-
-	ws->id = pg_strtoint64(mesh_sql_value(0, 1));
-	ws->run_id = mesh_sql_value(0, 2);
-	ws->agent_id = mesh_sql_value(0, 3);
-	ws->actor_id = mesh_sql_value(0, 4);
-	ws->status = mesh_sql_value(0, 5);
-	ws->status_reason = mesh_sql_value(0, 6);
-	ws->backend_kind = mesh_sql_value(0, 7);
-	ws->external_ref = mesh_sql_value(0, 8);
-	ws->size = mesh_sql_value(0, 9);
-	ws->capabilities = mesh_sql_value(0, 10);
-	ws->backend_found = strcmp(mesh_sql_value(0, 11), "t") == 0;
-	v = mesh_sql_value(0, 12);
-	ws->backend_enabled = v && strcmp(v, "t") == 0;
-	ws->driver = mesh_sql_value(0, 13);
-	ws->config = mesh_sql_value(0, 14);
-	ws->credential = mesh_sql_value(0, 15);
-	ws->compute_seconds = strtod(mesh_sql_value(0, 16), NULL);
-	ws->budget_seconds = strtod(mesh_sql_value(0, 17), NULL);
-	ws->release_outcome = mesh_sql_value(0, 18);
-	ws->has_grants = strcmp(mesh_sql_value(0, 19), "t") == 0;
-	ws->token_valid = strcmp(mesh_sql_value(0, 20), "t") == 0;
-	ws->egress = mesh_sql_value(0, 21);
+	ws->id = mesh_col_int64(r, 0, "id");
+	ws->run_id = mesh_col_text(r, 0, "run_id");
+	ws->agent_id = mesh_col_text(r, 0, "agent_id");
+	ws->actor_id = mesh_col_text(r, 0, "created_by_actor_id");
+	ws->status = mesh_col_status(r, 0, "status");
+	ws->reason_code = col_reason(r, 0, "reason_code");
+	ws->status_reason = mesh_col_text(r, 0, "status_reason");
+	ws->backend_kind = mesh_col_text(r, 0, "backend_kind");
+	ws->external_ref = mesh_col_text(r, 0, "external_ref");
+	ws->size = mesh_col_text(r, 0, "size");
+	ws->capabilities = mesh_col_text(r, 0, "capabilities");
+	ws->backend_found = mesh_col_bool(r, 0, "backend_found");
+	ws->backend_enabled = mesh_col_bool(r, 0, "backend_enabled");
+	ws->driver = mesh_col_text(r, 0, "driver");
+	ws->config = mesh_col_text(r, 0, "config");
+	ws->credential = mesh_col_text(r, 0, "credential");
+	ws->compute_seconds = mesh_col_float8(r, 0, "compute_seconds");
+	ws->budget_seconds = mesh_col_float8(r, 0, "budget_seconds");
+	ws->release_outcome = mesh_col_text(r, 0, "release_outcome");
+	ws->has_grants = mesh_col_bool(r, 0, "has_grants");
+	ws->token_valid = mesh_col_bool(r, 0, "token_valid");
+	ws->egress = mesh_col_text(r, 0, "egress");
 }
 
+/* A run another role owns is, to this caller, a run that does not exist. */
 static void
 load_body(void *arg)
 {
 	LoadArgs   *a = (LoadArgs *) arg;
-	const char *args[2] = {a->run_id, a->caller_role};
+	MeshParam	p[2] = {mesh_text_param(a->run_id),
+	a->caller_role ? mesh_oid_param(atooid(a->caller_role)) : mesh_null_param(OIDOID)};
 
-	if (a->for_update && mesh_sql(lock_sql, 1, args) == 0)
-		return;
-	/* a run another role owns is, to this caller, a run that does not exist */
-	a->found = mesh_sql(load_sql, 2, args) == 1 && strcmp(mesh_sql_value(0, 22), "t") == 0;
-	if (a->found)
-		fill_workspace(a->ws);
+	a->rows = mesh_sql(load_sql, 2, p);
+	if (a->rows->n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("run \"%s\" has no workspace declared", a->run_id),
+				 errhint("Call mesh_acquire(run_id, agent_id, actor_id) first.")));
 }
 
 /*
  * Load the run's row; an unknown run is the caller's error, and so is, with
  * run ownership on, a run caller_role (an oid; NULL: the pool's own call)
- * may not drive.
+ * may not drive.  Read-only, so its commit writes and waits for nothing
+ * (and MESH_COMMIT_DURABLE spares setting synchronous_commit for it).
  */
 bool
 store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, ErrorData **err)
 {
-	LoadArgs	a = {run_id, caller_role, ws, false, false};
+	LoadArgs	a = {run_id, caller_role, NULL};
 
 	memset(ws, 0, sizeof(*ws));
-	if (!mesh_txn("mesh worker: load run", load_body, &a, false, err))
+	if (!mesh_txn("mesh worker: load run", MESH_COMMIT_DURABLE, load_body, &a, err))
 		return false;
-	if (!a.found)
-	{
-		MemoryContext cxt = CurrentMemoryContext;
-
-		PG_TRY();
-		{
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("run \"%s\" has no workspace declared", run_id),
-					 errhint("Call mesh_acquire(run_id, agent_id, actor_id) first.")));
-		}
-		PG_CATCH();
-		{
-			MemoryContextSwitchTo(cxt);
-			*err = CopyErrorData();
-			FlushErrorState();
-		}
-		PG_END_TRY();
-		return false;
-	}
+	fill_workspace(ws, a.rows);
 	return true;
 }
 
@@ -266,25 +229,12 @@ typedef struct MaterializeArgs
 	const char *install_id;
 } MaterializeArgs;
 
-static const char select_sql[] =
-"SELECT s.backend, s.implicit, s.size FROM mesh.select_backend($1) s";
+static const char choose_backend_sql[] =
+"SELECT backend, implicit, size::text AS size, driver, config, credential "
+"  FROM mesh.workspace_choose_backend($1)";
 
-static const char mark_acquiring_sql[] =
-"UPDATE mesh.workspaces SET status = 'acquiring', backend_kind = $2, external_ref = $3, "
-"       size = $4::mesh.size_tier, capabilities = $5::jsonb, egress = $6::jsonb, "
-"       status_reason = NULL "
-" WHERE id = $1::bigint";
-
-/* The workspace's network policy, decided by SQL (it raises on a refusal). */
-static const char egress_sql[] =
-"SELECT mesh.workspace_egress($1, $2::jsonb)::text";
-
-static const char event_sql[] =
-"INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
-"VALUES ($1, $2, $3::bigint, $4, coalesce($5::jsonb, '{}'))";
-
-static const char touch_sql[] =
-"UPDATE mesh.workspaces SET last_used_at = pg_catalog.now() WHERE id = $1::bigint";
+static const char begin_acquire_sql[] =
+"SELECT mesh.workspace_begin_acquire($1, $2, $3, $4::mesh.size_tier, $5::jsonb, $6)::text AS egress";
 
 /* Build a MeshBackend from catalog fields; false when the driver is unknown. */
 bool
@@ -313,80 +263,30 @@ mesh_backend_from_workspace(const MeshWorkspace *ws, MeshBackend *be)
 	return mesh_backend_make(ws->backend_kind, ws->driver, ws->config, ws->credential, be);
 }
 
-static const char agent_ensure_sql[] =
-"INSERT INTO mesh.agents (agent_id) VALUES ($1) ON CONFLICT DO NOTHING";
-
-static const char agent_lock_sql[] =
-"SELECT max_concurrent_workspaces FROM mesh.agents WHERE agent_id = $1 FOR UPDATE";
-
-static const char agent_live_sql[] =
-"SELECT pg_catalog.count(*) FROM mesh.workspaces "
-" WHERE agent_id = $1 AND status OPERATOR(pg_catalog.=) ANY ('{acquiring,ready,releasing}') AND id <> $2::bigint";
-
 /*
- * The agent's concurrency limit, checked under a lock on the agent's row so
- * two runs of one agent materializing at once on different workers cannot
- * both pass: the second counts after the first committed.
+ * The backend mesh.workspace_choose_backend picked (within the agent's
+ * limit), asked for its capabilities and the workspace's reference, then
+ * recorded by mesh.workspace_begin_acquire with the network policy.
  */
-static void
-check_concurrency_limit(MeshWorkspace *ws)
-{
-	const char *agent[1] = {ws->agent_id};
-	const char *args[2] = {ws->agent_id, int64_text(ws->id)};
-	char	   *limit;
-	int64		live;
-
-	mesh_sql(agent_ensure_sql, 1, agent);
-	mesh_sql(agent_lock_sql, 1, agent);
-	limit = SPI_processed > 0 ? mesh_sql_value(0, 1) : NULL;
-	if (limit == NULL)
-		return;
-	/* a fresh statement, so a snapshot taken after the lock was granted */
-	mesh_sql(agent_live_sql, 2, args);
-	live = pg_strtoint64(mesh_sql_value(0, 1));
-	if (live >= pg_strtoint64(limit))
-		ereport(ERROR,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("agent \"%s\" already has %lld live workspace(s), its limit is %s",
-						ws->agent_id, (long long) live, limit),
-				 errhint("Release one of the agent's runs, or raise the limit with mesh.agent_set_budget().")));
-}
-
 static void
 materialize_body(void *arg)
 {
 	MaterializeArgs *a = (MaterializeArgs *) arg;
 	MeshWorkspace *ws = a->ws;
-	const char *run[1] = {ws->run_id};
-	const char *backend_arg[1];
+	MeshParam	id = mesh_int8_param(ws->id);
+	MeshRows   *chosen = mesh_sql(choose_backend_sql, 1, &id);
+	MeshRows   *acquiring;
 	MeshBackend be;
 	MeshCapabilities caps;
-	char	   *caps_text;
-	bool		implicit;
+	bool		implicit = mesh_col_bool(chosen, 0, "implicit");
 
-	mesh_sql(lock_sql, 1, run);
-	backend_arg[0] = ws->agent_id;
-	check_concurrency_limit(ws);
-	mesh_sql(select_sql, 1, backend_arg);
-	ws->backend_kind = mesh_sql_value(0, 1);
-	implicit = strcmp(mesh_sql_value(0, 2), "t") == 0;
-	ws->size = mesh_sql_value(0, 3);
-
-	/* re-read the row so the catalog entry of the chosen backend is loaded */
-	{
-		const char *args[2] = {ws->run_id, ws->backend_kind};
-		static const char backend_sql[] =
-		"SELECT true, b.enabled, b.driver, b.config::text, c.credential "
-		"  FROM mesh.backends b LEFT JOIN mesh.backend_credentials c ON c.backend = b.name "
-		" WHERE b.name = $2 AND $1 IS NOT NULL";
-
-		mesh_sql(backend_sql, 2, args);
-		ws->backend_found = true;
-		ws->backend_enabled = true;
-		ws->driver = mesh_sql_value(0, 3);
-		ws->config = mesh_sql_value(0, 4);
-		ws->credential = mesh_sql_value(0, 5);
-	}
+	ws->backend_kind = mesh_col_text(chosen, 0, "backend");
+	ws->size = mesh_col_text(chosen, 0, "size");
+	ws->driver = mesh_col_text(chosen, 0, "driver");
+	ws->config = mesh_col_text(chosen, 0, "config");
+	ws->credential = mesh_col_text(chosen, 0, "credential");
+	ws->backend_found = true;
+	ws->backend_enabled = true;
 	if (!mesh_backend_from_workspace(ws, &be))
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIG_FILE_ERROR),
@@ -400,126 +300,74 @@ materialize_body(void *arg)
 				 errhint("An admin sets it with mesh.backend_set_credential().")));
 
 	be.driver->declared_capabilities(&be, &caps);
-	caps_text = mesh_capabilities_text(&caps);
-	ws->capabilities = MemoryContextStrdup(mesh_txn_result_cxt(), caps_text);
+	ws->capabilities = MemoryContextStrdup(mesh_txn_result_cxt(), mesh_capabilities_text(&caps));
 	ws->external_ref = MemoryContextStrdup(mesh_txn_result_cxt(),
 										   be.driver->workspace_ref(&be, a->install_id, ws->id));
 	json_decref(be.config);
 	{
-		const char *eargs[2] = {ws->backend_kind, ws->capabilities};
+		MeshParam	p[6] = {id, mesh_text_param(ws->backend_kind), mesh_text_param(ws->external_ref),
+			mesh_text_param(ws->size), mesh_text_param(ws->capabilities), mesh_bool_param(implicit)};
 
 		/* before anything exists on the backend: a refusal leaves the row pending */
-		mesh_sql(egress_sql, 2, eargs);
-		ws->egress = mesh_sql_value(0, 1);
+		acquiring = mesh_sql(begin_acquire_sql, 6, p);
 	}
-	{
-		const char *args[6] = {int64_text(ws->id), ws->backend_kind, ws->external_ref,
-		ws->size, ws->capabilities, ws->egress};
-
-		mesh_sql(mark_acquiring_sql, 6, args);
-	}
-	{
-		char	   *detail = psprintf("{\"size\": \"%s\", \"implicit_selection\": %s, \"egress\": %s}",
-									  ws->size, implicit ? "true" : "false", ws->egress);
-		const char *args[5] = {"acquiring", ws->run_id, int64_text(ws->id), ws->backend_kind,
-		detail};
-
-		mesh_sql(event_sql, 5, args);
-	}
+	ws->egress = mesh_col_text(acquiring, 0, "egress");
 	if (implicit)
 		ereport(LOG,
 				(errmsg("mesh: run \"%s\" of agent \"%s\" uses backend \"%s\", the instance default (the agent has no pin)",
 						ws->run_id, ws->agent_id, ws->backend_kind)));
-	ws->status = MemoryContextStrdup(mesh_txn_result_cxt(), "acquiring");
+	ws->status = MESH_WS_ACQUIRING;
 }
 
-/* Record the choice of backend and the move to acquiring, durably. */
+/*
+ * Record the choice of backend and the move to acquiring, before the
+ * backend is called.  commit says how: the worker that defers it makes
+ * mesh_txn_commit_lsn() durable before its loop's turn sends anything
+ * (worker_want_durable; docs/design.md, invariant 4: the row is durable
+ * before the caller hears of a sandbox).
+ */
 bool
-store_begin_materialize(MeshWorkspace *ws, const char *install_id, ErrorData **err)
+store_begin_materialize(MeshWorkspace *ws, const char *install_id, MeshCommit commit, ErrorData **err)
 {
 	MaterializeArgs a = {ws, install_id};
 
-	return mesh_txn("mesh worker: materialize", materialize_body, &a, true, err);
+	return mesh_txn("mesh worker: materialize", commit, materialize_body, &a, err);
 }
 
-typedef struct ReadyArgs
-{
-	MeshWorkspace *ws;
-	const char *caps;
-} ReadyArgs;
+static const char acquired_sql[] =
+"SELECT mesh.workspace_acquired($1, $2::jsonb)";
 
-static const char mark_ready_sql[] =
-"UPDATE mesh.workspaces SET status = 'ready', capabilities = $2::jsonb, status_reason = NULL, "
-"       materialized_at = pg_catalog.now(), last_used_at = pg_catalog.now() WHERE id = $1::bigint";
-
-static void
-ready_body(void *arg)
-{
-	ReadyArgs  *a = (ReadyArgs *) arg;
-	const char *args[2] = {int64_text(a->ws->id), a->caps};
-	const char *ev[5] = {"acquired", a->ws->run_id, args[0], a->ws->backend_kind, NULL};
-
-	mesh_sql(mark_ready_sql, 2, args);
-	mesh_sql(event_sql, 5, ev);
-}
-
+/* The backend made or woke the sandbox: ready, with what it can do. */
 bool
-store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, ErrorData **err)
+store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, MeshCommit commit, ErrorData **err)
 {
-	ReadyArgs	a = {ws, mesh_capabilities_text(caps)};
+	char	   *caps_text = mesh_capabilities_text(caps);
+	MeshParam	p[2] = {mesh_int8_param(ws->id), mesh_text_param(caps_text)};
 
-	if (!mesh_txn("mesh worker: workspace ready", ready_body, &a, true, err))
+	if (!mesh_txn_sql("mesh worker: workspace ready", commit, acquired_sql, 2, p, NULL, err))
 		return false;
-	ws->status = "ready";
-	ws->capabilities = (char *) a.caps;
+	ws->status = MESH_WS_READY;
+	ws->reason_code = MESH_REASON_NONE;
+	ws->status_reason = NULL;
+	ws->capabilities = caps_text;
 	return true;
 }
 
-typedef struct FailArgs
-{
-	MeshWorkspace *ws;
-	bool		retryable;
-	const char *reason;
-} FailArgs;
+static const char acquire_failed_sql[] =
+"SELECT mesh.workspace_acquire_failed($1, $2, $3)";
 
 /*
- * A retryable failure goes back to pending, keeping the backend and reference
- * it recorded.  The row is acquiring, or ready when a call found its sandbox
- * stopped and tried to wake it.
- */
-static const char mark_failed_sql[] =
-"UPDATE mesh.workspaces SET status = (CASE WHEN $2 = 't' THEN 'pending' ELSE 'failed' END)::mesh.workspace_status, "
-"       status_reason = CASE WHEN $2 = 't' THEN '" MESH_ACQUIRE_INTERRUPTED ": ' || $3 || '; the run''s next call tries again' "
-"                            ELSE $3 END "
-" WHERE id = $1::bigint AND status OPERATOR(pg_catalog.=) ANY ('{acquiring,ready}')";
-
-static void
-fail_body(void *arg)
-{
-	FailArgs   *a = (FailArgs *) arg;
-	const char *args[3] = {int64_text(a->ws->id), a->retryable ? "t" : "f", a->reason};
-	char	   *detail = psprintf("{\"retryable\": %s}", a->retryable ? "true" : "false");
-	const char *ev[5] = {"acquire_failed", a->ws->run_id, args[0], a->ws->backend_kind, detail};
-
-	mesh_sql(mark_failed_sql, 3, args);
-	mesh_sql(event_sql, 5, ev);
-}
-
-/*
- * An acquisition failed.  Retryable failures (backend unreachable, a garbled
- * answer) put the row back to pending with its recorded backend and
- * reference: it no longer counts against the agent's concurrency limit, the
- * run's next call retries the same idempotent acquire, and nothing the
- * backend may have created is forgotten (the reaper reconciles it: a
- * sandbox found running makes the row ready again).  Others make the
- * workspace failed, and the reaper releases whatever it may have left.
+ * An acquisition failed: retryable failures (backend unreachable, a garbled
+ * answer) put the row back to pending, others fail the workspace
+ * (mesh.workspace_acquire_failed says why each).
  */
 bool
 store_materialize_failed(MeshWorkspace *ws, bool retryable, const char *reason, ErrorData **err)
 {
-	FailArgs	a = {ws, retryable, reason};
+	MeshParam	p[3] = {mesh_int8_param(ws->id), mesh_bool_param(retryable), mesh_text_param(reason)};
 
-	return mesh_txn("mesh worker: acquire failed", fail_body, &a, true, err);
+	return mesh_txn_sql("mesh worker: acquire failed", MESH_COMMIT_DURABLE, acquire_failed_sql, 3, p,
+						NULL, err);
 }
 
 /*--------------------------------------------------------------------------
@@ -544,7 +392,7 @@ static const char delivered_sql[] =
 "     AND g.kind = 'secret' AND g.deliver_as IS NOT NULL AND g.revoked_at IS NULL "
 "     AND (g.expires_at IS NULL OR g.expires_at > pg_catalog.now()) "
 "  RETURNING g.deliver_as, g.name, s.value) "
-"SELECT deliver_as, name, value FROM d";
+"SELECT deliver_as AS variable, name, value FROM d";
 
 /*
  * The other secrets the run may fetch from the broker: not delivered (and
@@ -552,7 +400,7 @@ static const char delivered_sql[] =
  * the same, so no secret a run could see ever lands in an exec row.
  */
 static const char redact_only_sql[] =
-"SELECT NULL, g.name, s.value FROM mesh.grants g "
+"SELECT NULL::text AS variable, g.name, s.value FROM mesh.grants g "
 "  JOIN mesh.workspaces w ON w.run_id = g.run_id "
 "  JOIN mesh.secrets s ON s.agent_id = w.agent_id AND s.name = g.name "
 " WHERE g.run_id = $1 AND g.kind = 'secret' "
@@ -561,62 +409,57 @@ static const char redact_only_sql[] =
 
 static const char delivered_event_sql[] =
 "INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
-"SELECT 'secret_read', $1, $2::bigint, $3, "
-"       pg_catalog.jsonb_build_object('secret', x, 'delivered_as_env', true, 'exec_id', $4::bigint) "
-"  FROM pg_catalog.unnest($5::text[]) x";
+"SELECT 'secret_read', $1, $2, $3, "
+"       pg_catalog.jsonb_build_object('secret', x, 'delivered_as_env', true, 'exec_id', $4) "
+"  FROM pg_catalog.unnest($5) x";
 
-/* Append the rows of the last statement to a->delivered (variable may be NULL). */
+/* Append the secrets in rows to a->delivered; the names of delivered ones to *names. */
 static void
-collect_secrets(ExecStartArgs *a, StringInfo names)
+collect_secrets(ExecStartArgs *a, const MeshRows *rows, List **names)
 {
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		MeshDelivered *d = MemoryContextAllocZero(mesh_txn_result_cxt(), sizeof(MeshDelivered));
-		MemoryContext old;
+	MemoryContext old = MemoryContextSwitchTo(mesh_txn_result_cxt());
 
-		d->variable = mesh_sql_value(r, 1);
-		d->name = mesh_sql_value(r, 2);
-		d->value = mesh_sql_value(r, 3);
-		old = MemoryContextSwitchTo(mesh_txn_result_cxt());
+	for (uint64 r = 0; r < rows->n; r++)
+	{
+		MeshDelivered *d = palloc0(sizeof(MeshDelivered));
+
+		d->variable = mesh_col_text(rows, r, "variable");
+		d->name = mesh_col_text(rows, r, "name");
+		d->value = mesh_col_text(rows, r, "value");
 		a->delivered = lappend(a->delivered, d);
-		MemoryContextSwitchTo(old);
 		if (names && d->variable)
-			appendStringInfo(names, "%s\"%s\"", names->len > 1 ? "," : "", d->name);
+			*names = lappend(*names, d->name);
 	}
+	MemoryContextSwitchTo(old);
 }
 
 static void
 fetch_delivered(ExecStartArgs *a)
 {
-	const char *run[1] = {a->ws->run_id};
-	StringInfoData names;
+	MeshParam	run = mesh_text_param(a->ws->run_id);
+	List	   *names = NIL;
 
-	initStringInfo(&names);
-	appendStringInfoChar(&names, '{');
-	mesh_sql(delivered_sql, 1, run);
-	collect_secrets(a, &names);
-	appendStringInfoChar(&names, '}');
-	if (names.len > 2)
+	collect_secrets(a, mesh_sql(delivered_sql, 1, &run), &names);
+	if (names != NIL)
 	{
-		const char *ev[5] = {a->ws->run_id, int64_text(a->ws->id), a->ws->backend_kind,
-		int64_text(a->exec_id), names.data};
+		const char **v = palloc(sizeof(char *) * list_length(names));
+		MeshParam	p[5] = {run, mesh_int8_param(a->ws->id), mesh_text_param(a->ws->backend_kind),
+		mesh_int8_param(a->exec_id), {0}};
+		ListCell   *lc;
 
-		mesh_sql(delivered_event_sql, 5, ev);
+		foreach(lc, names)
+			v[foreach_current_index(lc)] = lfirst(lc);
+		p[4] = mesh_text_array_param(v, list_length(names));
+		mesh_sql(delivered_event_sql, 5, p);
 	}
-	mesh_sql(redact_only_sql, 1, run);
-	collect_secrets(a, NULL);
+	collect_secrets(a, mesh_sql(redact_only_sql, 1, &run), NULL);
 }
 
-/* The exec row, and the workspace's last use, in one statement. */
-static const char exec_insert_sql[] =
-"WITH touched AS (UPDATE mesh.workspaces SET last_used_at = pg_catalog.now() WHERE id = $1::bigint) "
-"INSERT INTO mesh.execs (workspace_id, run_id, argv, dir, env_names, stdin_bytes, timeout_ms) "
-"VALUES ($1::bigint, $2, ARRAY(SELECT pg_catalog.json_array_elements_text($3::json)), $4, "
-"        ARRAY(SELECT pg_catalog.json_object_keys($5::json)), $6::int, $7::bigint) RETURNING id";
+static const char exec_begin_sql[] =
+"SELECT mesh.exec_begin($1, $2, $3, $4, $5, $6) AS exec_id";
 
 static const char exec_argv_redacted_sql[] =
-"UPDATE mesh.execs SET argv = ARRAY(SELECT pg_catalog.json_array_elements_text($2::json)) "
-" WHERE id = $1::bigint";
+"UPDATE mesh.execs SET argv = $2 WHERE id = $1";
 
 /*
  * A secret the run may see never stays in its exec row, not even in argv
@@ -626,7 +469,7 @@ static const char exec_argv_redacted_sql[] =
 static void
 redact_argv(ExecStartArgs *a)
 {
-	json_t	   *argv = json_array();
+	const char **argv = palloc(sizeof(char *) * Max(a->spec->argc, 1));
 	bool		changed = false;
 	ListCell   *lc;
 
@@ -642,43 +485,43 @@ redact_argv(ExecStartArgs *a)
 			mesh_redact(&arg, &len, d->value, d->variable ? d->variable : d->name);
 		}
 		changed |= strcmp(arg, a->spec->argv[i]) != 0;
-		json_array_append_new(argv, json_string(arg));
+		argv[i] = arg;
 	}
 	if (changed)
 	{
-		char	   *text = json_dumps(argv, JSON_COMPACT);
-		const char *args[2] = {int64_text(a->exec_id), pstrdup(text)};
+		MeshParam	p[2] = {mesh_int8_param(a->exec_id), mesh_text_array_param(argv, a->spec->argc)};
 
-		free(text);
-		mesh_sql(exec_argv_redacted_sql, 2, args);
+		mesh_sql(exec_argv_redacted_sql, 2, p);
 	}
-	json_decref(argv);
+}
+
+/* The names of the exec's environment variables (never their values). */
+static MeshParam
+env_names_param(const MeshExecSpec *spec)
+{
+	const char **names;
+	const char *key;
+	json_t	   *value;
+	int			n = 0;
+
+	if (spec->env == NULL)
+		return mesh_null_param(TEXTARRAYOID);
+	names = palloc(sizeof(char *) * Max(json_object_size(spec->env), 1));
+	json_object_foreach(spec->env, key, value)
+		names[n++] = key;
+	return mesh_text_array_param(names, n);
 }
 
 static void
 exec_start_body(void *arg)
 {
 	ExecStartArgs *a = (ExecStartArgs *) arg;
-	json_t	   *argv = json_array();
-	char	   *argv_text;
-	char	   *env_text = a->spec->env ? json_dumps(a->spec->env, JSON_COMPACT) : NULL;
-	const char *args[7];
+	MeshParam	p[6] = {mesh_int8_param(a->ws->id), mesh_text_array_param(a->spec->argv, a->spec->argc),
+		mesh_text_param(a->spec->dir), env_names_param(a->spec),
+		mesh_int4_param((int32) Min(a->spec->stdin_len, (size_t) PG_INT32_MAX)),
+	mesh_int8_param(a->spec->timeout_ms)};
 
-	for (int i = 0; i < a->spec->argc; i++)
-		json_array_append_new(argv, json_string(a->spec->argv[i]));
-	argv_text = json_dumps(argv, JSON_COMPACT);
-	json_decref(argv);
-	args[0] = int64_text(a->ws->id);
-	args[1] = a->ws->run_id;
-	args[2] = pstrdup(argv_text);
-	args[3] = a->spec->dir;
-	args[4] = env_text ? pstrdup(env_text) : "{}";
-	args[5] = psprintf("%zu", a->spec->stdin_len);
-	args[6] = psprintf("%ld", a->spec->timeout_ms);
-	free(argv_text);
-	free(env_text);
-	mesh_sql(exec_insert_sql, 7, args);
-	a->exec_id = pg_strtoint64(mesh_sql_value(0, 1));
+	a->exec_id = mesh_col_int64(mesh_sql(exec_begin_sql, 6, p), 0, "exec_id");
 	if (a->ws->has_grants)
 	{
 		fetch_delivered(a);
@@ -688,9 +531,10 @@ exec_start_body(void *arg)
 
 /*
  * The exec row, committed before the command is sent.  The commit does not
- * wait for its WAL flush: the worker flushes to *commit_lsn right after the
- * request is on the wire (mesh_flush_to), so the fsync overlaps the command
- * instead of adding to every exec's latency.
+ * wait for its WAL flush: the worker flushes to *commit_lsn at the end of
+ * the turn of its loop that put the request on the wire
+ * (worker_want_durable), so the fsync overlaps the command instead of
+ * adding to every exec's latency.
  */
 bool
 store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
@@ -698,74 +542,28 @@ store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
 {
 	ExecStartArgs a = {ws, spec, 0, NIL};
 
-	if (!mesh_txn("mesh worker: exec started", exec_start_body, &a, false, err))
+	if (!mesh_txn("mesh worker: exec started", MESH_COMMIT_DEFERRED, exec_start_body, &a, err))
 		return false;
 	*exec_id = a.exec_id;
-	*commit_lsn = XactLastCommitEnd;
+	*commit_lsn = mesh_txn_commit_lsn();
 	*delivered = a.delivered;
 	return true;
 }
 
-typedef struct MintArgs
-{
-	MeshWorkspace *ws;
-	const char *hash_hex;
-} MintArgs;
-
 static const char mint_sql[] =
-"WITH old AS (UPDATE mesh.run_tokens SET revoked_at = pg_catalog.now(), revoked_reason = 'replaced by a new token' "
-"              WHERE run_id = $1 AND revoked_at IS NULL) "
-"INSERT INTO mesh.run_tokens (run_id, token_sha256, expires_at) "
-"SELECT $1, pg_catalog.decode($2, 'hex'), pg_catalog.now() + s.max_run_lifetime FROM mesh.settings s";
-
-static void
-mint_body(void *arg)
-{
-	MintArgs   *a = (MintArgs *) arg;
-	const char *args[2] = {a->ws->run_id, a->hash_hex};
-	const char *ev[5] = {"token_minted", a->ws->run_id, int64_text(a->ws->id), a->ws->backend_kind, NULL};
-
-	mesh_sql(mint_sql, 2, args);
-	mesh_sql(event_sql, 5, ev);
-}
+"SELECT mesh.run_token_mint($1, pg_catalog.decode($2, 'hex'))";
 
 /* Record a new run token (its hash) before it is handed to the workspace. */
 bool
 store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err)
 {
-	MintArgs	a = {ws, hash_hex};
+	MeshParam	p[2] = {mesh_int8_param(ws->id), mesh_text_param(hash_hex)};
 
-	return mesh_txn("mesh worker: mint run token", mint_body, &a, true, err);
+	return mesh_txn_sql("mesh worker: mint run token", MESH_COMMIT_DURABLE, mint_sql, 2, p, NULL, err);
 }
 
-/* Make an asynchronously committed row durable. */
-void
-mesh_flush_to(XLogRecPtr lsn)
-{
-	uint64		started = mesh_clock_ns();
-
-	if (lsn != InvalidXLogRecPtr)
-		XLogFlush(lsn);
-	mesh_txn_time_ns += mesh_clock_ns() - started;
-}
-
-typedef struct ExecFinishArgs
-{
-	MeshWorkspace *ws;
-	int64		exec_id;
-	const MeshExecRecord *rec;
-} ExecFinishArgs;
-
-/* The exec's end and the run's charge, in one statement: the result path is hot. */
 static const char exec_finish_sql[] =
-"WITH e AS ("
-"  UPDATE mesh.execs SET status = $2::mesh.exec_status, exit_code = $3::int, stdout = $4, stderr = $5, "
-"         truncated = coalesce($6::boolean, false), wall_seconds = $7::float8, cpu_seconds = $8::float8, "
-"         charged_seconds = $9::float8, charge_basis = $10, error = $11, memory_peak_bytes = $12::bigint, "
-"         finished_at = pg_catalog.clock_timestamp() "
-"   WHERE id = $1::bigint RETURNING workspace_id) "
-"UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + $9::float8, last_used_at = pg_catalog.now() "
-"  FROM e WHERE w.id = e.workspace_id";
+"SELECT mesh.exec_finish($1, $2::mesh.exec_status, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb)";
 
 /* Text a PostgreSQL text column can hold: invalid UTF-8 and NUL become U+FFFD. */
 char *
@@ -794,66 +592,57 @@ mesh_sanitize_text(const char *data, size_t len)
 	return out.data;
 }
 
-static const char egress_denied_sql[] =
-"INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
-"SELECT 'egress_denied', $1, $2::bigint, $3, "
-"       pg_catalog.jsonb_build_object('host', d->>'host', 'port', (d->>'port')::integer, "
-"                          'reason', d->>'reason', 'at', d->>'at', 'exec_id', $5::bigint) "
-"  FROM pg_catalog.jsonb_array_elements($4::jsonb) d";
-
-/*
- * Each outbound connection the backend refused during the exec becomes one
- * event, in the transaction that records the exec's end, so a denial is
- * never just a connection error inside the sandbox.
- */
-static void
-record_egress_denials(MeshWorkspace *ws, int64 exec_id, const char *denials)
+typedef struct ExecFinishArgs
 {
-	const char *args[5] = {ws->run_id, int64_text(ws->id), ws->backend_kind, denials,
-	int64_text(exec_id)};
-
-	mesh_sql(egress_denied_sql, 5, args);
-}
+	int64		exec_id;
+	const MeshParam *params;
+	const MeshOutputStream *output;
+} ExecFinishArgs;
 
 static void
 exec_finish_body(void *arg)
 {
 	ExecFinishArgs *a = (ExecFinishArgs *) arg;
-	const MeshExecResult *r = a->rec->result;
-	const char *args[12];
 
-	args[0] = int64_text(a->exec_id);
-	args[1] = a->rec->status;
-	args[2] = r ? psprintf("%d", r->exit_code) : NULL;
-	args[3] = r ? r->stdout_data : NULL;
-	args[4] = r ? r->stderr_data : NULL;
-	args[5] = r ? (r->truncated ? "t" : "f") : NULL;
-	args[6] = r ? psprintf("%.6f", r->wall_seconds) : NULL;
-	args[7] = r && r->cpu_metered ? psprintf("%.6f", r->cpu_seconds) : NULL;
-	args[8] = psprintf("%.6f", a->rec->charged_seconds);
-	args[9] = a->rec->charge_basis;
-	args[10] = a->rec->error;
-	args[11] = r && r->memory_peak_known ? int64_text(r->memory_peak_bytes) : NULL;
-	mesh_sql(exec_finish_sql, 12, args);
-	if (r && r->egress_denials)
-		record_egress_denials(a->ws, a->exec_id, r->egress_denials);
+	(void) mesh_sql(exec_finish_sql, 13, a->params);
+	if (a->output)
+		exec_output_store(a->exec_id, a->output);
 }
 
 /*
- * Record how an exec ended and charge the run.  Committed asynchronously:
- * the worker flushes the WAL up to *commit_lsn before the caller hears of
- * it, once for all the results of a turn of its loop (worker_want_durable).
- * stdout and stderr in rec->result must already be sanitized text.
+ * Record how an exec ended and charge the run, with each outbound connection
+ * the backend refused during it (mesh.exec_finish), and its output stored
+ * whole (rec->output, exec_output.c), in one transaction.  Committed
+ * asynchronously: the worker flushes the WAL up to *commit_lsn before the
+ * caller hears of it, once for all the results of a turn of its loop
+ * (worker_want_durable).  stdout and stderr in rec->result must already be
+ * sanitized text.
  */
 bool
-store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
-					XLogRecPtr *commit_lsn, ErrorData **err)
+store_exec_finished(int64 exec_id, const MeshExecRecord *rec, XLogRecPtr *commit_lsn, ErrorData **err)
 {
-	ExecFinishArgs a = {ws, exec_id, rec};
+	const MeshExecResult *r = rec->result;
+	MeshParam	p[13] = {
+		mesh_int8_param(exec_id),
+		mesh_text_param(mesh_exec_status_names[rec->status]),
+		r ? mesh_int4_param(r->exit_code) : mesh_null_param(INT4OID),
+		mesh_text_param(r ? r->stdout_data : NULL),
+		mesh_text_param(r ? r->stderr_data : NULL),
+		r ? mesh_bool_param(r->truncated) : mesh_null_param(BOOLOID),
+		r ? mesh_float8_param(r->wall_seconds) : mesh_null_param(FLOAT8OID),
+		r && r->cpu_metered ? mesh_float8_param(r->cpu_seconds) : mesh_null_param(FLOAT8OID),
+		mesh_float8_param(rec->charged_seconds),
+		mesh_text_param(rec->charge_basis),
+		mesh_text_param(rec->error),
+		r && r->memory_peak_known ? mesh_int8_param(r->memory_peak_bytes) : mesh_null_param(INT8OID),
+		mesh_text_param(r ? r->egress_denials : NULL)
+	};
 
-	if (!mesh_txn("mesh worker: exec finished", exec_finish_body, &a, false, err))
+	ExecFinishArgs a = {exec_id, p, rec->output};
+
+	if (!mesh_txn("mesh worker: exec finished", MESH_COMMIT_DEFERRED, exec_finish_body, &a, err))
 		return false;
-	*commit_lsn = XactLastCommitEnd;
+	*commit_lsn = mesh_txn_commit_lsn();
 	return true;
 }
 
@@ -864,26 +653,11 @@ store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
  * what happened (say, when the caller holds a lock on that row).
  *--------------------------------------------------------------------------
  */
-typedef struct ClimbArgs
-{
-	const char *id;
-	char	   *notice;
-} ClimbArgs;
-
 static const char climb_on_oom_sql[] =
-"SELECT mesh.tier_climb_on_oom($1::bigint)";
+"SELECT mesh.tier_climb_on_oom($1) AS notice";
 
 static const char climb_on_release_sql[] =
-"SELECT mesh.tier_climb_on_release($1::bigint)";
-
-static void
-climb_on_oom_body(void *arg)
-{
-	ClimbArgs  *a = (ClimbArgs *) arg;
-
-	mesh_sql(climb_on_oom_sql, 1, &a->id);
-	a->notice = mesh_sql_value(0, 1);
-}
+"SELECT mesh.tier_climb_on_release($1)";
 
 /*
  * An exec recorded oom raises its agent's tier, once per run; *notice says
@@ -892,35 +666,29 @@ climb_on_oom_body(void *arg)
 bool
 store_tier_climb_on_oom(int64 exec_id, char **notice, ErrorData **err)
 {
-	ClimbArgs	a = {int64_text(exec_id), NULL};
+	MeshParam	p = mesh_int8_param(exec_id);
+	MeshRows   *rows;
 
-	if (!mesh_txn("mesh worker: tier climb", climb_on_oom_body, &a, true, err))
+	if (!mesh_txn_sql("mesh worker: tier climb", MESH_COMMIT_DURABLE, climb_on_oom_sql, 1, &p, &rows, err))
 		return false;
-	*notice = a.notice;
+	*notice = mesh_col_text(rows, 0, "notice");
 	return true;
-}
-
-static void
-climb_on_release_body(void *arg)
-{
-	ClimbArgs  *a = (ClimbArgs *) arg;
-
-	mesh_sql(climb_on_release_sql, 1, &a->id);
 }
 
 /*
  * A released run may be a clean one that counts towards resetting a climb.
- * Committed asynchronously: a count lost in a crash only delays a reset.
+ * Committed deferred: a count lost in a crash only delays a reset.
  */
 static void
 count_clean_run(MeshWorkspace *ws)
 {
-	ClimbArgs	a = {int64_text(ws->id), NULL};
+	MeshParam	p = mesh_int8_param(ws->id);
 	ErrorData  *err;
 
 	if (ws->size == NULL)		/* never materialized: it ran nothing */
 		return;
-	if (mesh_txn("mesh worker: tier climb reset", climb_on_release_body, &a, false, &err))
+	if (mesh_txn_sql("mesh worker: tier climb reset", MESH_COMMIT_DEFERRED, climb_on_release_sql, 1, &p,
+					 NULL, &err))
 		return;
 	ereport(LOG,
 			(errmsg("mesh: run \"%s\" was not counted towards resetting its agent's tier climb: %s",
@@ -932,108 +700,25 @@ count_clean_run(MeshWorkspace *ws)
  * File reads and writes are events.
  *--------------------------------------------------------------------------
  */
-typedef struct FileArgs
-{
-	MeshWorkspace *ws;
-	const char *kind;
-	const char *path;
-	int64		bytes;
-	const char *failure;
-} FileArgs;
-
-static void
-file_body(void *arg)
-{
-	FileArgs   *a = (FileArgs *) arg;
-	json_t	   *detail = json_pack("{s:s,s:I}", "path", a->path, "bytes", (json_int_t) a->bytes);
-	char	   *text;
-	const char *ev[5];
-
-	if (a->failure)
-		json_object_set_new(detail, "failure", json_string(a->failure));
-	text = json_dumps(detail, JSON_COMPACT);
-	json_decref(detail);
-	ev[0] = a->kind;
-	ev[1] = a->ws->run_id;
-	ev[2] = int64_text(a->ws->id);
-	ev[3] = a->ws->backend_kind;
-	ev[4] = pstrdup(text);
-	free(text);
-	mesh_sql(event_sql, 5, ev);
-	mesh_sql(touch_sql, 1, &ev[2]);
-}
+static const char file_event_sql[] =
+"SELECT mesh.workspace_file_event($1, $2, $3, $4, $5)";
 
 bool
 store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
 				 const char *failure, ErrorData **err)
 {
-	FileArgs	a = {ws, kind, path, bytes, failure};
+	MeshParam	p[5] = {mesh_int8_param(ws->id), mesh_text_param(kind), mesh_text_param(path),
+	mesh_int8_param(bytes), mesh_text_param(failure)};
 
-	return mesh_txn("mesh worker: file event", file_body, &a, true, err);
+	return mesh_txn_sql("mesh worker: file event", MESH_COMMIT_DURABLE, file_event_sql, 5, p, NULL, err);
 }
 
 /*--------------------------------------------------------------------------
- * Release.
+ * Hibernation, waking, budgets and release.
  *--------------------------------------------------------------------------
  */
-typedef struct ReleaseArgs
-{
-	MeshWorkspace *ws;
-	const char *outcome;
-	const char *reason;
-} ReleaseArgs;
-
-/* A failed workspace stays failed (terminal, with its reason) while released. */
-static const char mark_releasing_sql[] =
-"UPDATE mesh.workspaces SET status = CASE WHEN status OPERATOR(pg_catalog.=) 'failed' THEN status ELSE 'releasing' END, "
-"       release_reason = coalesce($2, release_reason) "
-" WHERE id = $1::bigint";
-
-static const char mark_released_sql[] =
-"UPDATE mesh.workspaces SET status = CASE WHEN status OPERATOR(pg_catalog.=) 'failed' THEN status ELSE 'released' END, "
-"       release_outcome = $2, release_reason = coalesce($3, release_reason), released_at = pg_catalog.now() "
-" WHERE id = $1::bigint";
-
-static const char mark_exhausted_sql[] =
-"UPDATE mesh.workspaces SET status = 'failed', status_reason = $2 WHERE id = $1::bigint";
-
-typedef struct ExhaustArgs
-{
-	MeshWorkspace *ws;
-	const char *reason;
-	double		used;
-} ExhaustArgs;
-
-static void
-exhaust_body(void *arg)
-{
-	ExhaustArgs *a = (ExhaustArgs *) arg;
-	const char *args[2] = {int64_text(a->ws->id), a->reason};
-	char	   *detail = psprintf("{\"used_seconds\": %.3f, \"max_compute_seconds\": %.3f}",
-								  a->used, a->ws->budget_seconds);
-	const char *ev[5] = {"budget_exhausted", a->ws->run_id, args[0], a->ws->backend_kind, detail};
-
-	mesh_sql(mark_exhausted_sql, 2, args);
-	mesh_sql(event_sql, 5, ev);
-}
-
-static const char mark_idle_hibernated_sql[] =
-"UPDATE mesh.workspaces SET status = 'pending', status_reason = 'hibernated after sitting idle' "
-" WHERE id = $1::bigint";
-
-static const char mark_waking_sql[] =
-"UPDATE mesh.workspaces SET status = 'acquiring', status_reason = NULL WHERE id = $1::bigint";
-
-static void
-idle_hibernated_body(void *arg)
-{
-	MeshWorkspace *ws = (MeshWorkspace *) arg;
-	const char *args[1] = {int64_text(ws->id)};
-	const char *ev[5] = {"hibernated", ws->run_id, args[0], ws->backend_kind, "{\"idle\": true}"};
-
-	mesh_sql(mark_idle_hibernated_sql, 1, args);
-	mesh_sql(event_sql, 5, ev);
-}
+static const char idle_hibernated_sql[] =
+"SELECT mesh.workspace_idle_hibernated($1)";
 
 /*
  * An idle workspace was hibernated: the run keeps it (backend and reference
@@ -1042,35 +727,36 @@ idle_hibernated_body(void *arg)
 bool
 store_idle_hibernated(MeshWorkspace *ws, ErrorData **err)
 {
-	if (!mesh_txn("mesh worker: hibernated", idle_hibernated_body, ws, true, err))
+	MeshParam	p = mesh_int8_param(ws->id);
+
+	if (!mesh_txn_sql("mesh worker: hibernated", MESH_COMMIT_DURABLE, idle_hibernated_sql, 1, &p, NULL, err))
 		return false;
-	ws->status = "pending";
+	ws->status = MESH_WS_PENDING;
+	ws->reason_code = MESH_REASON_HIBERNATED_IDLE;
 	return true;
 }
 
-static void
-waking_body(void *arg)
-{
-	MeshWorkspace *ws = (MeshWorkspace *) arg;
-	const char *run[1] = {ws->run_id};
-	const char *args[1] = {int64_text(ws->id)};
-	const char *ev[5] = {"waking", ws->run_id, args[0], ws->backend_kind, NULL};
+static const char begin_wake_sql[] =
+"SELECT mesh.workspace_begin_wake($1)";
 
-	mesh_sql(lock_sql, 1, run);
-	check_concurrency_limit(ws);	/* pending counted for nothing: going live again must fit */
-	mesh_sql(mark_waking_sql, 1, args);
-	mesh_sql(event_sql, 5, ev);
-}
-
-/* A hibernated workspace is about to be woken: acquiring, durably, first. */
+/*
+ * A hibernated workspace (or an interrupted acquire) is about to be woken:
+ * acquiring first, committed as commit says (see store_begin_materialize).
+ */
 bool
-store_begin_wake(MeshWorkspace *ws, ErrorData **err)
+store_begin_wake(MeshWorkspace *ws, MeshCommit commit, ErrorData **err)
 {
-	if (!mesh_txn("mesh worker: waking", waking_body, ws, true, err))
+	MeshParam	p = mesh_int8_param(ws->id);
+
+	if (!mesh_txn_sql("mesh worker: waking", commit, begin_wake_sql, 1, &p, NULL, err))
 		return false;
-	ws->status = "acquiring";
+	ws->status = MESH_WS_ACQUIRING;
+	ws->reason_code = MESH_REASON_NONE;
 	return true;
 }
+
+static const char budget_exhausted_sql[] =
+"SELECT mesh.workspace_budget_exhausted($1, $2, $3) AS reason";
 
 /*
  * The run spent its compute budget: its workspace becomes failed, a terminal
@@ -1079,91 +765,53 @@ store_begin_wake(MeshWorkspace *ws, ErrorData **err)
 bool
 store_budget_exhausted(MeshWorkspace *ws, double used, ErrorData **err)
 {
-	char	   *reason = psprintf("budget exhausted: stopped after %.1f compute-seconds (the run's budget is %.1f)",
-								  used, ws->budget_seconds);
-	ExhaustArgs a = {ws, reason, used};
+	MeshParam	p[3] = {mesh_int8_param(ws->id), mesh_float8_param(used), mesh_float8_param(ws->budget_seconds)};
+	MeshRows   *rows;
 
-	if (!mesh_txn("mesh worker: budget exhausted", exhaust_body, &a, true, err))
+	if (!mesh_txn_sql("mesh worker: budget exhausted", MESH_COMMIT_DURABLE, budget_exhausted_sql, 3, p,
+					  &rows, err))
 		return false;
-	ws->status = "failed";
-	ws->status_reason = reason;
+	ws->status = MESH_WS_FAILED;
+	ws->reason_code = MESH_REASON_BUDGET_EXHAUSTED;
+	ws->status_reason = mesh_col_text(rows, 0, "reason");
 	return true;
 }
 
-static const char mark_stuck_sql[] =
-"UPDATE mesh.workspaces SET status_reason = $2, release_outcome = $3 WHERE id = $1::bigint";
-
-static void
-releasing_body(void *arg)
-{
-	ReleaseArgs *a = (ReleaseArgs *) arg;
-	const char *run[1] = {a->ws->run_id};
-	const char *args[2] = {int64_text(a->ws->id), a->reason};
-
-	mesh_sql(lock_sql, 1, run);
-	mesh_sql(mark_releasing_sql, 2, args);
-}
+static const char begin_release_sql[] =
+"SELECT " STATUS_INDEX("mesh.workspace_begin_release($1, $2)") " AS status";
 
 /* The move to releasing is committed before the backend is asked. */
 bool
 store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err)
 {
-	ReleaseArgs a = {ws, NULL, reason};
+	MeshParam	p[2] = {mesh_int8_param(ws->id), mesh_text_param(reason)};
+	MeshRows   *rows;
 
-	if (!mesh_txn("mesh worker: releasing", releasing_body, &a, true, err))
+	if (!mesh_txn_sql("mesh worker: releasing", MESH_COMMIT_DURABLE, begin_release_sql, 2, p, &rows, err))
 		return false;
-	if (strcmp(ws->status, "failed") != 0)
-		ws->status = "releasing";
+	ws->status = mesh_col_status(rows, 0, "status");
 	return true;
 }
 
-static const char revoke_run_tokens_sql[] =
-"UPDATE mesh.run_tokens SET revoked_at = pg_catalog.now(), revoked_reason = 'the run released its workspace' "
-" WHERE run_id = $1 AND revoked_at IS NULL";
-
-static void
-released_body(void *arg)
-{
-	ReleaseArgs *a = (ReleaseArgs *) arg;
-	const char *args[3] = {int64_text(a->ws->id), a->outcome, a->reason};
-	const char *run[1] = {a->ws->run_id};
-	char	   *detail = psprintf("{\"outcome\": \"%s\"}", a->outcome);
-	const char *ev[5] = {"released", a->ws->run_id, args[0], a->ws->backend_kind, detail};
-
-	mesh_sql(mark_released_sql, 3, args);
-	mesh_sql(revoke_run_tokens_sql, 1, run);
-	mesh_sql(event_sql, 5, ev);
-}
+static const char released_sql[] =
+"SELECT " STATUS_INDEX("mesh.workspace_released($1, $2, $3)") " AS status";
 
 bool
 store_released(MeshWorkspace *ws, const char *outcome, const char *reason, ErrorData **err)
 {
-	ReleaseArgs a = {ws, outcome, reason};
+	MeshParam	p[3] = {mesh_int8_param(ws->id), mesh_text_param(outcome), mesh_text_param(reason)};
+	MeshRows   *rows;
 
-	if (!mesh_txn("mesh worker: released", released_body, &a, true, err))
+	if (!mesh_txn_sql("mesh worker: released", MESH_COMMIT_DURABLE, released_sql, 3, p, &rows, err))
 		return false;
 	count_clean_run(ws);
-	if (strcmp(ws->status, "failed") != 0)
-		ws->status = "released";
+	ws->status = mesh_col_status(rows, 0, "status");
 	ws->release_outcome = (char *) outcome;
 	return true;
 }
 
-static void
-stuck_body(void *arg)
-{
-	ReleaseArgs *a = (ReleaseArgs *) arg;
-	bool		by_hand = strcmp(a->outcome, "must be released by hand") == 0;
-	const char *args[3] = {int64_text(a->ws->id), a->reason, by_hand ? a->outcome : NULL};
-	json_t	   *detail = json_pack("{s:s}", "reason", a->reason);
-	char	   *text = json_dumps(detail, JSON_COMPACT);
-	const char *ev[5] = {"release_failed", a->ws->run_id, args[0], a->ws->backend_kind, pstrdup(text)};
-
-	free(text);
-	json_decref(detail);
-	mesh_sql(mark_stuck_sql, 3, args);
-	mesh_sql(event_sql, 5, ev);
-}
+static const char release_stuck_sql[] =
+"SELECT mesh.workspace_release_stuck($1, $2, $3, $4)";
 
 /*
  * A release could not reach the backend, or reached it and could not finish
@@ -1175,69 +823,22 @@ stuck_body(void *arg)
 bool
 store_release_stuck(MeshWorkspace *ws, const char *why, bool answered, ErrorData **err)
 {
-	ReleaseArgs a = {ws, ws->backend_found ? "retry" : "must be released by hand",
-		ws->backend_found
-		? psprintf(answered ? "%s; the reaper retries at its next sweep"
-				   : "%s; must be released by hand unless the backend comes back", why)
-	: why};
+	MeshParam	p[4] = {mesh_int8_param(ws->id), mesh_text_param(why), mesh_bool_param(answered),
+	mesh_bool_param(!ws->backend_found)};
 
-	return mesh_txn("mesh worker: release failed", stuck_body, &a, true, err);
+	return mesh_txn_sql("mesh worker: release failed", MESH_COMMIT_DURABLE, release_stuck_sql, 4, p, NULL, err);
 }
 
 /*--------------------------------------------------------------------------
- * Recovery when a worker starts.
+ * Execs no worker will finish (mesh.fail_lost_execs): the restarted
+ * worker's own, and, for the reaper, any past its timeout.
  *--------------------------------------------------------------------------
  */
-typedef struct RecoverArgs
-{
-	const char *args[2];
-	List	   *interrupted;
-} RecoverArgs;
-
 static const char recover_execs_sql[] =
-"WITH lost AS ("
-"  UPDATE mesh.execs e SET status = 'error', finished_at = pg_catalog.clock_timestamp(), "
-"         error = 'interrupted: the server or a mesh worker restarted while the command ran', "
-"         charge_basis = 'wall', "
-"         charged_seconds = least(extract(epoch FROM pg_catalog.clock_timestamp() - e.started_at), e.timeout_ms / 1000.0) "
-"   WHERE e.status OPERATOR(pg_catalog.=) 'running' "
-"     AND ((pg_catalog.hashtext(e.run_id)::bigint & 4294967295) % $2::bigint) = $1::bigint "
-"  RETURNING e.id, e.workspace_id, e.charged_seconds), "
-"charged AS ("
-"  UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + l.seconds "
-"    FROM (SELECT workspace_id, pg_catalog.sum(charged_seconds) AS seconds FROM lost GROUP BY workspace_id) l "
-"   WHERE w.id = l.workspace_id) "
-"SELECT l.id, w.external_ref, w.backend_kind, b.driver, b.config::text, c.credential "
-"  FROM lost l JOIN mesh.workspaces w ON w.id = l.workspace_id "
+"SELECT l.exec_id, w.external_ref, w.backend_kind, b.driver, b.config::text AS config, c.credential "
+"  FROM mesh.fail_lost_execs('restart', $1, $2) l JOIN mesh.workspaces w ON w.id = l.workspace_id "
 "  LEFT JOIN mesh.backends b ON b.name = w.backend_kind "
 "  LEFT JOIN mesh.backend_credentials c ON c.backend = b.name";
-
-static void
-recover_body(void *arg)
-{
-	RecoverArgs *a = (RecoverArgs *) arg;
-
-	mesh_sql(recover_execs_sql, 2, a->args);
-	if (SPI_processed > 0)
-		ereport(LOG,
-				(errmsg("mesh: marked %llu interrupted exec(s) as failed",
-						(unsigned long long) SPI_processed)));
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		MeshInterruptedExec *ie = MemoryContextAllocZero(mesh_txn_result_cxt(), sizeof(MeshInterruptedExec));
-		MemoryContext old;
-
-		ie->exec_id = pg_strtoint64(mesh_sql_value(r, 1));
-		ie->ref = mesh_sql_value(r, 2);
-		ie->backend = mesh_sql_value(r, 3);
-		ie->driver = mesh_sql_value(r, 4);
-		ie->config = mesh_sql_value(r, 5);
-		ie->credential = mesh_sql_value(r, 6);
-		old = MemoryContextSwitchTo(mesh_txn_result_cxt());
-		a->interrupted = lappend(a->interrupted, ie);
-		MemoryContextSwitchTo(old);
-	}
-}
 
 /*
  * Execs this worker owned that were running when it or the server died are
@@ -1248,10 +849,52 @@ recover_body(void *arg)
 bool
 store_recover_after_restart(int worker_index, int nworkers, List **interrupted, ErrorData **err)
 {
-	RecoverArgs a = {{psprintf("%d", worker_index), psprintf("%d", nworkers)}, NIL};
+	MeshParam	p[2] = {mesh_int4_param(worker_index), mesh_int4_param(nworkers)};
+	MeshRows   *rows;
 
-	if (!mesh_txn("mesh worker: recovery", recover_body, &a, true, err))
+	*interrupted = NIL;
+	if (!mesh_txn_sql("mesh worker: recovery", MESH_COMMIT_DURABLE, recover_execs_sql, 2, p, &rows, err))
 		return false;
-	*interrupted = a.interrupted;
+	if (rows->n > 0)
+		ereport(LOG,
+				(errmsg("mesh: marked %llu interrupted exec(s) as failed", (unsigned long long) rows->n)));
+	for (uint64 r = 0; r < rows->n; r++)
+	{
+		MeshInterruptedExec *ie = palloc0(sizeof(MeshInterruptedExec));
+
+		ie->exec_id = mesh_col_int64(rows, r, "exec_id");
+		ie->ref = mesh_col_text(rows, r, "external_ref");
+		ie->backend = mesh_col_text(rows, r, "backend_kind");
+		ie->driver = mesh_col_text(rows, r, "driver");
+		ie->config = mesh_col_text(rows, r, "config");
+		ie->credential = mesh_col_text(rows, r, "credential");
+		*interrupted = lappend(*interrupted, ie);
+	}
+	return true;
+}
+
+static const char timed_out_execs_sql[] =
+"SELECT exec_id, run_id FROM mesh.fail_lost_execs('timeout')";
+
+/*
+ * The reaper's part: any exec a minute past its timeout that no worker
+ * finished is failed and charged the same way; *lost lists them.
+ */
+bool
+store_fail_timed_out_execs(List **lost, ErrorData **err)
+{
+	MeshRows   *rows;
+
+	*lost = NIL;
+	if (!mesh_txn_sql("mesh reaper: lost execs", MESH_COMMIT_DURABLE, timed_out_execs_sql, 0, NULL, &rows, err))
+		return false;
+	for (uint64 r = 0; r < rows->n; r++)
+	{
+		MeshLostExec *le = palloc0(sizeof(MeshLostExec));
+
+		le->exec_id = mesh_col_int64(rows, r, "exec_id");
+		le->run_id = mesh_col_text(rows, r, "run_id");
+		*lost = lappend(*lost, le);
+	}
 	return true;
 }

@@ -14,9 +14,60 @@
 #include "nodes/pg_list.h"
 
 #include "backends/backend.h"
+#include "txn.h"
 
-/* How a pending row's status_reason starts when a transient failure interrupted its acquire. */
-#define MESH_ACQUIRE_INTERRUPTED "acquire interrupted"
+/*
+ * mesh.workspace_status, label for label and in the same order (the rows
+ * are read as the label's position: no status is ever compared as text).
+ */
+typedef enum MeshWorkspaceStatus
+{
+	MESH_WS_PENDING,
+	MESH_WS_ACQUIRING,
+	MESH_WS_READY,
+	MESH_WS_RELEASING,
+	MESH_WS_RELEASED,
+	MESH_WS_FAILED
+} MeshWorkspaceStatus;
+
+/*
+ * mesh.status_reason_code, in the same order after MESH_REASON_NONE (no
+ * code): why a workspace is in its status.  The sentence people read is
+ * rendered from it in SQL (mesh.status_reason_text); code branches on this.
+ */
+typedef enum MeshReasonCode
+{
+	MESH_REASON_NONE,
+	MESH_REASON_ACQUIRE_INTERRUPTED,
+	MESH_REASON_ACQUIRE_FAILED,
+	MESH_REASON_HIBERNATED_IDLE,
+	MESH_REASON_HIBERNATED_BY_BACKEND,
+	MESH_REASON_FOUND_RUNNING,
+	MESH_REASON_LOST,
+	MESH_REASON_BUDGET_EXHAUSTED,
+	MESH_REASON_RELEASE_STUCK
+} MeshReasonCode;
+
+extern const char *const mesh_workspace_status_names[];
+extern const char *const mesh_reason_code_names[];
+
+/*
+ * SQL that reads a workspace_status column as MeshWorkspaceStatus, and a
+ * status_reason_code column as MeshReasonCode: the position of the label in
+ * a constant array (planned once; enum_range() would read pg_enum at every
+ * call), listed as
+ * mesh_workspace_status_names and mesh_reason_code_names are (store.c).  test/pgtap/schema.sql and state_changes.sql check the enums'
+ * labels in this order.
+ */
+#define STATUS_INDEX(col) \
+	"(pg_catalog.array_position('{pending,acquiring,ready,releasing,released,failed}'::mesh.workspace_status[], " \
+	col ") - 1)::bigint"
+#define REASON_INDEX(col) \
+	"coalesce(pg_catalog.array_position('{acquire_interrupted,acquire_failed,hibernated_idle," \
+	"hibernated_by_backend,found_running,lost,budget_exhausted,release_stuck}'::mesh.status_reason_code[], " \
+	col "), 0)::bigint"
+
+extern MeshWorkspaceStatus mesh_col_status(const MeshRows *rows, uint64 row, const char *name);
 
 /* A workspace row joined with its backend's catalog entry. */
 typedef struct MeshWorkspace
@@ -25,8 +76,9 @@ typedef struct MeshWorkspace
 	char	   *run_id;
 	char	   *agent_id;
 	char	   *actor_id;
-	char	   *status;
-	char	   *status_reason;
+	MeshWorkspaceStatus status;
+	MeshReasonCode reason_code;
+	char	   *status_reason;	/* the sentence reason_code renders to, or a backend's words */
 	char	   *backend_kind;
 	char	   *external_ref;
 	char	   *size;
@@ -45,10 +97,27 @@ typedef struct MeshWorkspace
 	char	   *credential;		/* never logged */
 } MeshWorkspace;
 
+/* mesh.exec_status, label for label and in the same order. */
+typedef enum MeshExecStatus
+{
+	MESH_EXEC_RUNNING,
+	MESH_EXEC_OK,
+	MESH_EXEC_TIMEOUT,
+	MESH_EXEC_CANCELLED,
+	MESH_EXEC_OOM,
+	MESH_EXEC_BUDGET_EXHAUSTED,
+	MESH_EXEC_ERROR
+} MeshExecStatus;
+
+extern const char *const mesh_exec_status_names[];
+
+struct MeshOutputStream;
+
 typedef struct MeshExecRecord
 {
-	const char *status;
+	MeshExecStatus status;
 	const MeshExecResult *result;	/* NULL when the exec produced none */
+	const struct MeshOutputStream *output;	/* stdout, stderr to store whole; NULL: none */
 	const char *error;
 	double		charged_seconds;
 	const char *charge_basis;
@@ -61,21 +130,22 @@ extern bool store_declare(const char *run_id, const char *agent_id, const char *
 						  const char *parent_run_id, const char *environment,
 						  const char *owner_role, Datum *row, ErrorData **err);
 extern bool store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, ErrorData **err);
-extern bool store_begin_materialize(MeshWorkspace *ws, const char *install_id, ErrorData **err);
-extern bool store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, ErrorData **err);
+extern bool store_begin_materialize(MeshWorkspace *ws, const char *install_id, MeshCommit commit,
+									ErrorData **err);
+extern bool store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, MeshCommit commit,
+							   ErrorData **err);
 extern bool store_materialize_failed(MeshWorkspace *ws, bool retryable, const char *reason,
 									 ErrorData **err);
 extern bool store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
 							   XLogRecPtr *commit_lsn, List **delivered, ErrorData **err);
 extern bool store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err);
-extern void mesh_flush_to(XLogRecPtr lsn);
-extern bool store_exec_finished(MeshWorkspace *ws, int64 exec_id, const MeshExecRecord *rec,
-								XLogRecPtr *commit_lsn, ErrorData **err);
+extern bool store_exec_finished(int64 exec_id, const MeshExecRecord *rec, XLogRecPtr *commit_lsn,
+								ErrorData **err);
 extern bool store_tier_climb_on_oom(int64 exec_id, char **notice, ErrorData **err);
 extern bool store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
 							 const char *failure, ErrorData **err);
 extern bool store_idle_hibernated(MeshWorkspace *ws, ErrorData **err);
-extern bool store_begin_wake(MeshWorkspace *ws, ErrorData **err);
+extern bool store_begin_wake(MeshWorkspace *ws, MeshCommit commit, ErrorData **err);
 extern bool mesh_backend_make(const char *name, const char *driver, const char *config,
 							  const char *credential, MeshBackend *be);
 extern bool store_budget_exhausted(MeshWorkspace *ws, double used, ErrorData **err);
@@ -97,5 +167,13 @@ typedef struct MeshInterruptedExec
 
 extern bool store_recover_after_restart(int worker_index, int nworkers, List **interrupted,
 										ErrorData **err);
+extern bool store_fail_timed_out_execs(List **lost, ErrorData **err);
+
+/* An exec the reaper failed: its run, for mesh.sweep()'s report. */
+typedef struct MeshLostExec
+{
+	int64		exec_id;
+	char	   *run_id;
+} MeshLostExec;
 
 #endif							/* MESH_STORE_H */

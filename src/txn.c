@@ -5,21 +5,30 @@
  *	  run in them: the one way every mesh background worker (the pool, the
  *	  reaper, the broker) changes or reads rows.
  *
+ * A statement takes typed parameters (MeshParam) and its rows are copied
+ * (out-of-line values fetched) into the memory context of mesh_txn's
+ * caller, where they are read by column name
+ * and type (mesh_col_*): a renamed or retyped column is an error, never a
+ * value read from the wrong place.  Plans are prepared once per process.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/heaptoast.h"
+#include "access/htup_details.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
-#include "miscadmin.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/datum.h"
 #include "utils/guc.h"
-#include "utils/lsyscache.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
@@ -27,23 +36,23 @@
 #include "mesh_exec.h"
 #include "txn.h"
 
-#define MAX_PLANS 64
 #define MAX_ARGS 16
 
+/* A prepared statement, found by the address of its static text. */
 typedef struct MeshPlan
 {
-	const char *sql;			/* identity: the static string's address */
+	const char *sql;			/* hash key */
 	SPIPlanPtr	plan;
 	int			nargs;
+	Oid			types[MAX_ARGS];
 } MeshPlan;
 
-static MeshPlan plans[MAX_PLANS];
-static int	nplans = 0;
+static HTAB *plans = NULL;
 
 /* Nanoseconds this process spent in mesh_txn and WAL flushes (mesh.call_stages()). */
 uint64		mesh_txn_time_ns = 0;
 
-/* Where results of the running transaction are copied to. */
+/* Where rows of the running transaction are copied to. */
 static MemoryContext result_cxt = NULL;
 
 /*
@@ -65,11 +74,12 @@ mesh_worker_connect(const char *appname)
 /*
  * Every statement of a mesh background worker runs as the NOLOGIN role
  * mesh_worker (created by the extension, granted only what the workers do
- * on mesh's tables), not as the bootstrap superuser the process connected
- * as: PostgreSQL 15 cannot connect a background worker as a NOLOGIN role.
- * The switch is security-restricted, as for maintenance commands run as a
- * table's owner, and ends with the transaction.  A missing role fails the
- * transaction: nothing runs as superuser instead.
+ * on mesh's tables and its state-change functions), not as the bootstrap
+ * superuser the process connected as: PostgreSQL 15 cannot connect a
+ * background worker as a NOLOGIN role.  The switch is security-restricted,
+ * as for maintenance commands run as a table's owner, and ends with the
+ * transaction.  A missing role fails the transaction: nothing runs as
+ * superuser instead.
  */
 static void
 become_worker_role(void)
@@ -84,12 +94,11 @@ become_worker_role(void)
 
 /*
  * Run body in a transaction of its own: a worker never writes in anybody
- * else's.  durable=false commits asynchronously, for intent whose loss in a
- * crash loses nothing real.  On error the transaction is rolled back and
- * *err says why; the caller decides what the error means.
+ * else's.  On error the transaction is rolled back and *err says why; the
+ * caller decides what the error means.
  */
 bool
-mesh_txn(const char *what, MeshTxnBody body, void *arg, bool durable, ErrorData **err)
+mesh_txn(const char *what, MeshCommit commit, MeshTxnBody body, void *arg, ErrorData **err)
 {
 	MemoryContext outer = CurrentMemoryContext;
 	volatile bool ok = true;
@@ -108,7 +117,7 @@ mesh_txn(const char *what, MeshTxnBody body, void *arg, bool durable, ErrorData 
 		PushActiveSnapshot(GetTransactionSnapshot());
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "mesh: SPI_connect failed");
-		if (!durable)
+		if (commit == MESH_COMMIT_DEFERRED)
 			(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
 									 GUC_ACTION_LOCAL, true, 0, false);
 		pgstat_report_activity(STATE_RUNNING, what);
@@ -134,90 +143,287 @@ mesh_txn(const char *what, MeshTxnBody body, void *arg, bool durable, ErrorData 
 	return ok;
 }
 
-/*
- * Execute one statement, all parameters text (cast in SQL).  Plans are
- * prepared once per process, keyed by the statement's address, so callers
- * pass static strings.
- */
-uint64
-mesh_sql(const char *sql, int nargs, const char *const *args)
+typedef struct StatementArgs
 {
-	SPIPlanPtr	plan = NULL;
-	Datum		values[MAX_ARGS];
-	char		nulls[MAX_ARGS];
-	int			rc;
+	const char *sql;
+	int			nargs;
+	const MeshParam *params;
+	MeshRows   *rows;
+} StatementArgs;
 
-	Assert(nargs <= MAX_ARGS);
-	for (int i = 0; i < nplans; i++)
-		if (plans[i].sql == sql)
-			plan = plans[i].plan;
-	if (plan == NULL)
+static void
+statement_body(void *arg)
+{
+	StatementArgs *a = (StatementArgs *) arg;
+
+	a->rows = mesh_sql(a->sql, a->nargs, a->params);
+}
+
+/*
+ * The common case: one statement (typically a call of one of mesh's
+ * state-change functions) in a transaction of its own.  *rows, when wanted,
+ * holds what it returned.
+ */
+bool
+mesh_txn_sql(const char *what, MeshCommit commit, const char *sql, int nargs,
+			 const MeshParam *params, MeshRows **rows, ErrorData **err)
+{
+	StatementArgs a = {sql, nargs, params, NULL};
+
+	if (!mesh_txn(what, commit, statement_body, &a, err))
+		return false;
+	if (rows)
+		*rows = a.rows;
+	return true;
+}
+
+/*
+ * The plan of sql (a static string: its address is the key), prepared and
+ * kept on first use.  A statement is always called with the same types.
+ */
+static SPIPlanPtr
+plan_for(const char *sql, int nargs, const MeshParam *params)
+{
+	MeshPlan   *entry;
+	bool		found;
+
+	if (plans == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(const char *);
+		ctl.entrysize = sizeof(MeshPlan);
+		plans = hash_create("mesh statements", 64, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	entry = hash_search(plans, &sql, HASH_FIND, NULL);
+	if (entry == NULL)
 	{
 		Oid			types[MAX_ARGS];
+		SPIPlanPtr	plan;
 
 		for (int i = 0; i < nargs; i++)
-			types[i] = TEXTOID;
+			types[i] = params[i].type;
 		plan = SPI_prepare(sql, nargs, types);
-		if (plan == NULL)
+		if (plan == NULL || SPI_keepplan(plan) != 0)
 			elog(ERROR, "mesh: could not prepare statement: %s", SPI_result_code_string(SPI_result));
-		if (nplans < MAX_PLANS)
-		{
-			SPI_keepplan(plan);
-			plans[nplans].sql = sql;
-			plans[nplans].plan = plan;
-			plans[nplans].nargs = nargs;
-			nplans++;
-		}
+		entry = hash_search(plans, &sql, HASH_ENTER, &found);
+		entry->plan = plan;
+		entry->nargs = nargs;
+		memcpy(entry->types, types, sizeof(Oid) * nargs);
 	}
+	if (entry->nargs != nargs)
+		elog(ERROR, "mesh: statement called with %d parameters, prepared with %d", nargs, entry->nargs);
+	for (int i = 0; i < nargs; i++)
+		if (entry->types[i] != params[i].type)
+			elog(ERROR, "mesh: parameter $%d has type %u, prepared as %u", i + 1,
+				 params[i].type, entry->types[i]);
+	return entry->plan;
+}
+
+/*
+ * Execute one statement inside mesh_txn.  Its rows are copied into the
+ * memory of mesh_txn's caller, so they outlive the transaction.
+ */
+MeshRows *
+mesh_sql(const char *sql, int nargs, const MeshParam *params)
+{
+	SPIPlanPtr	plan;
+	Datum		values[MAX_ARGS];
+	char		nulls[MAX_ARGS];
+	MeshRows   *rows;
+	MemoryContext old;
+	int			rc;
+
+	if (nargs > MAX_ARGS)
+		elog(ERROR, "mesh: a statement takes at most %d parameters", MAX_ARGS);
+	plan = plan_for(sql, nargs, params);
 	for (int i = 0; i < nargs; i++)
 	{
-		values[i] = args[i] ? CStringGetTextDatum(args[i]) : (Datum) 0;
-		nulls[i] = args[i] ? ' ' : 'n';
+		values[i] = params[i].value;
+		nulls[i] = params[i].isnull ? 'n' : ' ';
 	}
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc < 0)
 		elog(ERROR, "mesh: statement failed: %s", SPI_result_code_string(rc));
-	return SPI_processed;
+
+	old = MemoryContextSwitchTo(result_cxt);
+	rows = palloc0(sizeof(MeshRows));
+	rows->n = SPI_processed;
+	if (SPI_tuptable != NULL)
+	{
+		rows->desc = CreateTupleDescCopy(SPI_tuptable->tupdesc);
+		rows->rows = palloc(sizeof(HeapTuple) * Max(rows->n, 1));
+		for (uint64 r = 0; r < rows->n; r++)
+		{
+			HeapTuple	t = SPI_tuptable->vals[r];
+
+			/* values stored out of line are fetched now: they are read after the commit */
+			rows->rows[r] = HeapTupleHasExternal(t) ? toast_flatten_tuple(t, rows->desc) : heap_copytuple(t);
+		}
+	}
+	MemoryContextSwitchTo(old);
+	return rows;
 }
 
-/* Column col (1-based) of result row, copied out of SPI memory; NULL stays NULL. */
-char *
-mesh_sql_value(uint64 row, int col)
+/* Where a commit of the last transaction ended in WAL, for mesh_flush_to. */
+XLogRecPtr
+mesh_txn_commit_lsn(void)
 {
-	char	   *v = SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col);
-
-	return v ? MemoryContextStrdup(result_cxt, v) : NULL;
+	return XactLastCommitEnd;
 }
 
 /*
- * Column col (1-based) of result row as a datum, copied out of SPI memory
- * (a varlena unpacked and detoasted); the column must not be NULL.
+ * Make deferred commits up to lsn durable (nothing for InvalidXLogRecPtr).
+ * Returns the nanoseconds it took, which count as transaction time.
  */
-Datum
-mesh_sql_datum(uint64 row, int col)
+uint64
+mesh_flush_to(XLogRecPtr lsn)
 {
-	bool		isnull;
-	int16		typlen;
-	bool		typbyval;
-	Datum		value = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, &isnull);
-	MemoryContext old;
+	uint64		started;
+	uint64		took;
 
-	if (isnull)
-		elog(ERROR, "mesh: column %d of a result is NULL", col);
-	get_typlenbyval(SPI_gettypeid(SPI_tuptable->tupdesc, col), &typlen, &typbyval);
-	old = MemoryContextSwitchTo(result_cxt);
-	/* a varlena comes out whole, with a plain header: a tuple may store it packed */
-	if (typlen == -1)
-		value = PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
-	else
-		value = datumCopy(value, typbyval, typlen);
-	MemoryContextSwitchTo(old);
-	return value;
+	if (lsn == InvalidXLogRecPtr)
+		return 0;
+	started = mesh_clock_ns();
+	XLogFlush(lsn);
+	took = mesh_clock_ns() - started;
+	mesh_txn_time_ns += took;
+	return took;
 }
 
-/* Where mesh_sql_value copies results: the caller's context at mesh_txn. */
+/* Where mesh_sql copies rows: the caller's context at mesh_txn. */
 MemoryContext
 mesh_txn_result_cxt(void)
 {
 	return result_cxt;
+}
+
+/*--------------------------------------------------------------------------
+ * Parameters
+ *--------------------------------------------------------------------------
+ */
+
+/* text; NULL is SQL NULL. */
+MeshParam
+mesh_text_param(const char *value)
+{
+	MeshParam	p = {TEXTOID, (Datum) 0, value == NULL};
+
+	if (value)
+		p.value = CStringGetTextDatum(value);
+	return p;
+}
+
+/* SQL NULL of the given type. */
+MeshParam
+mesh_null_param(Oid type)
+{
+	MeshParam	p = {type, (Datum) 0, true};
+
+	return p;
+}
+
+/* text[] of n strings (none NULL). */
+MeshParam
+mesh_text_array_param(const char *const *values, int n)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+	MeshParam	p = {TEXTARRAYOID, (Datum) 0, false};
+
+	for (int i = 0; i < n; i++)
+		elems[i] = CStringGetTextDatum(values[i]);
+	p.value = PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+	return p;
+}
+
+/*--------------------------------------------------------------------------
+ * Columns, by name and type
+ *--------------------------------------------------------------------------
+ */
+
+/* The 1-based number of column name in rows, which has row. */
+static int
+col_number(const MeshRows *rows, uint64 row, const char *name)
+{
+	int			col;
+
+	if (rows == NULL || rows->desc == NULL || row >= rows->n)
+		elog(ERROR, "mesh: no row %llu to read column \"%s\" from", (unsigned long long) row, name);
+	col = SPI_fnumber(rows->desc, name);
+	if (col <= 0)
+		elog(ERROR, "mesh: the statement returned no column \"%s\"", name);
+	return col;
+}
+
+/*
+ * The value of column name in row, which must have type type: a statement
+ * and its reader that disagree are a bug to report, not a value to guess.
+ */
+Datum
+mesh_col_datum(const MeshRows *rows, uint64 row, const char *name, Oid type, bool *isnull)
+{
+	int			col = col_number(rows, row, name);
+
+	if (TupleDescAttr(rows->desc, col - 1)->atttypid != type)
+		elog(ERROR, "mesh: column \"%s\" has type %u, read as %u", name,
+			 TupleDescAttr(rows->desc, col - 1)->atttypid, type);
+	return heap_getattr(rows->rows[row], col, rows->desc, isnull);
+}
+
+/* Whether column name (of any type) is NULL in row. */
+bool
+mesh_col_isnull(const MeshRows *rows, uint64 row, const char *name)
+{
+	return heap_attisnull(rows->rows[row], col_number(rows, row, name), rows->desc);
+}
+
+/* A text column as a C string that lives as long as the rows; NULL stays NULL. */
+char *
+mesh_col_text(const MeshRows *rows, uint64 row, const char *name)
+{
+	bool		isnull;
+	Datum		d = mesh_col_datum(rows, row, name, TEXTOID, &isnull);
+	MemoryContext old;
+	char	   *v;
+
+	if (isnull)
+		return NULL;
+	old = MemoryContextSwitchTo(GetMemoryChunkContext((void *) rows));
+	v = TextDatumGetCString(d);
+	MemoryContextSwitchTo(old);
+	return v;
+}
+
+/* A column of type type that must not be NULL (the statement says what it returns). */
+static Datum
+col_not_null(const MeshRows *rows, uint64 row, const char *name, Oid type)
+{
+	bool		isnull;
+	Datum		d = mesh_col_datum(rows, row, name, type, &isnull);
+
+	if (isnull)
+		elog(ERROR, "mesh: column \"%s\" is NULL", name);
+	return d;
+}
+
+int64
+mesh_col_int64(const MeshRows *rows, uint64 row, const char *name)
+{
+	return DatumGetInt64(col_not_null(rows, row, name, INT8OID));
+}
+
+double
+mesh_col_float8(const MeshRows *rows, uint64 row, const char *name)
+{
+	return DatumGetFloat8(col_not_null(rows, row, name, FLOAT8OID));
+}
+
+/* A boolean column; NULL reads as false. */
+bool
+mesh_col_bool(const MeshRows *rows, uint64 row, const char *name)
+{
+	bool		isnull;
+	Datum		d = mesh_col_datum(rows, row, name, BOOLOID, &isnull);
+
+	return !isnull && DatumGetBool(d);
 }

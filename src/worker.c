@@ -163,14 +163,12 @@ reply_done(WorkerCall *call)
 }
 
 void
-reply_error(WorkerCall *call, const char *sqlstate, const char *message,
+reply_error(WorkerCall *call, int sqlerrcode, const char *message,
 			const char *detail, const char *hint)
 {
 	StringInfo	head = makeStringInfo();
 
-	mesh_msg_error(head, call->op,
-				   MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4]),
-				   message, detail, hint);
+	mesh_msg_error(head, call->op, sqlerrcode, message, detail, hint);
 	finish_with(call, head, NULL, 0);
 }
 
@@ -183,46 +181,46 @@ void
 reply_txn_error(WorkerCall *call, ErrorData *err)
 {
 	if (err->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
-		reply_error(call, "55P03",
+		reply_error(call, ERRCODE_LOCK_NOT_AVAILABLE,
 					psprintf("mesh worker could not lock the workspace of run \"%s\" within mesh.worker_lock_timeout",
 							 call->run_id),
 					"Another transaction holds a lock on mesh's tables.",
 					"If the calling transaction itself locked mesh tables, commit or roll it back before calling mesh functions.");
 	else
-		reply_error(call, unpack_sql_state(err->sqlerrcode), err->message, err->detail, err->hint);
+		reply_error(call, err->sqlerrcode, err->message, err->detail, err->hint);
 	FreeErrorData(err);
 }
 
 /* The SQLSTATE a harness sees for a backend failure, whatever the backend. */
-const char *
-failure_sqlstate(MeshFailure failure)
+int
+failure_sqlerrcode(MeshFailure failure)
 {
 	switch (failure)
 	{
 		case MESH_FAIL_NOT_FOUND:
-			return "58P01";		/* undefined_file */
+			return ERRCODE_UNDEFINED_FILE;
 		case MESH_FAIL_PATH_REFUSED:
-			return "42501";		/* insufficient_privilege */
+			return ERRCODE_INSUFFICIENT_PRIVILEGE;
 		case MESH_FAIL_TOO_LARGE:
-			return "54000";		/* program_limit_exceeded */
+			return ERRCODE_PROGRAM_LIMIT_EXCEEDED;
 		case MESH_FAIL_BAD_REQUEST:
-			return "22023";		/* invalid_parameter_value */
+			return ERRCODE_INVALID_PARAMETER_VALUE;
 		case MESH_FAIL_NOT_RUNNING:
-			return "55000";		/* object_not_in_prerequisite_state */
+			return ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
 		case MESH_FAIL_NO_RESOURCES:
-			return "53000";		/* insufficient_resources */
+			return ERRCODE_INSUFFICIENT_RESOURCES;
 		case MESH_FAIL_UNAVAILABLE:
-			return "08006";		/* connection_failure */
+			return ERRCODE_CONNECTION_FAILURE;
 		case MESH_FAIL_PERMISSION:
-			return "42501";		/* insufficient_privilege */
+			return ERRCODE_INSUFFICIENT_PRIVILEGE;
 		case MESH_FAIL_NAME_TOO_LONG:
-			return "22001";		/* string_data_right_truncation, as the API's own check */
+			return ERRCODE_STRING_DATA_RIGHT_TRUNCATION;
 		case MESH_FAIL_ARGS_TOO_LONG:
-			return "54000";		/* program_limit_exceeded */
+			return ERRCODE_PROGRAM_LIMIT_EXCEEDED;
 		case MESH_FAIL_RELEASE_INCOMPLETE:
-			return "58030";		/* io_error */
+			return ERRCODE_IO_ERROR;
 		default:
-			return "XX000";
+			return ERRCODE_INTERNAL_ERROR;
 	}
 }
 
@@ -260,10 +258,10 @@ void
 reply_backend_error(WorkerCall *call, const char *what, const MeshError *err)
 {
 	if (err->reason == NULL)
-		reply_error(call, failure_sqlstate(err->failure), err->message, NULL,
+		reply_error(call, failure_sqlerrcode(err->failure), err->message, NULL,
 					failure_hint(err->failure));
 	else
-		reply_error(call, failure_sqlstate(err->failure),
+		reply_error(call, failure_sqlerrcode(err->failure),
 					psprintf("%s of run \"%s\" failed on backend \"%s\": %s", what ? what : call->def->noun,
 							 call->run_id, call->ws.backend_kind ? call->ws.backend_kind : "?",
 							 err->reason),
@@ -395,14 +393,14 @@ take_new_calls(void)
 		{
 			MemoryContext old = MemoryContextSwitchTo(call->cxt);
 
-			reply_error(call, "XX000", "mesh: unexpected operation", NULL, NULL);
+			reply_error(call, ERRCODE_INTERNAL_ERROR, "mesh: unexpected operation", NULL, NULL);
 			MemoryContextSwitchTo(old);
 		}
 		else if (call->hdr->database != MyDatabaseId)
 		{
 			MemoryContext old = MemoryContextSwitchTo(call->cxt);
 
-			reply_error(call, "55000",
+			reply_error(call, ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
 						psprintf("mesh_exec's workers serve database \"%s\", not this one", mesh_database),
 						NULL, "Call mesh functions in the database named by mesh.database, or change that setting and restart.");
 			MemoryContextSwitchTo(old);
@@ -521,7 +519,7 @@ load_backend(WorkerCall *call)
 		return true;
 	if (mesh_backend_from_workspace(&call->ws, &call->be))
 		return true;
-	reply_error(call, "55000",
+	reply_error(call, ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
 				psprintf("run \"%s\" was materialized by backend \"%s\", which no longer has a usable catalog entry",
 						 call->run_id, call->ws.backend_kind ? call->ws.backend_kind : "(none)"),
 				NULL, "Restore the backend with mesh.backend_add(), or release the workspace by hand.");
@@ -586,21 +584,20 @@ caller_role(WorkerCall *call)
 static bool
 refuse_unreachable(WorkerCall *call)
 {
-	const char *status = call->ws.status;
+	MeshWorkspaceStatus status = call->ws.status;
 
-	if (strcmp(status, "released") == 0 || strcmp(status, "releasing") == 0)
+	if (status == MESH_WS_RELEASED || status == MESH_WS_RELEASING)
 	{
-		reply_error(call, "55000",
+		reply_error(call, ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
 					psprintf("run \"%s\" has released its workspace", call->run_id),
 					NULL, "A released run cannot reach its workspace again; declare a new run.");
 		return true;
 	}
-	if (strcmp(status, "failed") == 0)
+	if (status == MESH_WS_FAILED)
 	{
-		bool		budget = call->ws.status_reason &&
-			strncmp(call->ws.status_reason, "budget exhausted", 16) == 0;
+		bool		budget = call->ws.reason_code == MESH_REASON_BUDGET_EXHAUSTED;
 
-		reply_error(call, budget ? "53400" : "55000",
+		reply_error(call, budget ? ERRCODE_CONFIGURATION_LIMIT_EXCEEDED : ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
 					psprintf("the workspace of run \"%s\" has stopped: %s", call->run_id,
 							 call->ws.status_reason ? call->ws.status_reason : "failed"),
 					NULL,
@@ -654,7 +651,7 @@ advance_call(WorkerCall *call)
 	}
 	if (refuse_unreachable(call))
 		return;
-	if (strcmp(call->ws.status, "ready") != 0)
+	if (call->ws.status != MESH_WS_READY)
 		begin_materialize(call);
 	else
 		start_operation(call);
@@ -703,15 +700,8 @@ static void
 send_all(void)
 {
 	dlist_mutable_iter iter;
-	uint64		flush_ns = 0;
+	uint64		flush_ns = mesh_flush_to(durable_wanted);
 
-	if (durable_wanted != InvalidXLogRecPtr)
-	{
-		uint64		started = mesh_clock_ns();
-
-		XLogFlush(durable_wanted);
-		flush_ns = mesh_clock_ns() - started;
-	}
 	durable_wanted = InvalidXLogRecPtr;
 	dlist_foreach_modify(iter, &calls)
 	{
@@ -721,6 +711,17 @@ send_all(void)
 		if (call->step == STEP_FINISHED && (call->outbox == NIL || call->caller_gone))
 			free_call(call);
 	}
+}
+
+/* Start (or go on with) a call at STEP_START, unless its caller left. */
+static void
+start_if_due(WorkerCall *call)
+{
+	/* a caller that left while its workspace was being set up gets no command run */
+	if (call->step == STEP_START && call->hdr != NULL && call->caller_gone)
+		call->step = STEP_FINISHED;
+	if (call->step == STEP_START)
+		advance_call(call);
 }
 
 /*
@@ -748,15 +749,15 @@ advance_all(void)
 			else if (call->step == STEP_PARKED || call->step == STEP_START)
 				call->step = STEP_FINISHED;
 		}
-		/* a caller that left while its workspace was being set up gets no command run */
-		if (call->step == STEP_START && call->hdr != NULL && call->caller_gone)
-			call->step = STEP_FINISHED;
-		if (call->step == STEP_START)
-			advance_call(call);
+		start_if_due(call);
 		if (call->step == STEP_AWAITING_BROKER && broker_listening(call))
 			call->step = STEP_START;
 		if (mesh_run_ready(&call->run))
+		{
 			complete_run(call);
+			/* a workspace just set up: the command starts in this turn, under its one flush */
+			start_if_due(call);
+		}
 		settle_txn_time(call);
 		if (call->step == STEP_START)
 			runnable = true;

@@ -68,7 +68,6 @@ typedef struct WorkerCall
 	}			out;
 	int64		exec_id;
 	MeshExecSpec spec;
-	XLogRecPtr	exec_row_lsn;	/* exec row's commit, flushed once sent */
 	TimestampTz op_started;
 	List	   *outbox;			/* OutMessages not yet sent */
 	bool		caller_gone;
@@ -114,10 +113,10 @@ extern void queue_notice(WorkerCall *call, const char *text);
 extern StringInfo begin_reply(WorkerCall *call, Size fixed_size);
 extern void finish_with(WorkerCall *call, StringInfo head, const char *blob, Size blob_len);
 extern void reply_done(WorkerCall *call);
-extern void reply_error(WorkerCall *call, const char *sqlstate, const char *message,
+extern void reply_error(WorkerCall *call, int sqlerrcode, const char *message,
 						const char *detail, const char *hint);
 extern void reply_txn_error(WorkerCall *call, ErrorData *err);
-extern const char *failure_sqlstate(MeshFailure failure);
+extern int	failure_sqlerrcode(MeshFailure failure);
 extern const char *failure_hint(MeshFailure failure);
 extern void reply_backend_error(WorkerCall *call, const char *what, const MeshError *err);
 

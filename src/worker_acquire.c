@@ -90,31 +90,38 @@ begin_materialize(WorkerCall *call)
 {
 	ErrorData  *err;
 
-	if (strcmp(call->ws.status, "pending") == 0 && call->ws.external_ref == NULL)
+	if (call->ws.status == MESH_WS_PENDING && call->ws.external_ref == NULL)
 	{
-		if (!store_begin_materialize(&call->ws, worker_install_id, &err))
+		/*
+		 * Deferred, flushed before this turn of the loop sends anything
+		 * (worker_want_durable), with every other commit of the turn: a crash
+		 * before the flush can leave a sandbox no row names, which
+		 * reconciliation releases as an orphan (docs/design.md, invariant 4).
+		 */
+		if (!store_begin_materialize(&call->ws, worker_install_id, MESH_COMMIT_DEFERRED, &err))
 		{
 			reply_txn_error(call, err);
 			return;
 		}
+		worker_want_durable(mesh_txn_commit_lsn());
 		queue_notice(call,
 					 psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\"%s; the first call takes a moment",
 							  call->run_id, call->ws.backend_kind,
 							  workspace_has_capability(call, "snapshot") ? ""
 							  : " (no snapshot capability: it starts empty)"));
 	}
-	else if (strcmp(call->ws.status, "pending") == 0)
+	else if (call->ws.status == MESH_WS_PENDING)
 	{
 		/* hibernated, or an interrupted acquire: acquire again, on the backend and under the name it has */
-		bool		interrupted = call->ws.status_reason != NULL &&
-			strncmp(call->ws.status_reason, MESH_ACQUIRE_INTERRUPTED,
-					strlen(MESH_ACQUIRE_INTERRUPTED)) == 0;
+		bool		interrupted = call->ws.reason_code == MESH_REASON_ACQUIRE_INTERRUPTED;
 
-		if (!store_begin_wake(&call->ws, &err))
+		/* the row already names the sandbox: deferred, flushed with the turn, as above */
+		if (!store_begin_wake(&call->ws, MESH_COMMIT_DEFERRED, &err))
 		{
 			reply_txn_error(call, err);
 			return;
 		}
+		worker_want_durable(mesh_txn_commit_lsn());
 		queue_notice(call,
 					 psprintf(interrupted ? "mesh: setting up the sandbox of run \"%s\" on backend \"%s\" again (the last try was interrupted)"
 							  : "mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
@@ -142,13 +149,15 @@ finish_acquire(WorkerCall *call)
 		wake_parked(call->run_id, &merr);
 		return;
 	}
-	if (!store_materialized(&call->ws, &call->out.caps, &err))
+	/* deferred: flushed before this turn of the loop sends anything */
+	if (!store_materialized(&call->ws, &call->out.caps, MESH_COMMIT_DEFERRED, &err))
 	{
 		call->step = STEP_START;
 		reply_txn_error(call, err);
 		wake_parked(call->run_id, NULL);
 		return;
 	}
+	worker_want_durable(mesh_txn_commit_lsn());
 	call->step = STEP_START;
 	wake_parked(call->run_id, NULL);
 }
@@ -224,7 +233,7 @@ finish_token_delivery(WorkerCall *call)
 	call->secret_body = NULL;
 	if (call->run.result == MESH_STEP_FAILED)
 	{
-		reply_error(call, failure_sqlstate(merr.failure),
+		reply_error(call, failure_sqlerrcode(merr.failure),
 					psprintf("could not deliver the run token into the workspace of run \"%s\"", call->run_id),
 					merr.message, failure_hint(merr.failure));
 		return;

@@ -39,7 +39,7 @@ bound_by_budget(WorkerCall *call)
 	{
 		if (!store_budget_exhausted(&call->ws, call->ws.compute_seconds, &err))
 			FreeErrorData(err);
-		reply_error(call, "53400", call->ws.status_reason, NULL,
+		reply_error(call, ERRCODE_CONFIGURATION_LIMIT_EXCEEDED, call->ws.status_reason, NULL,
 					"Raise the budget with mesh.run_set_budget() or mesh.agent_set_budget(), or start a new run.");
 		spawn_internal_release(call->run_id, call->ws.status_reason);
 		return false;
@@ -184,11 +184,12 @@ start_exec(WorkerCall *call)
 {
 	MeshHttpRequest req;
 	ErrorData  *err;
+	XLogRecPtr	exec_row_lsn;
 	bool		built;
 
 	if (!workspace_has_capability(call, "shell"))
 	{
-		reply_error(call, "0A000",
+		reply_error(call, ERRCODE_FEATURE_NOT_SUPPORTED,
 					psprintf("backend \"%s\" cannot run commands (it does not declare the shell capability)",
 							 call->ws.backend_kind),
 					NULL, "Pin this agent to a backend with shell, or use only file calls.");
@@ -198,7 +199,7 @@ start_exec(WorkerCall *call)
 	if (!bound_by_budget(call))
 		return;
 
-	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &call->exec_row_lsn,
+	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &exec_row_lsn,
 							&call->delivered, &err))
 	{
 		reply_txn_error(call, err);
@@ -212,58 +213,75 @@ start_exec(WorkerCall *call)
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec, &call->out.exec,
 			 exec_response_limit(call));
 	/* the loop puts the request on the wire, then makes the exec row durable meanwhile */
-	worker_want_durable(call->exec_row_lsn);
+	worker_want_durable(exec_row_lsn);
 }
 
 /*
- * The output as the command wrote it, redacted, is stored whole (up to
- * mesh.exec_output_limit); what is left in RESULT is the clamp people see.
- * A failure to store loses only the stored copy: the exec's end is still
- * recorded and returned.
+ * The output as the command wrote it, redacted, goes to STREAMS, to be
+ * stored whole (up to mesh.exec_output_limit) with the exec's end; what is
+ * left in RESULT is the clamp people see.
  */
 static void
-keep_output(WorkerCall *call, MeshExecResult *result)
+keep_output(WorkerCall *call, MeshExecResult *result, MeshOutputStream streams[2])
 {
-	MeshOutputStream out = {NULL, 0, result->stdout_total - (int64) result->stdout_len};
-	MeshOutputStream errs = {NULL, 0, result->stderr_total - (int64) result->stderr_len};
-	ErrorData  *err;
+	MeshOutputStream *out = &streams[0];
+	MeshOutputStream *errs = &streams[1];
 
+	out->dropped = result->stdout_total - (int64) result->stdout_len;
+	errs->dropped = result->stderr_total - (int64) result->stderr_len;
 	redact_delivered(call, result);
-	out.data = result->stdout_data;
-	out.len = result->stdout_len;
-	errs.data = result->stderr_data;
-	errs.len = result->stderr_len;
+	out->data = result->stdout_data;
+	out->len = result->stdout_len;
+	errs->data = result->stderr_data;
+	errs->len = result->stderr_len;
 	/* the lengths as stored: a redacted secret's label need not be as long as the secret */
-	result->stdout_total = out.dropped + (int64) out.len;
-	result->stderr_total = errs.dropped + (int64) errs.len;
-	if (!store_exec_output(call->exec_id, &out, &errs, &err))
-	{
-		ereport(LOG,
-				(errmsg("mesh: the output of exec " INT64_FORMAT " was not stored: %s",
-						call->exec_id, err->message)));
-		FreeErrorData(err);
-	}
+	result->stdout_total = out->dropped + (int64) out->len;
+	result->stderr_total = errs->dropped + (int64) errs->len;
 	result->truncated = false;
-	exec_output_clamp(&result->stdout_data, &result->stdout_len, out.dropped + (int64) out.len,
+	exec_output_clamp(&result->stdout_data, &result->stdout_len, result->stdout_total,
 					  clamp_bytes(call), &result->truncated);
-	exec_output_clamp(&result->stderr_data, &result->stderr_len, errs.dropped + (int64) errs.len,
+	exec_output_clamp(&result->stderr_data, &result->stderr_len, result->stderr_total,
 					  clamp_bytes(call), &result->truncated);
+}
+
+/*
+ * Record the exec's end with its output stored whole, in one transaction.
+ * When that fails, the end alone (the rows say all the output was dropped):
+ * a failure to store loses only the stored copy, never the record.
+ */
+static bool
+record_exec_end(WorkerCall *call, MeshExecRecord *rec, MeshOutputStream streams[2],
+				XLogRecPtr *lsn, ErrorData **err)
+{
+	MeshOutputStream none[2] = {
+		{NULL, 0, streams[0].dropped + (int64) streams[0].len},
+		{NULL, 0, streams[1].dropped + (int64) streams[1].len}};
+
+	rec->output = streams;
+	if (store_exec_finished(call->exec_id, rec, lsn, err))
+		return true;
+	ereport(LOG,
+			(errmsg("mesh: the output of exec " INT64_FORMAT " was not stored: %s",
+					call->exec_id, (*err)->message)));
+	FreeErrorData(*err);
+	rec->output = none;
+	return store_exec_finished(call->exec_id, rec, lsn, err);
 }
 
 /*
  * The kernel's OOM kill comes first: a command that ran out of memory and
  * then hit its timeout still ran out of memory.
  */
-static const char *
+static MeshExecStatus
 exec_status(const MeshExecResult *r)
 {
 	if (r->oom_killed)
-		return "oom";
+		return MESH_EXEC_OOM;
 	if (r->timed_out)
-		return "timeout";
+		return MESH_EXEC_TIMEOUT;
 	if (r->killed)
-		return "cancelled";
-	return "ok";
+		return MESH_EXEC_CANCELLED;
+	return MESH_EXEC_OK;
 }
 
 static double
@@ -331,7 +349,7 @@ notice_egress_denials(WorkerCall *call, const char *denials_text)
 
 /* The command's result, for the caller's row. */
 static void
-reply_exec(WorkerCall *call, const MeshExecResult *result, const char *status)
+reply_exec(WorkerCall *call, const MeshExecResult *result, MeshExecStatus status)
 {
 	StringInfo	head = begin_reply(call, sizeof(MeshExecReply));
 	MeshExecReply r;
@@ -341,7 +359,7 @@ reply_exec(WorkerCall *call, const MeshExecResult *result, const char *status)
 	r.stderr_bytes = result->stderr_total;
 	r.exit_code = result->exit_code;
 	r.truncated = result->truncated;
-	r.status = mesh_msg_add_string(head, status);
+	r.status = mesh_msg_add_string(head, mesh_exec_status_names[status]);
 	r.stdout_text = mesh_msg_add_string(head, result->stdout_data);
 	r.stderr_text = mesh_msg_add_string(head, result->stderr_data);
 	mesh_msg_set_fixed(head, &r, sizeof(r));
@@ -353,13 +371,14 @@ finish_exec(WorkerCall *call)
 {
 	MeshExecResult result = call->out.exec;
 	MeshExecRecord rec = {0};
+	MeshOutputStream streams[2];
 	MeshError	merr = call->run.err;
 	ErrorData  *err;
 	XLogRecPtr	lsn;
 
 	if (call->run.result == MESH_STEP_FAILED)
 	{
-		rec.status = "error";
+		rec.status = MESH_EXEC_ERROR;
 		merr.message = redact_message(call, merr.message);
 		merr.reason = redact_message(call, merr.reason);
 		rec.error = merr.message;
@@ -367,7 +386,7 @@ finish_exec(WorkerCall *call)
 			rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
 		rec.charged_seconds = seconds_since(call->op_started);
 		rec.charge_basis = "wall";
-		if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
+		if (!store_exec_finished(call->exec_id, &rec, &lsn, &err))
 			FreeErrorData(err);
 		else
 			worker_want_durable(lsn);
@@ -375,20 +394,20 @@ finish_exec(WorkerCall *call)
 			reply_backend_error(call, NULL, &merr);
 		return;
 	}
-	keep_output(call, &result);
+	keep_output(call, &result, streams);
 	result.stdout_data = mesh_sanitize_text(result.stdout_data, result.stdout_len);
 	result.stderr_data = mesh_sanitize_text(result.stderr_data, result.stderr_len);
 	rec.status = exec_status(&result);
-	if (strcmp(rec.status, "timeout") == 0 && call->budget_bound)
-		rec.status = "budget_exhausted";
+	if (rec.status == MESH_EXEC_TIMEOUT && call->budget_bound)
+		rec.status = MESH_EXEC_BUDGET_EXHAUSTED;
 	rec.result = &result;
 	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
 	/* stopped at the bound the budget set: what was left of it is spent, whatever the basis */
-	if (strcmp(rec.status, "budget_exhausted") == 0)
+	if (rec.status == MESH_EXEC_BUDGET_EXHAUSTED)
 		rec.charged_seconds = Max(rec.charged_seconds,
 								  call->ws.budget_seconds - call->ws.compute_seconds);
 	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
+	if (!record_exec_end(call, &rec, streams, &lsn, &err))
 	{
 		reply_txn_error(call, err);
 		return;
@@ -396,7 +415,7 @@ finish_exec(WorkerCall *call)
 	worker_want_durable(lsn);
 	charge_budget(call, rec.charged_seconds);
 	notice_egress_denials(call, result.egress_denials);
-	if (strcmp(rec.status, "oom") == 0)
+	if (rec.status == MESH_EXEC_OOM)
 		climb_tier(call);
 	reply_exec(call, &result, rec.status);
 }
@@ -423,13 +442,13 @@ finish_cancel(WorkerCall *call)
 	XLogRecPtr	lsn;
 	const char *transport_error = call->run.resp.transport_error;
 
-	rec.status = "cancelled";
+	rec.status = MESH_EXEC_CANCELLED;
 	rec.error = transport_error
 		? psprintf("cancelled by the caller; the kill request failed: %s", transport_error)
 		: "cancelled by the caller (interrupt or statement_timeout)";
 	rec.charged_seconds = seconds_since(call->op_started);
 	rec.charge_basis = "wall";
-	if (!store_exec_finished(&call->ws, call->exec_id, &rec, &lsn, &err))
+	if (!store_exec_finished(call->exec_id, &rec, &lsn, &err))
 		FreeErrorData(err);
 	else
 	{

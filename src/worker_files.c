@@ -48,7 +48,7 @@ reply_file_error(WorkerCall *call, const char *path, const MeshError *err)
 			reply_backend_error(call, NULL, err);
 			return;
 	}
-	reply_error(call, failure_sqlstate(err->failure), message, err->message,
+	reply_error(call, failure_sqlerrcode(err->failure), message, err->message,
 				failure_hint(err->failure));
 }
 

@@ -179,6 +179,12 @@ configure(MeshTransfer *t, const MeshHttpRequest *req, size_t max_response)
 	SETOPT(rc, easy, CURLOPT_URL, req->url);
 	if (req->unix_socket)
 		SETOPT(rc, easy, CURLOPT_UNIX_SOCKET_PATH, req->unix_socket);
+	if (req->ca_pem)
+	{
+		struct curl_blob ca = {(void *) req->ca_pem, strlen(req->ca_pem), CURL_BLOB_COPY};
+
+		SETOPT(rc, easy, CURLOPT_CAINFO_BLOB, &ca);
+	}
 	SETOPT(rc, easy, CURLOPT_CUSTOMREQUEST, req->method);
 	if (strcmp(req->method, "GET") == 0)
 		SETOPT(rc, easy, CURLOPT_HTTPGET, 1L);

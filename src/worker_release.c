@@ -39,10 +39,9 @@ start_release(WorkerCall *call)
 	const char *reason = mesh_msg_string(&call->msg, call->req.release.reason);
 	MeshHttpRequest req;
 	ErrorData  *err;
-	const char *status = call->ws.status;
 	bool		built;
 
-	if (strcmp(status, "released") == 0 || call->ws.release_outcome != NULL)
+	if (call->ws.status == MESH_WS_RELEASED || call->ws.release_outcome != NULL)
 	{
 		reply_outcome(call, "already released");
 		return;
@@ -117,7 +116,7 @@ finish_release_outcome(WorkerCall *call)
 		if (!store_release_stuck(&call->ws, merr.message,
 								 merr.failure == MESH_FAIL_RELEASE_INCOMPLETE, &err))
 			FreeErrorData(err);
-		reply_error(call, failure_sqlstate(merr.failure),
+		reply_error(call, failure_sqlerrcode(merr.failure),
 					psprintf("could not release the workspace of run \"%s\": %s", call->run_id,
 							 merr.reason ? merr.reason : merr.message),
 					psprintf("%s%s%s", merr.reason ? merr.message : "", merr.reason ? ". " : "",

@@ -10,6 +10,8 @@
 #   2. pg_prove    (test/pgtap/*.sql)          richer checks in SQL
 #   3. prove       (test/e2e/*.t)              concurrency and faults: real signals
 #   4. prove       (test/sandboxd/*.t)         the daemon over real HTTP
+# (the "kubernetes" backend of 3 and of the conformance suite runs against a test double of
+# the Kubernetes API server, test/kubernetes/, whose pods are real mesh-sandboxd processes)
 #   5. with MESH_SANITIZERS=1 (CI): the daemon tests under TSan and ASan+UBSan, and the fuzzers
 # and prints "N passed, N failed".  Exit status is non-zero on any failure.
 set -uo pipefail
@@ -45,6 +47,17 @@ mesh_wait_embedded "$PGDIR" || { tail -20 "$PGDIR/server.log"; exit 1; }
 psql -X -q -c "CREATE EXTENSION mesh_exec" || exit 1
 mesh_wait_workers || exit 1
 
+# the Kubernetes API-server TEST DOUBLE (test/lib/kubernetes.sh) serves the "kubernetes" backend
+# of the e2e and conformance suites; when it cannot start here, they skip it visibly
+# shellcheck source=test/lib/kubernetes.sh
+. test/lib/kubernetes.sh
+if mesh_k8s_start "$MESH_TEST_WORK/k8s" 2> "$MESH_TEST_WORK/k8s.err"; then
+  export MESH_CREDENTIAL_FILE_kubernetes=$MESH_K8S_TOKEN_FILE
+else
+  export MESH_K8S_URL_SKIP="the Kubernetes API-server double could not start: $(tr '\n' ' ' < "$MESH_TEST_WORK/k8s.err" | cut -c1-200)"
+fi
+trap 'mesh_k8s_stop; cleanup' EXIT
+
 echo "== pg_regress (sql/)"
 make -s installcheck > "$MESH_TEST_WORK/regress.out" 2>&1
 grep -E '^(test| ) |^ok |^not ok ' "$MESH_TEST_WORK/regress.out" | sed 's/^/  /'
@@ -78,7 +91,7 @@ if [ -x test/conformance/run.sh ]; then
   echo "== conformance (test/conformance/)"
   # shellcheck source=test/lib/docker.sh
   . test/lib/docker.sh
-  trap 'mesh_docker_stop; cleanup' EXIT
+  trap 'mesh_docker_stop; mesh_k8s_stop; cleanup' EXIT
   if mesh_docker_start "$MESH_TEST_WORK/docker" 2> "$MESH_TEST_WORK/docker.err" \
      && mesh_docker_image mesh-conformance 2>> "$MESH_TEST_WORK/docker.err"; then
     export MESH_DOCKER_SOCKET="$MESH_TEST_WORK/docker/docker.sock" MESH_DOCKER_IMAGE=mesh-conformance

@@ -73,6 +73,7 @@ typedef struct MeshHttpRequest
 	const char *method;
 	char	   *url;
 	char	   *unix_socket;	/* NULL for TCP */
+	const char *ca_pem;			/* PEM bundle trusted for https instead of the system's; NULL: system */
 	char	   *headers[MESH_HTTP_MAX_HEADERS];
 	int			nheaders;
 	const char *body;

@@ -27,10 +27,12 @@
 
 extern const MeshDriver mesh_sandboxd_driver;
 extern const MeshDriver mesh_docker_driver;
+extern const MeshDriver mesh_kubernetes_driver;
 
 static const MeshDriver *const drivers[] = {
 	&mesh_sandboxd_driver,
 	&mesh_docker_driver,
+	&mesh_kubernetes_driver,
 };
 
 static char *base64_encode_into(const char *data, size_t len, char *out);

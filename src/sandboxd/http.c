@@ -157,13 +157,19 @@ static bool token_matches(const char *presented)
     return diff == 0 && elen > 0;
 }
 
-/* TCP requests need "Authorization: Bearer <token>"; the unix socket's mode is the auth. */
+/* TCP requests need "Authorization: Bearer <token>", or the token in X-Mesh-Sandboxd-Token
+ * (a Kubernetes API server's pods/proxy keeps that header but consumes Authorization); the
+ * unix socket's mode is the auth. */
 static bool authorized(struct MHD_Connection *conn, bool tcp)
 {
     if (!tcp)
         return true;
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    return auth && strncmp(auth, "Bearer ", 7) == 0 && token_matches(auth + 7);
+    const char *header = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     "X-Mesh-Sandboxd-Token");
+    if (auth && strncmp(auth, "Bearer ", 7) == 0)
+        return token_matches(auth + 7);
+    return header && token_matches(header);
 }
 
 /* Parses the body as a JSON object; an empty body is NULL without error. */
@@ -308,6 +314,8 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, const char *url, co
     enum MHD_Result result;
     enum route_kind kind = route_match(url, &path);
     r.segments = path.segments;
+    if (single_workspace_refuses(kind, &path))
+        kind = ROUTE_REFUSED;
     switch (kind) {
     case ROUTE_CAPABILITIES:
         result = strcmp(method, "GET") == 0
@@ -326,6 +334,9 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, const char *url, co
     case ROUTE_EXEC: result = route_exec(&r); break;
     case ROUTE_FILES: result = route_files(&r); break;
     case ROUTE_KILL: result = route_kill(&r); break;
+    case ROUTE_REFUSED:
+        result = fail(conn, 403, "workspace_refused", "this daemon serves one other workspace");
+        break;
     default: result = fail(conn, 404, "not_found", "no such route");
     }
     route_path_free(&path);

@@ -52,7 +52,9 @@ static void usage(int status)
             "  --setup-host USER       as root, once per boot: delegate a cgroup subtree to\n"
             "                          USER and (with --disk-bytes) put workspaces on a\n"
             "                          filesystem of their own; then exit\n"
-            "  --disk-bytes N          with --setup-host: size of that filesystem\n");
+            "  --disk-bytes N          with --setup-host: size of that filesystem\n"
+            "  --single-workspace ID   serve only workspace ID (the daemon inside a Kubernetes\n"
+            "                          pod: one pod, one workspace)\n");
     exit(status);
 }
 
@@ -125,7 +127,7 @@ static void parse_flags(int argc, char **argv)
         {"hibernate-on-exit", 0, 0, 'H'}, {"broker-dir", 1, 0, 'b'},
         {"test-resolve", 1, 0, 'T'},   {"protect-path", 1, 0, 'P'},
         {"setup-host", 1, 0, 'S'},     {"disk-bytes", 1, 0, 'D'},
-        {"ready-fd", 1, 0, 'y'},
+        {"ready-fd", 1, 0, 'y'},       {"single-workspace", 1, 0, '1'},
         {0, 0, 0, 0}};
     const char *token_file = NULL, *sandbox_user = NULL;
     int opt;
@@ -177,6 +179,11 @@ static void parse_flags(int argc, char **argv)
             if (!egress_add_test_name(optarg))
                 die("--test-resolve takes NAME=IPADDRESS");
             fprintf(stderr, "mesh-sandboxd: --test-resolve %s is for tests only\n", optarg);
+            break;
+        case '1':
+            if (!single_workspace_valid(optarg))
+                die("--single-workspace takes a workspace id of letters, digits, '-', '_', '.'");
+            g_config.single_workspace = optarg;
             break;
         case 'h': usage(0); break;
         default: usage(2);

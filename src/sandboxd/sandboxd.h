@@ -75,6 +75,7 @@ struct config {
     enum release_mode release_default;
     bool hibernate_on_exit;     /* --hibernate-on-exit: no sandbox outlives the daemon */
     int ready_fd;               /* --ready-fd: written once requests are served; 0 = none */
+    const char *single_workspace; /* --single-workspace: the one workspace id served, or NULL */
     size_t max_body_bytes;
     size_t max_file_bytes;
     size_t max_output_bytes;
@@ -272,7 +273,7 @@ json_t *files_write(struct workspace *ws, const char *path, const char *mode_tex
 #define ROUTE_MAX_SEGMENTS 8
 enum route_kind {
     ROUTE_NONE, ROUTE_CAPABILITIES, ROUTE_WORKSPACES, ROUTE_WORKSPACE, ROUTE_EXEC, ROUTE_FILES,
-    ROUTE_KILL
+    ROUTE_KILL, ROUTE_REFUSED
 };
 struct route_path {
     char *text;                              /* the request's own copy of the path */
@@ -280,6 +281,10 @@ struct route_path {
     int count;
 };
 enum route_kind route_match(const char *url, struct route_path *path);
+
+/* ---- single-workspace mode (single.c) ---- */
+bool single_workspace_valid(const char *id);
+bool single_workspace_refuses(enum route_kind kind, const struct route_path *path);
 void route_path_free(struct route_path *path);
 
 /* ---- http (http.c) ---- */

@@ -43,6 +43,12 @@ while read -r name driver config; do
              THEN mesh.backend_configure(:'name', :'cfg'::jsonb)::text
              ELSE mesh.backend_add(:'name', :'driver', :'cfg'::jsonb)::text END" >/dev/null \
       || { echo "not ok - backend $name could not be registered"; status=1; continue; }
+    credential_file="MESH_CREDENTIAL_FILE_$name"
+    if [ -n "${!credential_file:-}" ]; then
+      psql -X -qAt -v ON_ERROR_STOP=1 -v name="$name" -v file="${!credential_file}" \
+        <<<"SELECT mesh.backend_set_credential(:'name', trim(pg_read_file(:'file'), E'\n'))" >/dev/null \
+        || { echo "not ok - backend $name: its credential could not be set"; status=1; continue; }
+    fi
   fi
   echo "# backend $name"
   pg_prove -v -S backend="$name" -S probe_port="$port" -S probe_hits="$work/hits" [0-9]*.sql || status=1

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Two backends enabled at once: the embedded daemon ("local", unix socket) and a second
-# mesh-sandboxd run as root on TCP with a bearer token ("remote").  Selection, pins,
-# the disable cascade, release by the row, size ceilings, capability records, and the
-# credential never leaking.
+# Three backends enabled at once: the embedded daemon ("local", unix socket), a second
+# mesh-sandboxd run as root on TCP with a bearer token ("remote"), and Kubernetes ("kube",
+# through the API-server test double of test/lib/kubernetes.sh, whose pods run real
+# mesh-sandboxd processes).  Selection, per-agent pins, the disable cascade, release by the
+# row, size ceilings, capability records, and the credentials never leaking.
 . "$(dirname "$0")/lib.sh"
-plan 26
+. "$(dirname "$0")/../lib/kubernetes.sh"
+plan 34
 sd=$(mktemp -d /tmp/mesh-e2e-sd.XXXXXX); chmod 711 "$sd"
 port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 token="e2e-secret-$RANDOM$RANDOM$RANDOM"
@@ -63,6 +65,33 @@ is "$(q "SELECT (w1.capabilities->>'disk_limits') || '/' || (w2.capabilities->>'
          FROM mesh.workspaces w1, mesh.workspaces w2 WHERE w1.run_id = 'pin-1' AND w2.run_id = 'sel-1'")" "false/true" \
    "a disk bound on the embedded daemon's own filesystem, none on the bare root one"
 
+# a third backend, Kubernetes: an agent pinned there runs in a pod while the others keep theirs
+if [ -n "${MESH_K8S_URL:-}" ]; then
+  q "SELECT mesh.backend_add('kube', 'kubernetes', '$MESH_K8S_CONFIG', catalog_order => 20)" >/dev/null
+  q "SELECT mesh.backend_set_credential('kube', trim(pg_read_file('$MESH_K8S_TOKEN_FILE'), E'\n'))" >/dev/null
+  q "SELECT mesh.agent_set('kube-agent', 'kube', default_size => 'standard')" >/dev/null
+  is "$(q "SELECT string_agg(name, ',' ORDER BY catalog_order) FROM mesh.backend_catalog WHERE enabled")" \
+     "local,remote,kube" "three backends enabled"
+  q "SELECT 1 FROM mesh_acquire('kube-1', 'kube-agent', 'mia')" >/dev/null
+  is "$(q "SELECT stdout FROM mesh_exec('kube-1', ARRAY['echo', 'in a pod'])")" "in a pod" "a kubernetes-pinned agent's exec runs"
+  is "$(q "SELECT stdout FROM mesh_exec('pin-1', ARRAY['echo', 'still remote'])") $(q "SELECT backend_kind FROM mesh.workspaces WHERE run_id = 'pin-1'")" \
+     "still remote remote" "while the remote-pinned agent keeps its own backend"
+  pod=$(mesh_k8s_api "/api/v1/namespaces/mesh/pods/$(ref_of kube-1)")
+  is "$(python3 -c 'import json,sys;p=json.load(sys.stdin);m=p["metadata"]["labels"];c=p["spec"]["containers"][0];print(m["mesh.backend"], c["resources"]["limits"]["memory"], c["args"][-1]==p["metadata"]["name"], p["status"]["phase"])' <<<"$pod")" \
+     "kube 2176Mi True Running" "its pod: labelled with the backend, the standard tier's limits, the daemon serving only that workspace"
+  is "$(q "SELECT (capabilities->>'hibernate') || '/' || (capabilities->>'egress_control') FROM mesh.workspaces WHERE run_id = 'kube-1'")" \
+     "false/true" "capabilities as a pod gives them: no hibernation, egress enforced by the daemon inside"
+  kref=$(ref_of kube-1)
+  is "$(q "SELECT mesh_release('kube-1')")" destroyed "releasing a kubernetes workspace destroys it"
+  phase=$(mesh_k8s_api "/api/v1/namespaces/mesh/pods/$kref" | python3 -c 'import json,sys;p=json.load(sys.stdin);print("gone" if p.get("code")==404 else "terminating" if p["metadata"].get("deletionTimestamp") else "alive")')
+  case $phase in gone|terminating) r=0 ;; *) r=1 ;; esac
+  ok $r "and its pod is deleted ($phase)"
+  is "$(q "SELECT count(*) FROM mesh.backend_credentials WHERE backend = 'kube'")" 1 "the service-account token is stored as the backend's credential"
+  q "SELECT mesh.backend_disable('kube')" >/dev/null
+else
+  for _ in 1 2 3 4 5 6 7 8; do ok 0 "# SKIP kubernetes: ${MESH_K8S_URL_SKIP:-MESH_K8S_URL is not set}"; done
+fi
+
 # the default changes; existing workspaces are still released by the backend their row names
 q "SELECT mesh.backend_set_order('remote', -1)" >/dev/null
 q "SELECT 1 FROM mesh_acquire('sel-2', 'free-agent', 'mia')" >/dev/null
@@ -94,11 +123,12 @@ is "$(q "SELECT release_outcome FROM mesh.workspaces WHERE run_id = 'gone-1'")" 
 remote_has "$ref3"; ok $? "the sandbox is still there, as the row says"
 curl -sf -m 5 -X DELETE -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/workspaces/$ref3" >/dev/null
 
-# the credential never leaked
-leaks=$(grep -c "$token" "$PGDIR/server.log")
+# the credentials never leaked (the remote daemon's token and the service account's)
+ktoken=$(cat "${MESH_K8S_TOKEN_FILE:-/dev/null}" 2>/dev/null); ktoken=${ktoken:-$token}
+leaks=$(grep -c -e "$token" -e "$ktoken" "$PGDIR/server.log")
 is "$leaks" 0 "the credential is not in the server log"
-is "$(q "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%$token%' AND pid <> pg_backend_pid()")" 0 \
+is "$(q "SELECT count(*) FROM pg_stat_activity WHERE (query LIKE '%$token%' OR query LIKE '%$ktoken%') AND pid <> pg_backend_pid()")" 0 \
    "nor in pg_stat_activity"
-is "$(q "SELECT count(*) FROM mesh.events WHERE detail::text LIKE '%$token%'") $(q "SELECT count(*) FROM mesh.execs WHERE coalesce(stdout,'') || coalesce(stderr,'') || coalesce(error,'') LIKE '%$token%'")" \
+is "$(q "SELECT count(*) FROM mesh.events WHERE detail::text LIKE '%$token%' OR detail::text LIKE '%$ktoken%'") $(q "SELECT count(*) FROM mesh.execs WHERE coalesce(stdout,'') || coalesce(stderr,'') || coalesce(error,'') LIKE ANY (ARRAY['%$token%', '%$ktoken%'])")" \
    "0 0" "nor in events or exec rows"
 done_testing

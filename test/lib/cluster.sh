@@ -3,14 +3,14 @@
 # Source it, then: mesh_cluster_start DIR [extra postgresql.conf lines...]; mesh_cluster_stop DIR.
 # As root, start also prepares the host for the embedded daemon (mesh_host_setup) and stop
 # undoes it.
-# The cluster runs as the postgres OS user (initdb refuses root) and listens only
-# on a unix socket in DIR; PGHOST/PGPORT/PGUSER/PGDATABASE are exported for psql.
+# The cluster runs as the postgres OS user (initdb refuses root), or as the calling user when
+# that is not root, and listens only on a unix socket in DIR; PGHOST/PGPORT/PGUSER/PGDATABASE are exported for psql.
 
 PG_BIN=${PG_BIN:-$(pg_config --bindir)}
 MESH_PORT=${MESH_PORT:-5499}
 
 as_postgres() {
-  if [ "$(id -un)" = postgres ]; then "$@"; else runuser -u postgres -- "$@"; fi
+  if [ "$(id -u)" -ne 0 ]; then "$@"; else runuser -u postgres -- "$@"; fi
 }
 
 # The install-time host preparation for the embedded daemon (root only): a cgroup subtree
@@ -45,7 +45,8 @@ mesh_host_teardown() {
 mesh_cluster_start() {
   local dir=$1; shift
   mesh_host_teardown "$dir"
-  rm -rf "$dir"; mkdir -p "$dir"; chown postgres "$dir"; chmod 700 "$dir"
+  rm -rf "$dir"; mkdir -p "$dir"; chmod 700 "$dir"
+  [ "$(id -u)" -ne 0 ] || chown postgres "$dir"
   as_postgres "$PG_BIN/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 >/dev/null
   mesh_host_setup "$dir" || { echo "mesh-sandboxd --setup-host failed" >&2; return 1; }
   {

@@ -10,6 +10,7 @@ MESH_PACKAGES=(
   bubblewrap iproute2 procps psmisc python3 python3-psycopg2 jq e2fsprogs util-linux
   clang libclang-rt-14-dev     # sanitizer builds and fuzzers of mesh-sandboxd (CI)
   docker.io busybox-static
+  openssl                      # the Kubernetes API-server test double's CA and certificate
 )
 
 missing=()

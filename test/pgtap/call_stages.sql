@@ -2,7 +2,7 @@
 -- went (hand-off, worker transactions, HTTP, reply, total), per operation, and
 -- mesh.call_stages_reset() starts afresh; only admins read or reset them.  The worker commits
 -- the rows these calls make, so the file cleans up after itself.
-SELECT plan(17);
+SELECT plan(18);
 
 SELECT has_function('mesh', 'call_stages', ARRAY[]::text[], 'mesh.call_stages() exists');
 SELECT is(pg_get_function_result('mesh.call_stages()'::regprocedure),
@@ -47,6 +47,11 @@ SELECT is((SELECT calls FROM mesh.call_stages() WHERE op = 'exec' AND stage = 't
           'the exec is counted once');
 SELECT ok((SELECT total_ms FROM mesh.call_stages() WHERE op = 'exec' AND stage = 'http') > 0,
           'an exec spends time in HTTP (the backend ran the command)');
+-- its hand-off, transactions, HTTP (the driver run) and reply are disjoint parts of its wait
+SELECT ok((SELECT sum(total_ms) FILTER (WHERE stage <> 'total')
+                  <= sum(total_ms) FILTER (WHERE stage = 'total')
+             FROM mesh.call_stages() WHERE op = 'exec'),
+          'the stages of an exec fit in its total');
 
 SELECT mesh.call_stages_reset();
 SELECT is((SELECT count(*) FROM mesh.call_stages() WHERE op IN ('acquire', 'exec')), 0::bigint,

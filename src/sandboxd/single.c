@@ -1,0 +1,29 @@
+/*
+ * single.c - single-workspace mode (--single-workspace ID): the daemon inside a Kubernetes pod
+ * serves exactly one workspace, the pod's own, so a request naming any other id is refused
+ * before a handler runs (one pod is one workspace; nothing else may be created there).
+ */
+#include "sandboxd.h"
+#include <ctype.h>
+#include <string.h>
+
+/* An id the routes can carry as one path segment, like the extension's refs. */
+bool single_workspace_valid(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > 128)
+        return false;
+    for (const char *p = id; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.')
+            return false;
+    return true;
+}
+
+/* Whether KIND (with the workspace id in segments[2]) names a workspace this mode refuses. */
+bool single_workspace_refuses(enum route_kind kind, const struct route_path *path)
+{
+    bool names_workspace = kind == ROUTE_WORKSPACE || kind == ROUTE_EXEC ||
+                           kind == ROUTE_FILES || kind == ROUTE_KILL;
+    return g_config.single_workspace && names_workspace &&
+           strcmp(path->segments[2], g_config.single_workspace) != 0;
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# bench/run.sh runs end to end with tiny iteration counts (a cluster of its own, next to the
+# suite's) and prints every figure issue 14 asks for: each row with a numeric median, a
+# numeric baseline, a ratio and its target; the load average; and last, the per-stage
+# breakdown of mesh.call_stages() for a warm exec and an acquire with its note, or, in a
+# build without it, the line that says so.  Nothing here judges a timing.
+. "$(dirname "$0")/lib.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+plan 14
+out=$(mktemp)
+MESH_PORT=$((PGPORT + 1)) PGOPTIONS= bash "$ROOT/bench/run.sh" 4 2 > "$out" 2>&1
+ok $? "bench/run.sh 4 2 ran to the end"
+sed 's/^/#   /' "$out" | tail -30
+
+num='[0-9]+(\.[0-9]+)?'
+# row_ok KEY: the row is there with, in order: unit, median, p99 (or -), the baseline's median
+# and p99 (or -), the ratio
+row_ok() {
+  grep -qE "^$1 .* (ms|/s|/exec) +$num +($num|-) +.* $num +($num|-) +$num"x" " "$out"
+}
+for key in warm_exec sandboxd concurrent concurrent_lat acquire cold_start cpu_per_exec \
+           cpu_workers fsync_per_exec; do
+  row_ok "$key"; ok $? "row $key: numeric median, baseline and ratio"
+done
+targets=$(grep -cE '^(warm_exec|sandboxd|cold_start) .*<= [0-9.]+x +(met|MISSED)$|^concurrent .*>= 0\.5x +(met|MISSED)$|^acquire .*< 1 ms +(met|MISSED)$' "$out")
+is "$targets" 5 "each figure with a target says whether it met it"
+grep -qE "^load average: $num $num $num at start, $num $num $num at end" "$out"
+ok $? "the load average at start and end"
+
+# the last table: a per-stage breakdown when this build has mesh.call_stages(), else one line
+last=$(awk '/^phase +op +stage/ { t = 1 } t' "$out")
+if [ "$(q "SELECT to_regprocedure('mesh.call_stages()') IS NOT NULL")" = t ]; then   # the same build
+  echo "$last" | awk -v num="^$num\$" 'NR > 1 && $1 == "warm_exec" && $4 ~ num && $5 ~ num { e++ }
+    NR > 1 && $1 == "acquire" && $4 ~ num && $5 ~ num { a++ } END { exit !(e > 0 && a > 0) }'
+  ok $? "the last table breaks a warm exec and an acquire down by stage, with numbers"
+  # after the table's last row: a blank line and the note on what the stages count, to the end
+  awk -v row="^acquire +[a-z_]+ +[a-z_]+ +$num +$num +$num +($num|-)$" '
+    $0 ~ row { last = NR } { line[NR] = $0 }
+    END { exit !(last > 0 && line[last + 1] == "" && line[last + 2] ~ /^The stages are disjoint/ &&
+                 line[NR] ~ /worker.s loop\.$/) }' "$out"
+  ok $? "the stage table comes last, followed only by its note"
+else
+  tail -1 "$out" | grep -q '^stages: mesh.call_stages() is not in this build'
+  ok $? "without mesh.call_stages() the last line says so"
+  ok 0 "# SKIP no mesh.call_stages() in this build"
+fi
+rm -f "$out"
+done_testing
