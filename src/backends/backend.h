@@ -151,6 +151,9 @@ typedef struct MeshExecSpec
  * bytes as the command wrote them (NUL and invalid UTF-8 included, no
  * marker); *_total counts every byte written, so what came before the kept
  * bytes is *_total - *_len.  The worker clamps for people and stores whole.
+ * The streams may point into the response body the parser was given (no
+ * copy of a large output): the worker is done with them before the run's
+ * response is freed.
  */
 
 typedef struct MeshExecResult

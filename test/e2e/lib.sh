@@ -53,11 +53,18 @@ stand_in_run() {
 }
 
 # stand_in SOCKET: a stand-in backend on unix socket SOCKET, in the background (its pid in
-# $!); stdin is Python defining class Handler (a socketserver request handler), which serves
-# each connection on a thread of its own.  Returns once the socket is there.
+# $!); stdin is Python defining class Handler (a socketserver request handler, or a
+# QuietHTTPHandler: http.server's without its request log), which serves each connection on a
+# thread of its own.  Returns once the socket is there.
 stand_in() {
-  local sock=$1
-  /usr/bin/python3 -c "$(cat; cat <<'PY'
+  local sock=$1 quiet='
+import http.server
+
+class QuietHTTPHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+'
+  /usr/bin/python3 -c "$quiet$(cat; cat <<'PY'
 
 import os, socketserver, sys
 

@@ -8,11 +8,11 @@
 plan 7
 dir=$(mktemp -d /tmp/mesh-framing.XXXXXX); chmod 755 "$dir"
 stand_in "$dir/framing.sock" <<'PY'
-import base64, http.server, json
+import base64, json
 
 OUT, ERR = b"a\x00b\nc\xff\n", b"\xfe warn\n"
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(QuietHTTPHandler):
     protocol_version = "HTTP/1.1"
     def send(self, body, ctype="application/json"):
         self.send_response(200)
@@ -38,8 +38,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         doc.update(stdout_kept=len(OUT) + (5 if how == "short" else 0), stderr_kept=len(ERR))
         self.send(json.dumps(doc).encode() + b"\n" + OUT + ERR, "application/vnd.mesh.exec-output")
-    def log_message(self, *args):
-        pass
 PY
 fake=$!
 trap 'kill $fake 2>/dev/null; rm -rf "$dir"' EXIT

@@ -8,9 +8,9 @@
 plan 6
 dir=$(mktemp -d /tmp/mesh-full.XXXXXX); chmod 755 "$dir"
 stand_in "$dir/full.sock" <<'PY'
-import http.server, json
+import json
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(QuietHTTPHandler):
     def answer(self):
         body = json.dumps({"error": {"code": "out_of_resources",
                                      "message": "as many workspaces run as the open-files limit allows"}}).encode()
@@ -20,8 +20,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
     do_GET = do_PUT = do_POST = do_DELETE = answer
-    def log_message(self, *args):
-        pass
 PY
 fake=$!
 trap 'kill $fake 2>/dev/null; rm -rf "$dir"' EXIT
