@@ -58,6 +58,7 @@ install: install-sandboxd
 .PHONY: install-sandboxd
 install-sandboxd: sandboxd
 	$(INSTALL_PROGRAM) src/sandboxd/mesh-sandboxd '$(DESTDIR)$(bindir)/mesh-sandboxd'
+	$(INSTALL_PROGRAM) src/sandboxd/mesh-exec-agent '$(DESTDIR)$(bindir)/mesh-exec-agent'
 
 clean: clean-sandboxd
 .PHONY: clean-sandboxd

@@ -1,7 +1,10 @@
 #!/bin/bash
 # run.sh - builds mesh-sandboxd and the benchmark, starts a daemon on a temporary state dir
 # (TCP on loopback, random port and token), acquires one workspace and runs bench.c against
-# it. Usage: bench/sandboxd/run.sh [ITERATIONS]   (exit 3 when warm exec misses 1.5x)
+# it: warm exec vs fork+exec, cold start vs a bare bwrap with the holder's own flags, CPU per
+# warm exec. As root the daemon runs in a cpuacct group of its own, so its CPU (and, through
+# the workspaces' groups, the sandboxes') is measured.
+# Usage: bench/sandboxd/run.sh [ITERATIONS]   (exit 3 when a target is missed)
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -15,13 +18,25 @@ echo "bench-$RANDOM$RANDOM" > "$WORK/token"
 PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 URL="http://127.0.0.1:$PORT"
 TOKEN=$(cat "$WORK/token")
-"$REPO/src/sandboxd/mesh-sandboxd" --state-dir "$WORK/state" --listen "127.0.0.1:$PORT" \
-    --token-file "$WORK/token" --cgroup-name "mesh-bench-$$" 2>"$WORK/log" &
+CGROUP=mesh-bench-$$
+CPU_GROUP=/sys/fs/cgroup/cpuacct/$CGROUP-daemon
+CPU_FILES=()
+if [ "$(id -u)" = 0 ] && mkdir "$CPU_GROUP" 2>/dev/null; then
+    CPU_FILES=("$CPU_GROUP/cpuacct.usage")
+fi
+(
+    [ ${#CPU_FILES[@]} -gt 0 ] && echo "$BASHPID" > "$CPU_GROUP/cgroup.procs"
+    exec "$REPO/src/sandboxd/mesh-sandboxd" --state-dir "$WORK/state" --listen "127.0.0.1:$PORT" \
+        --token-file "$WORK/token" --cgroup-name "$CGROUP" 2>"$WORK/log"
+) &
 DAEMON=$!
 cleanup() {
-    curl -s -m 10 -X DELETE -H "Authorization: Bearer $TOKEN" "$URL/v1/workspaces/bench" >/dev/null
+    for ws in bench bench-cold; do
+        curl -s -m 10 -X DELETE -H "Authorization: Bearer $TOKEN" "$URL/v1/workspaces/$ws" >/dev/null
+    done
     kill -TERM "$DAEMON" 2>/dev/null; wait "$DAEMON" 2>/dev/null
-    for c in memory pids cpu cpuacct; do rmdir "/sys/fs/cgroup/$c/mesh-bench-$$" 2>/dev/null; done
+    for c in memory pids cpu cpuacct; do rmdir "/sys/fs/cgroup/$c/$CGROUP" 2>/dev/null; done
+    rmdir "$CPU_GROUP" 2>/dev/null
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -30,6 +45,17 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 curl -s -m 30 -X PUT -H "Authorization: Bearer $TOKEN" "$URL/v1/workspaces/bench" >/dev/null
+# the workspaces' groups are below the daemon's subtree in the cpuacct hierarchy
+[ ${#CPU_FILES[@]} -gt 0 ] && CPU_FILES+=("/sys/fs/cgroup/cpuacct/$CGROUP/cpuacct.usage")
+# the holder's bwrap: the process whose marker names the bench workspace
+MARKER="MESH_SANDBOXD_HOLDER=$WORK/state/workspaces/bench"
+for p in /proc/[0-9]*; do
+    if tr "\0" "\n" 2>/dev/null < "$p/environ" | grep -qxF "$MARKER"; then
+        cp "$p/cmdline" "$WORK/holder-cmdline"
+        break
+    fi
+done
+[ -s "$WORK/holder-cmdline" ] || { echo "cannot find the holder's bwrap" >&2; exit 1; }
 SANDBOX_UID=0
 [ "$(id -u)" = 0 ] && SANDBOX_UID=$(id -u nobody)
-"$HERE/bench" "$URL" "$WORK/token" bench "$N" "$SANDBOX_UID"
+"$HERE/bench" "$URL" "$WORK/token" bench "$N" "$SANDBOX_UID" "$WORK/holder-cmdline" "${CPU_FILES[@]}"

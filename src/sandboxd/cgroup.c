@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,37 +95,48 @@ static bool cgroup_apply_tier(int controller, const char *dir, const struct size
 }
 
 /* Creates the workspace's groups with the tier's limits and opens their cgroup.procs files
- * (kept open so an exec joins with one write each). Unavailable controllers get fd -1. */
-bool cgroup_workspace_create(const char *id, const struct size_tier *tier, int procs_fds[CG_COUNT])
+ * (kept open so a holder joins with one write each) and the memory group's oom_control and
+ * max_usage_in_bytes (read or written by every exec). Unavailable controllers get fd -1. */
+bool cgroup_workspace_create(const char *id, const struct size_tier *tier, int fds[CG_FILES])
 {
     bool ok = true;
-    for (int c = 0; c < CG_COUNT; c++) {
-        procs_fds[c] = -1;
-        if (!controller_ok[c] || !ok)
+    for (int f = 0; f < CG_FILES; f++)
+        fds[f] = -1;
+    for (int c = 0; c < CG_COUNT && ok; c++) {
+        if (!controller_ok[c])
             continue;
         char *dir = cgroup_path(c, id);
         char *procs = xasprintf("%s/cgroup.procs", dir);
         ok = (mkdir(dir, 0755) == 0 || errno == EEXIST) && cgroup_apply_tier(c, dir, tier);
         if (ok)
-            procs_fds[c] = open(procs, O_WRONLY | O_CLOEXEC);
-        ok = ok && procs_fds[c] >= 0;
+            fds[c] = open(procs, O_WRONLY | O_CLOEXEC);
+        ok = ok && fds[c] >= 0;
+        if (ok && c == CG_MEMORY) {
+            char *oom = xasprintf("%s/memory.oom_control", dir);
+            char *peak = xasprintf("%s/memory.max_usage_in_bytes", dir);
+            fds[CG_OOM_CONTROL] = open(oom, O_RDONLY | O_CLOEXEC);
+            fds[CG_PEAK] = open(peak, O_RDWR | O_CLOEXEC);
+            ok = fds[CG_OOM_CONTROL] >= 0 && fds[CG_PEAK] >= 0;
+            free(oom);
+            free(peak);
+        }
         free(procs);
         free(dir);
     }
     if (!ok) {
-        cgroup_close_fds(procs_fds);
+        cgroup_close_fds(fds);
         cgroup_workspace_remove(id);
     }
     return ok;
 }
 
-/* Closes the cached cgroup.procs descriptors. */
-void cgroup_close_fds(int procs_fds[CG_COUNT])
+/* Closes the workspace's open cgroup files. */
+void cgroup_close_fds(int fds[CG_FILES])
 {
-    for (int c = 0; c < CG_COUNT; c++) {
-        if (procs_fds[c] >= 0)
-            close(procs_fds[c]);
-        procs_fds[c] = -1;
+    for (int f = 0; f < CG_FILES; f++) {
+        if (fds[f] >= 0)
+            close(fds[f]);
+        fds[f] = -1;
     }
 }
 
@@ -165,21 +177,42 @@ void cgroup_workspace_remove(const char *id)
     }
 }
 
-/* The oom_kill counter of the memory group DIR (0 when unreadable). In cgroup v1 a kill is
- * counted only in the group of the killed process, not in its ancestors. */
+/* Reads control file DIR/FILE into BUF (NUL-terminated) with plain system calls: these are
+ * read several times per exec. False when it cannot be read. */
+static bool read_control(const char *dir, const char *file, char *buf, size_t size)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, size - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return n > 0;
+}
+
+/* The oom_kill counter in the text of a memory.oom_control file (0 when absent). In cgroup v1
+ * a kill is counted only in the group of the killed process, not in its ancestors. */
+static uint64_t oom_kills_of(const char *text)
+{
+    const char *line = strstr(text, "\noom_kill ");
+    return line ? strtoull(line + 10, NULL, 10) : 0;
+}
+
+/* The oom_kill counter of the memory group DIR (0 when unreadable). */
 static uint64_t oom_kills_in(const char *dir)
 {
-    char *path = xasprintf("%s/memory.oom_control", dir);
-    FILE *f = fopen(path, "re");
-    char key[64];
-    unsigned long long value, kills = 0;
-    free(path);
-    while (f && fscanf(f, "%63s %llu", key, &value) == 2)
-        if (strcmp(key, "oom_kill") == 0)
-            kills = value;
-    if (f)
-        fclose(f);
-    return kills;
+    char buf[512];
+    return read_control(dir, "memory.oom_control", buf, sizeof buf) ? oom_kills_of(buf) : 0;
+}
+
+/* Reads the open control file FD from its start into BUF (NUL-terminated); false when it
+ * cannot be read. */
+static bool read_open_control(int fd, char *buf, size_t size)
+{
+    ssize_t n = fd >= 0 ? pread(fd, buf, size - 1, 0) : -1;
+    buf[n > 0 ? n : 0] = '\0';
+    return n > 0;
 }
 
 /* Directory of exec slot SLOT's group inside workspace ID in CONTROLLER's hierarchy. */
@@ -194,14 +227,11 @@ static char *exec_group_path(int controller, const char *id, int slot)
 /* Reads the unsigned number at the start of DIR/FILE; -1 when there is none. */
 static long long read_number(const char *dir, const char *file)
 {
-    char *path = xasprintf("%s/%s", dir, file);
-    FILE *f = fopen(path, "re");
-    unsigned long long value;
-    long long result = f && fscanf(f, "%llu", &value) == 1 ? (long long)value : -1;
-    if (f)
-        fclose(f);
-    free(path);
-    return result;
+    char buf[64], *end;
+    if (!read_control(dir, file, buf, sizeof buf))
+        return -1;
+    unsigned long long value = strtoull(buf, &end, 10);
+    return end == buf ? -1 : (long long)value;
 }
 
 /* What an exec's own group is kept for: the OOM kills of its memory group, the CPU time (ns)
@@ -213,65 +243,73 @@ static uint64_t exec_group_counter(int controller, const char *dir)
     return controller == CG_MEMORY ? oom_kills_in(dir) : ns > 0 ? (uint64_t)ns : 0;
 }
 
-/* Opens (creating it the first time) exec slot SLOT's group below workspace ID's in
- * CONTROLLER's hierarchy (memory or cpuacct) and returns its cgroup.procs, with its counter so
- * far in *COUNTER; -1 without the controller. Slots are kept until the workspace stops:
+/* Opens exec slot SLOT's group below workspace ID's in CONTROLLER's hierarchy (memory or
+ * cpuacct), creating it when CREATE (its first use since the workspace started), and returns
+ * its cgroup.procs; -1 without the controller. Slots are kept until the workspace stops:
  * creating and removing a group per exec would cost more than the exec itself. */
-int cgroup_exec_group_open(int controller, const char *id, int slot, uint64_t *counter)
+int cgroup_exec_group_open(int controller, const char *id, int slot, bool create)
 {
-    *counter = 0;
     if (!controller_ok[controller])
         return -1;
     char *dir = exec_group_path(controller, id, slot);
     char *procs = xasprintf("%s/cgroup.procs", dir);
-    int fd = mkdir(dir, 0755) == 0 || errno == EEXIST ? open(procs, O_WRONLY | O_CLOEXEC) : -1;
-    if (fd >= 0)
-        *counter = exec_group_counter(controller, dir);
+    int fd = !create || mkdir(dir, 0755) == 0 || errno == EEXIST
+                 ? open(procs, O_WRONLY | O_CLOEXEC) : -1;
     free(procs);
     free(dir);
     return fd;
 }
 
+/* Creates exec slot SLOT's groups of workspace ID ahead of its first exec (a new memory
+ * group costs about a millisecond); the holder start does it while bubblewrap sets up. */
+void cgroup_exec_slot_prepare(const char *id, int slot)
+{
+    static const int controllers[] = {CG_MEMORY, CG_CPUACCT};
+    for (size_t i = 0; i < 2; i++) {
+        if (!controller_ok[controllers[i]])
+            continue;
+        char *dir = exec_group_path(controllers[i], id, slot);
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            log_event("cgroup: cannot create %s: %s", dir, strerror(errno));
+        free(dir);
+    }
+}
+
 /* The counter of exec slot SLOT's group of CONTROLLER in workspace ID (see above). */
 uint64_t cgroup_exec_group_counter(int controller, const char *id, int slot)
 {
+    if (!controller_ok[controller])
+        return 0;
     char *dir = exec_group_path(controller, id, slot);
     uint64_t value = exec_group_counter(controller, dir);
     free(dir);
     return value;
 }
 
-/* The oom_kill counter of workspace ID's own memory group (where its holder is). */
-uint64_t cgroup_workspace_oom_kills(const char *id)
+/* The oom_kill counter of the workspace's own memory group (where its holder is), from its
+ * open files FDS; 0 without the controller. */
+uint64_t cgroup_workspace_oom_kills(const int fds[CG_FILES])
 {
-    if (!controller_ok[CG_MEMORY])
-        return 0;
-    char *dir = cgroup_path(CG_MEMORY, id);
-    uint64_t kills = oom_kills_in(dir);
-    free(dir);
-    return kills;
+    char buf[512];
+    return read_open_control(fds[CG_OOM_CONTROL], buf, sizeof buf) ? oom_kills_of(buf) : 0;
 }
 
-/* Starts a new peak-memory window for workspace ID (the peak becomes the current usage). */
-void cgroup_peak_reset(const char *id)
+/* Starts a new peak-memory window for the workspace (the peak becomes the current usage). */
+void cgroup_peak_reset(const int fds[CG_FILES])
 {
-    if (!controller_ok[CG_MEMORY])
-        return;
-    char *dir = cgroup_path(CG_MEMORY, id);
-    cgroup_write(dir, "memory.max_usage_in_bytes", "0");
-    free(dir);
+    if (fds[CG_PEAK] >= 0 && pwrite(fds[CG_PEAK], "0", 1, 0) != 1)
+        log_event("cgroup: cannot reset a workspace's memory peak: %s", strerror(errno));
 }
 
 /* The workspace's peak memory (bytes, incl. tmpfs pages) since the last reset; -1 without
  * the memory controller. */
-long long cgroup_peak_bytes(const char *id)
+long long cgroup_peak_bytes(const int fds[CG_FILES])
 {
-    if (!controller_ok[CG_MEMORY])
+    char buf[64], *end;
+    if (!read_open_control(fds[CG_PEAK], buf, sizeof buf))
         return -1;
-    char *dir = cgroup_path(CG_MEMORY, id);
-    long long peak = read_number(dir, "memory.max_usage_in_bytes");
-    free(dir);
-    return peak;
+    unsigned long long value = strtoull(buf, &end, 10);
+    return end == buf ? -1 : (long long)value;
 }
 
 /* Removes the per-exec groups a crash may have left below workspace group DIR. */

@@ -688,8 +688,8 @@ CHILD_ENTRY static int listener_child(void *arg)
 {
     struct workspace *ws = ((struct listener_spawn *)arg)->ws;
     int sock = ((struct listener_spawn *)arg)->sock;
-    if ((!g_config.is_root && setns(ws->ns_fds[0], CLONE_NEWUSER) != 0) ||
-        setns(ws->ns_fds[3], CLONE_NEWNET) != 0)
+    if ((!g_config.is_root && setns(ws->user_ns_fd, CLONE_NEWUSER) != 0) ||
+        setns(ws->net_ns_fd, CLONE_NEWNET) != 0)
         _exit(2);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;

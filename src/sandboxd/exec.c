@@ -1,43 +1,33 @@
 /*
- * exec.c - run one command in a warm workspace by joining the holder's namespaces.
+ * exec.c - run one command in a warm workspace through its exec agent.
  *
- * Process chain of one exec (creating processes is expensive on this machine, about 1 ms per
- * fork, so the helpers share the daemon's memory with CLONE_VM instead of copying it):
+ * Every workspace's holder is its exec agent (agent.c), resident inside all of the
+ * workspace's namespaces, cgroups and system-call filter. An exec is one message to it
+ * (agent_proto.h): the request with the exec's own socket, the command's pipes, its payload
+ * and its own cgroups; the agent starts the command in a fresh pid namespace below its own and
+ * answers on the exec's socket with the statuses once the namespace's init is reaped. Writing
+ * to that socket (timeout, kill call, release) makes the agent SIGKILL the init. The per-exec
+ * pid namespace gives the protocol's tree semantics for free: when its init exits (right
+ * after the command) or is killed, the kernel kills everything left in the namespace,
+ * double-forked daemons included.
  *
- *   daemon thread --clone(VM|FILES)--> outer: joins the workspace cgroups (all but memory),
- *     becomes the sandbox user, setns(user, ipc, uts, net, mnt, pid, cgroup, inner user),
- *     chroots into the holder's root
- *   outer --clone(VM|FILES)--> pidns: in the workspace pid namespace; unshare(CLONE_NEWPID)
- *   pidns --clone(VM|PIDFD)--> init: pid 1 of a fresh per-exec pid namespace; wires
- *     stdio, drops every capability (bounding, ambient, effective, permitted), sets
- *     no_new_privs, installs the system-call filter (seccomp.c)
- *   init --clone(VM|VFORK)--> command: joins the exec's memory group, execs argv (pid 2); init
- *     reaps until it exits.
- *
- * A per-exec pid namespace gives the protocol's tree semantics for free: when its init exits
- * (right after the command) or is SIGKILLed by the daemon (timeout, kill call, release), the
- * kernel kills everything left in the namespace, double-forked daemons included. The helpers
- * only make system calls on their own stacks and write results into the shared exec_run.
+ * The exec's socket closing before the answer means the agent is gone, which happens only
+ * with the whole sandbox (it is the sandbox's pid 1): the exec is answered at once, never
+ * waited for.
  */
 #include "sandboxd.h"
+#include "agent_proto.h"
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define HELPER_STACK_BYTES (128 * 1024)
 
 #define DEFAULT_TIMEOUT_MS 300000
 
@@ -55,16 +45,20 @@ struct capture {
     uint64_t total;
 };
 
+/* How the agent's answers ended. */
+enum exec_outcome { OUTCOME_PENDING, OUTCOME_DONE, OUTCOME_FAILED, OUTCOME_AGENT_LOST,
+                    OUTCOME_NO_ANSWER };
+
 struct exec_run {
     struct exec_run *next;
     struct workspace *ws;
     char *key;
     int kill_reason;                 /* enum kill_reason, first one wins (atomic) */
-    /* read by the helper processes */
     char **argv, **envp;
-    const char *dir, *path_env;
-    int child_stdin, child_stdout, child_stderr;
-    int outer_pidfd, init_pidfd;     /* init_pidfd written by the pidns helper (atomic) */
+    const char *dir;
+    int child_stdin, child_stdout, child_stderr;  /* the command's ends, sent to the agent */
+    int socket_fd;                   /* the daemon's end of the exec's socket */
+    int agent_end;                   /* the other end, until it is sent to the agent */
     int slot;                        /* the exec's own groups (exec-<slot>), -1 if none */
     int memory_group_fd;             /* their cgroup.procs, -1 without the controller */
     int cpu_group_fd;
@@ -72,270 +66,25 @@ struct exec_run {
     uint64_t holder_oom_kills_before; /* the workspace group's (the holder's) */
     uint64_t cpu_ns_before;
     long long cpu_ns;                /* the exec's CPU by its cpuacct group, -1 if unknown */
-    char *stacks;
-    /* written by the helper processes */
-    const char *failed_step;
-    int failed_errno;
-    bool init_reaped;                /* the pidns helper reaped init: usage is complete */
-    struct rusage init_usage;
-    int init_status;                 /* tells why the command never started (127) */
-    bool command_done;               /* init reaped the command: its status is known */
-    int command_status;
-    int spawn_errno;                 /* the command never started: why (0 = it started) */
-    bool spawn_in_dir;               /* ... because its working directory failed, not execve */
+    enum exec_outcome outcome;
+    struct agent_reply answer;       /* the agent's AGENT_DONE or AGENT_FAILED */
 };
 
-/* Records which setup step failed so the daemon can answer spawn_failed with a reason. */
-CHILD_ENTRY static int helper_fail(struct exec_run *run, const char *step)
-{
-    run->failed_errno = errno;
-    run->failed_step = step;
-    _exit(1);
-}
-
-/* Whether the daemon decided to end this exec (helpers check it between steps, closing the
- * window before a pidfd exists). */
+/* Whether the daemon decided to end this exec. */
 static bool kill_requested(struct exec_run *run)
 {
     return __atomic_load_n(&run->kill_reason, __ATOMIC_SEQ_CST) != KILL_NONE;
 }
 
-/* Writes "mesh: WHAT: REASON" to the command's stderr (inside the init helper). */
-static void init_report(const char *what, const char *reason)
-{
-    char line[1024];
-    snprintf(line, sizeof line, "mesh: %s: %s\n", what, reason);
-    if (write(2, line, strlen(line)) < 0)
-        return;
-}
-
-/* strerror for the helpers: a constant string, no locale or translation machinery, which
- * could allocate on memory shared with a daemon thread. */
-static const char *helper_strerror(int error)
-{
-    const char *text = strerrordesc_np(error);
-    return text ? text : "unknown error";
-}
-
-/* Highest capability number of this kernel (/proc/sys/kernel/cap_last_cap). */
-static int last_capability = CAP_LAST_CAP;
-
-/* Reads the kernel's highest capability once, before any exec: helpers must not make
- * failing system calls (they share errno with a daemon thread). */
-void exec_init(void)
-{
-    FILE *f = fopen("/proc/sys/kernel/cap_last_cap", "re");
-    int value;
-    if (f && fscanf(f, "%d", &value) == 1 && value > 0 && value < 64)
-        last_capability = value;
-    if (f)
-        fclose(f);
-}
-
-/* Drops every capability for good: bounding and ambient sets, then effective, permitted and
- * inheritable, and sets no_new_privs. Joining with setns granted full capabilities in the
- * workspace's user namespace; none of them may reach the command. */
-static bool drop_all_capabilities(void)
-{
-    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
-    struct __user_cap_data_struct data[2];
-    memset(data, 0, sizeof data);
-    for (int cap = 0; cap <= last_capability; cap++)   /* no failing calls: errno is shared */
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0)
-            return false;
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
-        return false;
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-        return false;
-    return syscall(SYS_capset, &header, data) == 0;
-}
-
-/* execve with a PATH search (argv[0] without '/'); returns only on failure, with errno of the
- * most telling attempt: a failure that is not about the file's absence (E2BIG, ENOEXEC, ...)
- * ends the search at once and is what the caller reports; EACCES beats ENOENT. */
-static void exec_with_path(struct exec_run *run)
-{
-    const char *file = run->argv[0];
-    char candidate[4096];
-    int best_errno = ENOENT;
-    if (strchr(file, '/')) {
-        execve(file, run->argv, run->envp);
-        return;
-    }
-    for (const char *dir = run->path_env; dir && *dir;) {
-        const char *end = strchrnul(dir, ':');
-        size_t dir_len = (size_t)(end - dir);
-        if (dir_len + strlen(file) + 2 <= sizeof candidate) {
-            memcpy(candidate, dir, dir_len);
-            candidate[dir_len] = '/';
-            strcpy(candidate + dir_len + 1, file);
-            execve(candidate, run->argv, run->envp);
-            if (errno == EACCES)
-                best_errno = EACCES;
-            else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE)
-                return;
-        }
-        dir = *end ? end + 1 : end;
-    }
-    errno = best_errno;
-}
-
-/* Stage 4, the command: joins the exec's memory group (inherited as fd 3) and execs, or
- * reports 127. Until execve it still shares the daemon's memory, but as a vfork child it is
- * never the OOM killer's choice; from execve on, its memory is its own and charged there. */
-CHILD_ENTRY static int exec_command_stage(void *arg)
-{
-    struct exec_run *run = arg;
-    if (run->memory_group_fd >= 0 && (write(3, "0", 1) != 1 || close(3) != 0)) {
-        init_report("cannot join the workspace memory group", helper_strerror(errno));
-        _exit(127);
-    }
-    exec_with_path(run);
-    run->spawn_errno = errno;
-    init_report(run->argv[0], errno == ENOENT ? "command not found" : helper_strerror(errno));
-    _exit(127);
-}
-
-/* Stage 3, pid 1 of the per-exec pid namespace: stdio, directory and privileges, then the
- * command as pid 2 (so it keeps normal signal semantics, which pid 1 lacks). As init it
- * reaps orphans until the command exits, records the command's status and exits, upon which
- * the kernel kills whatever the command left behind. */
-CHILD_ENTRY static int exec_init_stage(void *arg)
-{
-    struct exec_run *run = arg;
-    sigset_t none;
-    int status;
-    if (dup2(run->child_stdin, 0) < 0 || dup2(run->child_stdout, 1) < 0 ||
-        dup2(run->child_stderr, 2) < 0)
-        _exit(127);
-    if (run->memory_group_fd >= 0 && dup2(run->memory_group_fd, 3) != 3)
-        _exit(127);
-    close_range(run->memory_group_fd >= 0 ? 4 : 3, ~0U, 0);
-    if (g_config.inherited_files.rlim_max)   /* known: give the sandbox its own limit back */
-        setrlimit(RLIMIT_NOFILE, &g_config.inherited_files);
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    setsid();
-    if (chdir("/workspace") != 0 || chdir(run->dir) != 0) {
-        run->spawn_errno = errno;
-        run->spawn_in_dir = true;
-        init_report(run->dir, helper_strerror(errno));
-        _exit(127);
-    }
-    if (!drop_all_capabilities()) {
-        init_report("cannot drop privileges", helper_strerror(errno));
-        _exit(127);
-    }
-    if (!seccomp_apply()) {   /* after no_new_privs; the command inherits it */
-        init_report("cannot install the system-call filter", strerror(errno));
-        _exit(127);
-    }
-    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    if (kill_requested(run))
-        _exit(137);
-    pid_t command = clone(exec_command_stage, run->stacks + 4 * HELPER_STACK_BYTES,
-                          HELPER_CLONE_VM | CLONE_VFORK | SIGCHLD, run);
-    if (command < 0) {
-        init_report(run->argv[0], helper_strerror(errno));
-        _exit(127);
-    }
-    close(0);
-    for (;;) {
-        pid_t pid = waitpid(-1, &status, __WALL);
-        if (pid == command) {
-            run->command_status = status;
-            __atomic_store_n(&run->command_done, true, __ATOMIC_SEQ_CST);
-            _exit(0);
-        }
-        if (pid < 0 && errno != EINTR)
-            _exit(127);
-    }
-}
-
-/* Stage 2, inside the workspace pid namespace: creates the per-exec pid namespace, starts
- * its init and waits for it, storing status and resource usage for the daemon. */
-CHILD_ENTRY static int exec_pidns_stage(void *arg)
-{
-    struct exec_run *run = arg;
-    int status;
-    struct rusage usage;
-    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    if (kill_requested(run))
-        _exit(0);
-    if (unshare(CLONE_NEWPID) != 0)
-        helper_fail(run, "unshare(pid)");
-    /* the kernel stores the pidfd in run->init_pidfd before init runs */
-    pid_t init = clone(exec_init_stage, run->stacks + 3 * HELPER_STACK_BYTES,
-                       HELPER_CLONE_VM | CLONE_PIDFD | SIGCHLD, run, &run->init_pidfd);
-    if (init < 0)
-        helper_fail(run, "clone(init)");
-    if (kill_requested(run))
-        kill(init, SIGKILL);
-    while (wait4(init, &status, __WALL, &usage) < 0)
-        if (errno != EINTR)
-            helper_fail(run, "wait4(init)");
-    run->init_status = status;
-    run->init_usage = usage;
-    __atomic_store_n(&run->init_reaped, true, __ATOMIC_SEQ_CST);
-    _exit(0);
-}
-
-/* Stage 1, outside: cgroups, identity and namespaces of the workspace, then stage 2. */
-CHILD_ENTRY static int exec_outer_stage(void *arg)
-{
-    static const int ns_types[6] = {CLONE_NEWUSER, CLONE_NEWIPC, CLONE_NEWUTS,
-                                    CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID};
-    struct exec_run *run = arg;
-    struct workspace *ws = run->ws;
-    /* not the memory group: a helper shares the daemon's memory, and the OOM killer kills
-     * every process sharing its victim's memory; the command joins it (exec_command_stage) */
-    for (int c = 0; c < CG_COUNT; c++) {
-        int fd = c == CG_CPUACCT && run->cpu_group_fd >= 0 ? run->cpu_group_fd : ws->cgroup_fds[c];
-        if (c != CG_MEMORY && fd >= 0 && write(fd, "0", 1) != 1)
-            helper_fail(run, "cgroup attach");
-    }
-    /* raw system calls: glibc's wrappers would broadcast to the daemon's threads */
-    if (g_config.is_root &&
-        (syscall(SYS_setgroups, 0, NULL) != 0 ||
-         syscall(SYS_setresgid, g_config.sandbox_gid, g_config.sandbox_gid,
-                 g_config.sandbox_gid) != 0 ||
-         syscall(SYS_setresuid, g_config.sandbox_uid, g_config.sandbox_uid,
-                 g_config.sandbox_uid) != 0))
-        helper_fail(run, "set sandbox user");
-    for (int i = 0; i < 6; i++)
-        if (setns(ws->ns_fds[i], ns_types[i]) != 0)
-            helper_fail(run, "setns");
-    if (ws->ns_fds[7] >= 0 && setns(ws->ns_fds[7], CLONE_NEWCGROUP) != 0)
-        helper_fail(run, "setns(cgroup)");
-    if (ws->ns_fds[6] >= 0 && setns(ws->ns_fds[6], CLONE_NEWUSER) != 0)
-        helper_fail(run, "setns(inner user)");
-    if (fchdir(ws->root_fd) != 0 || chroot(".") != 0)
-        helper_fail(run, "chroot");
-    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    if (kill_requested(run))
-        _exit(0);
-    pid_t pidns = clone(exec_pidns_stage, run->stacks + 2 * HELPER_STACK_BYTES,
-                        HELPER_CLONE_VM | CLONE_FILES | SIGCHLD, run);
-    if (pidns < 0)
-        helper_fail(run, "clone(pidns)");
-    while (waitpid(pidns, NULL, __WALL) < 0 && errno == EINTR)
-        ;
-    _exit(0);
-}
-
-/* SIGKILLs the exec's tree: its init (pid 1 of the exec's namespace) when known, else the
- * outer helper, whose death cascades through parent-death signals. */
+/* Has the agent SIGKILL the exec's tree (its init, pid 1 of the exec's namespace): one byte
+ * on the exec's socket, which exists from before the exec is registered until after it is
+ * unregistered. A request the agent has not read yet is killed as soon as it starts. */
 static void exec_kill_tree(struct exec_run *run, enum kill_reason reason)
 {
     int expected = KILL_NONE;
     __atomic_compare_exchange_n(&run->kill_reason, &expected, reason, false, __ATOMIC_SEQ_CST,
                                 __ATOMIC_SEQ_CST);
-    int init_pidfd = __atomic_load_n(&run->init_pidfd, __ATOMIC_SEQ_CST);
-    if (init_pidfd >= 0)
-        syscall(SYS_pidfd_send_signal, init_pidfd, SIGKILL, NULL, 0);
-    else if (run->outer_pidfd >= 0)
-        syscall(SYS_pidfd_send_signal, run->outer_pidfd, SIGKILL, NULL, 0);
+    send(run->socket_fd, "K", 1, MSG_NOSIGNAL | MSG_DONTWAIT);   /* fails: agent and tree gone */
 }
 
 /* ---- output capture ---- */
@@ -513,7 +262,6 @@ struct exec_request {
     char **argv;
     char **envp;
     const char *dir;
-    const char *path_env;
     unsigned char *stdin_data;
     size_t stdin_len;
     bool has_stdin;
@@ -578,12 +326,8 @@ static bool build_env(struct exec_request *req, json_t *env, bool proxy, struct 
     const char *name;
     json_t *value;
     req->envp = calloc(n + 1, sizeof(char *));
-    json_object_foreach(merged, name, value) {
-        req->envp[i] = xasprintf("%s=%s", name, json_string_value(value));
-        if (strcmp(name, "PATH") == 0)
-            req->path_env = req->envp[i] + 5;
-        i++;
-    }
+    json_object_foreach(merged, name, value)
+        req->envp[i++] = xasprintf("%s=%s", name, json_string_value(value));
     json_decref(merged);
     return true;
 }
@@ -659,46 +403,56 @@ static bool exec_parse(struct workspace *ws, json_t *body, struct exec_request *
 /* Gives RUN groups of its own, a free slot of the workspace's: memory (so an OOM kill is
  * attributed to this exec only) and cpuacct (so its CPU counts every process, also those
  * killed unreaped). Past 64 concurrent execs they share the workspace's groups, are never
- * told oom and are metered by what their init reaped. When no other exec of the workspace
- * runs, starts a new peak-memory window: the reported peak is the workspace's since the
- * oldest exec still running began. */
+ * told oom and are metered by what their init reaped. A slot's counters are read when its
+ * groups are first used and at the end of every exec in it (nothing runs in them between
+ * execs), so an exec begins without reading them. When no other exec of the workspace runs,
+ * starts a new peak-memory window: the reported peak is the workspace's since the oldest exec
+ * still running began. */
 static void exec_own_groups(struct workspace *ws, struct exec_run *run)
 {
     pthread_mutex_lock(&ws->lock);
     run->slot = ~ws->exec_slots ? __builtin_ctzll(~ws->exec_slots) : -1;
+    bool known = run->slot >= 0 && (ws->exec_slots_known & (1ull << run->slot));
     if (run->slot >= 0)
         ws->exec_slots |= 1ull << run->slot;
     bool alone = ws->execs == run && run->next == NULL;
     pthread_mutex_unlock(&ws->lock);
     if (run->slot >= 0) {
-        run->memory_group_fd = cgroup_exec_group_open(CG_MEMORY, ws->id, run->slot,
-                                                      &run->oom_kills_before);
-        run->cpu_group_fd = cgroup_exec_group_open(CG_CPUACCT, ws->id, run->slot,
-                                                   &run->cpu_ns_before);
+        run->memory_group_fd = cgroup_exec_group_open(CG_MEMORY, ws->id, run->slot, !known);
+        run->cpu_group_fd = cgroup_exec_group_open(CG_CPUACCT, ws->id, run->slot, !known);
+        run->oom_kills_before = known ? ws->slot_oom_kills[run->slot]
+                              : cgroup_exec_group_counter(CG_MEMORY, ws->id, run->slot);
+        run->cpu_ns_before = known ? ws->slot_cpu_ns[run->slot]
+                           : cgroup_exec_group_counter(CG_CPUACCT, ws->id, run->slot);
     }
     if (run->memory_group_fd < 0 && ws->cgroup_fds[CG_MEMORY] >= 0)
         run->memory_group_fd = fcntl(ws->cgroup_fds[CG_MEMORY], F_DUPFD_CLOEXEC, 0);
-    run->holder_oom_kills_before = cgroup_workspace_oom_kills(ws->id);
+    run->holder_oom_kills_before = cgroup_workspace_oom_kills(ws->cgroup_fds);
     if (alone)
-        cgroup_peak_reset(ws->id);
+        cgroup_peak_reset(ws->cgroup_fds);
 }
 
 /* After the exec's processes are reaped: its CPU time (run->cpu_ns) and whether the kernel
  * OOM-killed one of them, or the workspace's holder, which ends every process of the
- * workspace (the workspace's memory is then full of tmpfs pages); frees its slot. */
+ * workspace (the workspace's memory is then full of tmpfs pages); keeps the slot's counters
+ * for its next exec and frees it. */
 static bool exec_own_groups_end(struct workspace *ws, struct exec_run *run)
 {
     if (run->slot < 0)
         return false;
+    uint64_t oom_kills = cgroup_exec_group_counter(CG_MEMORY, ws->id, run->slot);
+    uint64_t cpu_ns = cgroup_exec_group_counter(CG_CPUACCT, ws->id, run->slot);
     bool oom = cgroup_available(CG_MEMORY) &&
-               (cgroup_exec_group_counter(CG_MEMORY, ws->id, run->slot) > run->oom_kills_before ||
-                (cgroup_workspace_oom_kills(ws->id) > run->holder_oom_kills_before &&
+               (oom_kills > run->oom_kills_before ||
+                (cgroup_workspace_oom_kills(ws->cgroup_fds) > run->holder_oom_kills_before &&
                  !holder_running(ws)));
     if (run->cpu_group_fd >= 0)
-        run->cpu_ns = (long long)(cgroup_exec_group_counter(CG_CPUACCT, ws->id, run->slot) -
-                                  run->cpu_ns_before);
+        run->cpu_ns = (long long)(cpu_ns - run->cpu_ns_before);
+    ws->slot_oom_kills[run->slot] = oom_kills;
+    ws->slot_cpu_ns[run->slot] = cpu_ns;
     pthread_mutex_lock(&ws->lock);
     ws->exec_slots &= ~(1ull << run->slot);
+    ws->exec_slots_known |= 1ull << run->slot;
     pthread_mutex_unlock(&ws->lock);
     run->slot = -1;
     return oom;
@@ -741,7 +495,7 @@ static void exec_unregister(struct workspace *ws, struct exec_run *run)
     pthread_mutex_unlock(&ws->lock);
 }
 
-/* Pipes for the command's stdio; the daemon keeps its ends, the init helper dups the others. */
+/* Pipes for the command's stdio; the daemon keeps its ends and sends the others to the agent. */
 static bool open_stdio(struct exec_run *run, bool has_stdin, int *stdin_w, int *out_r, int *err_r)
 {
     int p[2];
@@ -768,25 +522,147 @@ static bool open_stdio(struct exec_run *run, bool has_stdin, int *stdin_w, int *
     return run->child_stdin >= 0;
 }
 
-/* Closes a descriptor if open and marks it closed. */
-static void close_fd(int *fd)
+/* Appends the NUL-terminated strings of LIST to BUF at *POS. */
+static void payload_put(char *buf, size_t *pos, char **list)
 {
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
+    for (; *list; list++) {
+        size_t len = strlen(*list) + 1;
+        memcpy(buf + *pos, *list, len);
+        *pos += len;
+    }
 }
 
-/* Pumps stdin, collects stdout/stderr and enforces the timeout until the outer helper exits
- * (then everything in the exec's namespace is gone and the pipes hold the final bytes).
- * Decisions never read errno: the helpers share it with this thread. */
+/* The payload (working directory, argv, envp as NUL-terminated strings) in one allocation;
+ * counts and length go into REQ. NULL when out of memory. */
+static char *exec_payload(struct exec_run *run, struct agent_request *req)
+{
+    size_t total = strlen(run->dir) + 1, pos = total;
+    for (char **a = run->argv; *a; a++, req->argc++)
+        total += strlen(*a) + 1;
+    for (char **e = run->envp; *e; e++, req->envc++)
+        total += strlen(*e) + 1;
+    char *buf = malloc(total);
+    if (buf) {
+        memcpy(buf, run->dir, pos);
+        payload_put(buf, &pos, run->argv);
+        payload_put(buf, &pos, run->envp);
+        req->payload_len = total;
+    }
+    return buf;
+}
+
+/* A memfd holding the LEN bytes of a payload too large to travel inside the request; -1 with
+ * errno on failure. */
+static int exec_payload_fd(const char *payload, size_t len)
+{
+    int fd = memfd_create("mesh-exec", MFD_CLOEXEC);
+    size_t done = 0;
+    while (fd >= 0 && done < len) {
+        ssize_t w = write(fd, payload + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int error = w < 0 ? errno : EIO;
+            close_fd(&fd);
+            errno = error;
+        } else {
+            done += (size_t)w;
+        }
+    }
+    return fd;
+}
+
+/* Sends the exec to the workspace's agent: the request, the exec socket's other end, the
+ * payload (inside the message, or in a memfd when large) and the command's pipes and groups
+ * (agent_proto.h). False with errno when the agent cannot take it (gone: EPIPE or
+ * ECONNREFUSED). */
+static bool exec_send(struct workspace *ws, struct exec_run *run)
+{
+    struct agent_request req = {.magic = AGENT_MAGIC, .version = AGENT_PROTOCOL};
+    int payload_fd = -1, fds[AGENT_MAX_FDS], nfds = 0;
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(AGENT_MAX_FDS * sizeof(int))];
+    } control;
+    char *payload = exec_payload(run, &req);
+    bool inline_payload = req.payload_len <= AGENT_INLINE_MAX;
+    if (!inline_payload && payload)
+        payload_fd = exec_payload_fd(payload, req.payload_len);
+    if (!payload || (!inline_payload && payload_fd < 0)) {
+        int error = payload ? errno : ENOMEM;
+        free(payload);
+        errno = error;
+        return false;
+    }
+    fds[nfds++] = run->agent_end;
+    fds[nfds++] = run->child_stdin;
+    fds[nfds++] = run->child_stdout;
+    fds[nfds++] = run->child_stderr;
+    if (inline_payload)
+        req.flags |= AGENT_INLINE;
+    else
+        fds[nfds++] = payload_fd;
+    if (run->cpu_group_fd >= 0) {
+        req.flags |= AGENT_CPU_GROUP;
+        fds[nfds++] = run->cpu_group_fd;
+    }
+    if (run->memory_group_fd >= 0) {
+        req.flags |= AGENT_MEMORY_GROUP;
+        fds[nfds++] = run->memory_group_fd;
+    }
+    memset(&control, 0, sizeof control);
+    struct iovec iov[2] = {{.iov_base = &req, .iov_len = sizeof req},
+                           {.iov_base = payload, .iov_len = inline_payload ? req.payload_len : 0}};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2, .msg_control = control.buf,
+                         .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+    ssize_t sent;
+    while ((sent = sendmsg(ws->agent_fd, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+        ;
+    int error = sent < 0 ? errno : EPROTO;
+    size_t expected = sizeof req + (inline_payload ? req.payload_len : 0);
+    free(payload);
+    close_fd(&run->agent_end);   /* the agent has its own copies now */
+    close_fd(&payload_fd);
+    close_fd(&run->child_stdin);
+    close_fd(&run->child_stdout);
+    close_fd(&run->child_stderr);
+    errno = error;
+    return sent == (ssize_t)expected;
+}
+
+/* Reads the agent's answer from the exec's socket into RUN and sets run->outcome. An answer
+ * that does not parse counts as the agent being gone. */
+static void exec_take_answer(struct exec_run *run)
+{
+    struct agent_reply reply;
+    /* MSG_TRUNC: the whole message's length; descriptors sent along are dropped */
+    ssize_t n = recv(run->socket_fd, &reply, sizeof reply, MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0 || !agent_reply_valid(&reply, (size_t)n)) {
+        run->outcome = OUTCOME_AGENT_LOST;
+    } else {
+        run->answer = reply;
+        run->outcome = reply.kind == AGENT_DONE ? OUTCOME_DONE : OUTCOME_FAILED;
+    }
+}
+
+/* Pumps stdin, collects stdout/stderr and enforces the timeout until the agent's answer
+ * (after AGENT_DONE everything in the exec's namespace is gone and the pipes hold the final
+ * bytes), or until the agent is gone. */
 static void exec_supervise(struct exec_run *run, struct exec_request *req, int stdin_w, int out_r,
                            int err_r, struct capture *out, struct capture *errc)
 {
     double deadline = monotonic_ms() + (double)req->timeout_ms;
     size_t stdin_done = 0;
-    bool timed_out = false, helpers_killed = false;
-    for (;;) {
-        struct pollfd p[4] = {{.fd = run->outer_pidfd, .events = POLLIN},
+    bool timed_out = false;
+    while (run->outcome == OUTCOME_PENDING) {
+        struct pollfd p[4] = {{.fd = run->socket_fd, .events = POLLIN},
                               {.fd = out_r, .events = POLLIN},
                               {.fd = err_r, .events = POLLIN},
                               {.fd = stdin_w, .events = POLLOUT}};
@@ -796,11 +672,8 @@ static void exec_supervise(struct exec_run *run, struct exec_request *req, int s
         if (n == 0 && !timed_out && monotonic_ms() >= deadline) {
             timed_out = true;
             exec_kill_tree(run, KILL_TIMEOUT);
-        } else if (n == 0 && timed_out && !helpers_killed &&
-                   monotonic_ms() >= deadline + 5000) {
-            /* the tree should be gone by now: end the helper chain as well */
-            syscall(SYS_pidfd_send_signal, run->outer_pidfd, SIGKILL, NULL, 0);
-            helpers_killed = true;
+        } else if (n == 0 && timed_out && monotonic_ms() >= deadline + 5000) {
+            run->outcome = OUTCOME_NO_ANSWER;   /* killed, yet never reported: give up */
         }
         if (p[1].revents)
             capture_read(out_r, out);
@@ -813,12 +686,11 @@ static void exec_supervise(struct exec_run *run, struct exec_request *req, int s
             if (stdin_done == req->stdin_len || (p[3].revents & (POLLERR | POLLNVAL)))
                 close_fd(&stdin_w);
         }
-        if (p[0].revents) {
-            capture_read(out_r, out);
-            capture_read(err_r, errc);
-            break;
-        }
+        if (p[0].revents)
+            exec_take_answer(run);
     }
+    capture_read(out_r, out);
+    capture_read(err_r, errc);
     close_fd(&stdin_w);
 }
 
@@ -839,8 +711,8 @@ static json_t *spawn_error_json(struct exec_run *run)
 {
     char message[512];
     const char *code;
-    int e = run->spawn_errno;
-    if (run->spawn_in_dir) {
+    int e = run->answer.spawn_errno;
+    if (run->answer.spawn_in_dir) {
         code = "bad_dir";
         snprintf(message, sizeof message, "working directory \"%.200s\": %s", run->dir,
                  strerror(e));
@@ -861,35 +733,35 @@ static json_t *spawn_error_json(struct exec_run *run)
 
 /*
  * Turns the finished run into the protocol's exec response: the output in
- * it as base64, or (RAW, output "tail") beside it as raw bytes.  NULL with
- * ERR set when out of memory.
+ * it as base64, or (RAW, output "tail") beside it as raw bytes.  A run the
+ * agent never started (killed before it could) reads as killed with 137.
+ * NULL with ERR set when out of memory.
  */
 static json_t *exec_response(struct exec_run *run, struct capture *out, struct capture *errc,
                              double wall_ms, bool oom_killed, long long peak_bytes,
                              struct exec_output *raw, struct api_error *err)
 {
-    bool truncated = false;
+    bool truncated = false, reaped = run->outcome == OUTCOME_DONE;
+    const struct agent_reply *a = &run->answer;
     int reason = __atomic_load_n(&run->kill_reason, __ATOMIC_SEQ_CST);
     int exit_code = 137, signal_number = SIGKILL;
-    if (run->command_done && WIFEXITED(run->command_status)) {
-        exit_code = WEXITSTATUS(run->command_status);
+    if (reaped && a->command_done && WIFEXITED(a->command_status)) {
+        exit_code = WEXITSTATUS(a->command_status);
         signal_number = 0;
-    } else if (run->command_done && WIFSIGNALED(run->command_status)) {
-        signal_number = WTERMSIG(run->command_status);
+    } else if (reaped && a->command_done && WIFSIGNALED(a->command_status)) {
+        signal_number = WTERMSIG(a->command_status);
         exit_code = 128 + signal_number;
-    } else if (run->init_reaped && reason == KILL_NONE && WIFEXITED(run->init_status)) {
-        exit_code = WEXITSTATUS(run->init_status);   /* setup failed before the command */
+    } else if (reaped && reason == KILL_NONE && WIFEXITED(a->init_status)) {
+        exit_code = WEXITSTATUS(a->init_status);   /* setup failed before the command */
         signal_number = 0;
     }
-    double cpu_ms = run->cpu_ns >= 0 ? (double)run->cpu_ns / 1e6
-                  : run->init_usage.ru_utime.tv_sec * 1e3 + run->init_usage.ru_utime.tv_usec / 1e3 +
-                    run->init_usage.ru_stime.tv_sec * 1e3 + run->init_usage.ru_stime.tv_usec / 1e3;
+    double cpu_ms = run->cpu_ns >= 0 ? (double)run->cpu_ns / 1e6 : (double)a->cpu_us / 1e3;
     json_t *resp = json_pack(
         "{s:i,s:o,s:I,s:I,s:f,s:o,s:b,s:b,s:b}", "exit_code", exit_code, "signal",
         signal_number ? json_integer(signal_number) : json_null(), "stdout_bytes",
         (json_int_t)out->total, "stderr_bytes", (json_int_t)errc->total, "wall_ms",
         (double)(long long)(wall_ms * 1000) / 1000, "cpu_ms",
-        json_number_or_null(g_caps.compute_metering && run->init_reaped,
+        json_number_or_null(g_caps.compute_metering && reaped,
                             (double)(long long)(cpu_ms * 1000) / 1000),
         "timed_out", reason == KILL_TIMEOUT, "oom_killed", oom_killed, "killed",
         reason == KILL_REQUEST || reason == KILL_RELEASE);
@@ -915,7 +787,7 @@ static json_t *exec_response(struct exec_run *run, struct capture *out, struct c
     json_object_set_new(resp, "truncated", json_boolean(truncated));
     json_object_set_new(resp, "memory_peak_bytes",
                         peak_bytes >= 0 ? json_integer(peak_bytes) : json_null());
-    if (run->spawn_errno)
+    if (reaped && a->spawn_errno)
         json_object_set_new(resp, "spawn_error", spawn_error_json(run));
     return resp;
 }
@@ -931,51 +803,73 @@ static void log_exec_end(struct workspace *ws, struct exec_run *run, bool oom, d
                   wall_ms);
 }
 
-/* Starts the helper chain and supervises it; returns the response or sets ERR. */
+/* The error of an exec the agent did not carry to its end (and was not told to end): the
+ * sandbox is gone (acquire restarts it), or the agent refused or never answered. */
+static void exec_failure(struct workspace *ws, struct exec_run *run, int send_errno,
+                         struct api_error *err)
+{
+    bool gone = run->outcome == OUTCOME_AGENT_LOST ? holder_ends_within(ws, 2000)
+                                                   : !holder_running(ws);
+    if (gone) {
+        api_error_set(err, 409, "workspace_not_running", "workspace \"%s\" lost its sandbox%s; "
+                      "acquire restarts it", ws->id,
+                      run->outcome == OUTCOME_AGENT_LOST ? " while the command ran" : "");
+        log_event("workspace %s: holder is gone", ws->id);
+    } else if (send_errno) {
+        api_error_set(err, 500, "spawn_failed", "cannot reach the workspace's exec agent: %s",
+                      strerror(send_errno));
+        log_event("workspace %s: cannot reach the exec agent: %s", ws->id, strerror(send_errno));
+    } else if (run->outcome == OUTCOME_FAILED) {
+        api_error_set(err, 500, "spawn_failed", "cannot start the command in the workspace "
+                      "(%s: %s)", agent_step_name(run->answer.failed_step),
+                      strerror(run->answer.failed_errno));
+        log_event("workspace %s: exec failed at %s: %s", ws->id,
+                  agent_step_name(run->answer.failed_step), strerror(run->answer.failed_errno));
+    } else {
+        api_error_set(err, 500, "spawn_failed", "the workspace's exec agent %s",
+                      run->outcome == OUTCOME_NO_ANSWER ? "did not answer"
+                                                        : "broke off the exec");
+        log_event("workspace %s: the exec agent %s", ws->id,
+                  run->outcome == OUTCOME_NO_ANSWER ? "did not answer" : "broke off an exec");
+    }
+}
+
+/* Sends the exec to the agent and supervises it; returns the response or sets ERR. */
 static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
                                    struct exec_request *req, struct exec_output *raw,
                                    struct api_error *err)
 {
-    int stdin_w = -1, out_r = -1, err_r = -1;
+    int stdin_w = -1, out_r = -1, err_r = -1, send_errno = 0;
     struct capture out, errc;
     json_t *resp = NULL;
     double start = monotonic_ms();
-    run->stacks = mmap(NULL, 4 * HELPER_STACK_BYTES, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    pid_t outer = -1;
-    if (run->stacks != MAP_FAILED && open_stdio(run, req->has_stdin, &stdin_w, &out_r, &err_r))
-        outer = clone(exec_outer_stage, run->stacks + HELPER_STACK_BYTES,
-                      HELPER_CLONE_VM | CLONE_FILES | CLONE_PIDFD | SIGCHLD, run,
-                      &run->outer_pidfd);
-    if (outer < 0) {
-        api_error_set(err, 500, "spawn_failed", "cannot start the exec: %s", strerror(errno));
+    if (!open_stdio(run, req->has_stdin, &stdin_w, &out_r, &err_r)) {
+        api_error_from_errno(err, errno, "cannot start the exec");
     } else {
         capture_init(&out, req->max_output, req->output_tail);
         capture_init(&errc, req->max_output, req->output_tail);
-        exec_supervise(run, req, stdin_w, out_r, err_r, &out, &errc);
+        if (exec_send(ws, run))
+            exec_supervise(run, req, stdin_w, out_r, err_r, &out, &errc);
+        else
+            send_errno = errno;
         stdin_w = -1;
-        while (waitpid(outer, NULL, __WALL) < 0 && errno == EINTR)
-            ;
         double wall = monotonic_ms() - start;
-        if (!run->init_reaped && run->failed_step && !kill_requested(run) &&
-            !holder_running(ws)) {
-            api_error_set(err, 409, "workspace_not_running",
-                          "workspace \"%s\" lost its sandbox; acquire restarts it", ws->id);
-            log_event("workspace %s: holder is gone", ws->id);
-            free(capture_finish(&out, &(bool){false}));
-            free(capture_finish(&errc, &(bool){false}));
-        } else if (!run->init_reaped && run->failed_step && !kill_requested(run)) {
-            api_error_set(err, 500, "spawn_failed", "cannot enter the workspace (%s: %s)",
-                          run->failed_step, strerror(run->failed_errno));
-            log_event("workspace %s: exec failed at %s: %s", ws->id, run->failed_step,
-                      strerror(run->failed_errno));
-            free(capture_finish(&out, &(bool){false}));
-            free(capture_finish(&errc, &(bool){false}));
-        } else {
+        /* the sandbox OOM-killed under the command ends it like a kill: oom_killed, 137 */
+        bool holder_oom =
+            run->outcome == OUTCOME_AGENT_LOST && cgroup_available(CG_MEMORY) &&
+            cgroup_workspace_oom_kills(ws->cgroup_fds) > run->holder_oom_kills_before &&
+            holder_ends_within(ws, 2000);
+        bool ended = run->outcome == OUTCOME_DONE || holder_oom ||
+                     (run->outcome != OUTCOME_PENDING && kill_requested(run));
+        if (ended) {
             bool oom = exec_own_groups_end(ws, run);
             log_exec_end(ws, run, oom, wall);
-            resp = exec_response(run, &out, &errc, wall, oom, cgroup_peak_bytes(ws->id),
+            resp = exec_response(run, &out, &errc, wall, oom, cgroup_peak_bytes(ws->cgroup_fds),
                                  req->output_tail ? raw : NULL, err);
+        } else {
+            exec_failure(ws, run, send_errno, err);
+            free(capture_finish(&out, &(bool){false}));
+            free(capture_finish(&errc, &(bool){false}));
         }
     }
     close_fd(&stdin_w);
@@ -984,30 +878,8 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     close_fd(&run->child_stdin);
     close_fd(&run->child_stdout);
     close_fd(&run->child_stderr);
-    if (run->stacks != MAP_FAILED)
-        munmap(run->stacks, 4 * HELPER_STACK_BYTES);
     exec_own_groups_end(ws, run);
     return resp;
-}
-
-/* A zeroed exec_run the helpers can write into: ordinary memory when they share ours, a
- * shared mapping when they run on a copy (HELPER_CLONE_VM 0). NULL when out of memory. */
-static struct exec_run *exec_run_alloc(void)
-{
-    if (HELPER_CLONE_VM)
-        return calloc(1, sizeof(struct exec_run));
-    void *p = mmap(NULL, sizeof(struct exec_run), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-/* Frees what exec_run_alloc returned. */
-static void exec_run_free(struct exec_run *run)
-{
-    if (HELPER_CLONE_VM)
-        free(run);
-    else
-        munmap(run, sizeof *run);
 }
 
 /*
@@ -1026,7 +898,7 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct exec_output 
         exec_request_free(&req);
         return NULL;
     }
-    run = exec_run_alloc();
+    run = calloc(1, sizeof *run);
     if (!run) {
         api_error_from_errno(err, ENOMEM, "cannot start the exec");
         exec_request_free(&req);
@@ -1037,13 +909,16 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct exec_output 
     run->argv = req.argv;
     run->envp = req.envp;
     run->dir = req.dir;
-    run->path_env = req.path_env;
-    run->outer_pidfd = run->init_pidfd = -1;
     run->child_stdin = run->child_stdout = run->child_stderr = -1;
     eg = egress_mark(ws, &denial_seq);
     run->memory_group_fd = run->cpu_group_fd = run->slot = -1;
     run->cpu_ns = -1;
-    if (exec_register(ws, run, err)) {
+    int pair[2] = {-1, -1};
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
+        api_error_from_errno(err, errno, "cannot start the exec");
+    run->socket_fd = pair[0];
+    run->agent_end = pair[1];
+    if (run->socket_fd >= 0 && exec_register(ws, run, err)) {
         exec_own_groups(ws, run);
         resp = exec_spawn_and_wait(ws, run, &req, raw, err);
         close_fd(&run->memory_group_fd);
@@ -1055,10 +930,10 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct exec_output 
     if (resp)
         json_object_set(resp, "egress_denials", denials);
     json_decref(denials);
-    close_fd(&run->outer_pidfd);
-    close_fd(&run->init_pidfd);
+    close_fd(&run->socket_fd);
+    close_fd(&run->agent_end);
     free(run->key);
-    exec_run_free(run);
+    free(run);
     exec_request_free(&req);
     return resp;
 }

@@ -1,7 +1,8 @@
 /*
  * main.c - mesh-sandboxd entry point: flags, single-instance lock on the state dir, child
  * subreaper, signal handling (SIGTERM drains and exits; workspaces stay alive for the next
- * start, or are hibernated with --hibernate-on-exit) and the reaper loop.
+ * start, or are hibernated with --hibernate-on-exit) and the reaper loop, which sleeps until a
+ * signal arrives or a watched child exits.
  */
 #include "sandboxd.h"
 #include <errno.h>
@@ -12,10 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -251,11 +255,103 @@ static void raise_open_files_limit(void)
 }
 
 /* Reaps children of the main thread: orphans re-parented to us as subreaper and holders
- * whose starting thread has exited. Exec helpers belong to their request threads. */
+ * whose starting thread has exited. */
 static void reap_children(void)
 {
     while (waitpid(-1, NULL, WNOHANG | __WALL | __WNOTHREAD) > 0)
         ;
+}
+
+/* Request threads hand the main thread pidfds of the children it must reap over this pipe
+ * (reaper_watch); its write end never blocks. */
+static int watch_pipe[2] = {-1, -1};
+
+/* A request thread's child that may outlive the request (a workspace's bwrap) is reaped by
+ * the main thread when its pidfd turns readable: reap_children cannot take another thread's
+ * child, and no SIGCHLD comes again when a zombie passes from an ending thread to us. */
+void reaper_watch(pid_t pid)
+{
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd < 0 || write(watch_pipe[1], &fd, sizeof fd) != (ssize_t)sizeof fd) {
+        log_event("cannot watch child %d for reaping: %s", (int)pid, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    }
+}
+
+/* The main thread's wait set: a signalfd, the watch pipe, then one pidfd per watched child. */
+struct reaper {
+    struct pollfd *fds;
+    size_t count;
+    size_t capacity;
+};
+
+/* Adds FD to the wait set, which grows as needed. */
+static void reaper_add(struct reaper *r, int fd)
+{
+    if (r->count == r->capacity) {
+        r->capacity = r->capacity ? 2 * r->capacity : 64;
+        r->fds = realloc(r->fds, r->capacity * sizeof *r->fds);
+        if (!r->fds)
+            die("out of memory");
+    }
+    r->fds[r->count++] = (struct pollfd){.fd = fd, .events = POLLIN};
+}
+
+/* Takes every pidfd waiting in the watch pipe into the wait set. */
+static void reaper_take_watches(struct reaper *r)
+{
+    int fd;
+    while (read(watch_pipe[0], &fd, sizeof fd) == (ssize_t)sizeof fd)
+        reaper_add(r, fd);
+}
+
+/* Reaps each watched child that has exited (unless the thread that started it already did)
+ * and drops its pidfd. */
+static void reaper_reap_watched(struct reaper *r)
+{
+    for (size_t i = 2; i < r->count;) {
+        if (!(r->fds[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+            i++;
+            continue;
+        }
+        siginfo_t info;
+        waitid(P_PIDFD, (id_t)r->fds[i].fd, &info, WEXITED | WNOHANG | __WALL);
+        close(r->fds[i].fd);
+        r->fds[i] = r->fds[--r->count];
+    }
+}
+
+/* Sleeps until a handled signal arrives or a watched child exits, reaping on the way; returns
+ * the signal that asks the daemon to stop (SIGTERM or SIGINT). */
+static int reaper_loop(const sigset_t *handled)
+{
+    struct reaper r = {0};
+    int sigfd = signalfd(-1, handled, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd < 0)
+        die("cannot create the signalfd");
+    reaper_add(&r, sigfd);
+    reaper_add(&r, watch_pipe[0]);
+    reap_children();   /* orphans that came before the signalfd */
+    for (;;) {
+        if (poll(r.fds, r.count, -1) < 0) {
+            if (errno != EINTR)
+                die("cannot wait for signals and children");
+            continue;
+        }
+        if (r.fds[1].revents & POLLIN)
+            reaper_take_watches(&r);
+        reaper_reap_watched(&r);
+        struct signalfd_siginfo si;
+        while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+                free(r.fds);   /* its descriptors stay open until the daemon exits */
+                return (int)si.ssi_signo;
+            }
+            if (si.ssi_signo == SIGCHLD)
+                reap_children();
+        }
+    }
 }
 
 /* --ready-fd: tells the supervisor that requests are served now, so calls waiting for the
@@ -270,8 +366,8 @@ static void announce_ready(void)
 }
 
 /* Start-up order matters: flags, lock, subreaper, signal mask (inherited by every thread),
- * capabilities, base image, workspaces (re-adoption), then listeners; then reap until told to
- * stop. */
+ * the reaper's pipe, capabilities, base image, workspaces (re-adoption), then listeners; then
+ * reap until told to stop. */
 int main(int argc, char **argv)
 {
     sigset_t handled;
@@ -284,7 +380,7 @@ int main(int argc, char **argv)
     chmod(g_config.state_dir, 0711);
     lock_state_dir();
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);   /* exec helpers share our memory: no ptrace */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);   /* spawned children share our memory: no ptrace */
     signal(SIGPIPE, SIG_IGN);
     sigemptyset(&handled);
     sigaddset(&handled, SIGTERM);
@@ -292,9 +388,10 @@ int main(int argc, char **argv)
     sigaddset(&handled, SIGCHLD);
     sigaddset(&handled, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &handled, NULL);   /* every thread inherits the block */
+    if (pipe2(watch_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+        die("cannot create the reaper's pipe");
     cgroup_init();
     caps_detect();
-    exec_init();
     sandbox_init();
     workspaces_init();
     if (!http_start())
@@ -302,20 +399,14 @@ int main(int argc, char **argv)
     log_event("ready (state dir %s, sandbox uid %d)", g_config.state_dir,
               (int)g_config.sandbox_uid);
     announce_ready();
-    for (;;) {
-        struct timespec tick = {1, 0};
-        int sig = sigtimedwait(&handled, NULL, &tick);
-        reap_children();
-        if (sig == SIGTERM || sig == SIGINT) {
-            log_event("%s: draining%s", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-                      g_config.hibernate_on_exit ? " (commands in flight are killed)" : "");
-            /* hibernating at exit bounds the drain too: no command outlives the daemon */
-            http_stop(g_config.hibernate_on_exit ? workspaces_kill_execs : NULL);
-            if (g_config.hibernate_on_exit)
-                workspaces_hibernate_all();
-            log_event(g_config.hibernate_on_exit ? "stopped; workspaces hibernated"
-                                                 : "stopped; workspaces stay alive for the next start");
-            return 0;
-        }
-    }
+    int sig = reaper_loop(&handled);
+    log_event("%s: draining%s", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+              g_config.hibernate_on_exit ? " (commands in flight are killed)" : "");
+    /* hibernating at exit bounds the drain too: no command outlives the daemon */
+    http_stop(g_config.hibernate_on_exit ? workspaces_kill_execs : NULL);
+    if (g_config.hibernate_on_exit)
+        workspaces_hibernate_all();
+    log_event(g_config.hibernate_on_exit ? "stopped; workspaces hibernated"
+                                         : "stopped; workspaces stay alive for the next start");
+    return 0;
 }

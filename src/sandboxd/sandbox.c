@@ -1,11 +1,15 @@
 /*
  * sandbox.c - the per-workspace bubblewrap holder.
  *
- * A holder is `bwrap ... sleep infinity` started as the sandbox user with user, mount, pid,
+ * A holder is `bwrap ... mesh-exec-agent` started as the sandbox user with user, mount, pid,
  * ipc, uts and net namespaces, a read-only base (host /usr and friends plus a curated /etc, or
- * --rootfs), a writable /workspace, a private /tmp, /proc and a minimal /dev. It does nothing
- * but keep the namespaces alive: execs join them (exec.c). Holders are not children that die
- * with the daemon: a restarted daemon re-adopts them by pid and start time.
+ * --rootfs), a writable /workspace, a private /tmp, /proc and a minimal /dev. Its process is
+ * the workspace's exec agent (agent.c), which keeps the namespaces alive and starts every
+ * command of the workspace (exec.c); bwrap executes it through a descriptor of the daemon's, so
+ * it needs no file inside the sandbox. The agent tells the daemon it is ready on a pipe, and
+ * the daemon takes a copy of its request channel with pidfd_getfd. Holders are not children
+ * that die with the daemon: a restarted daemon re-adopts them by pid and start time and takes
+ * the channel again the same way.
  *
  * bwrap's own process carries a marker in its environment, HOLDER_MARKER=<workspace dir>, so a
  * restarted daemon finds every holder it or a predecessor started, also one whose start was
@@ -14,6 +18,7 @@
  * holder being started has its marker. Holders no registered workspace explains are killed.
  */
 #include "sandboxd.h"
+#include "agent_proto.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +31,7 @@
 #include <string.h>
 #include <linux/nsfs.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -46,6 +52,14 @@ static const char *etc_allowlist[] = {
 static const char *base_dirs[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", NULL};
 
 static char *curated_etc_dir;
+
+/* The exec agent's binary (mesh-exec-agent beside the daemon's own), open for the lifetime
+ * of the daemon: bwrap executes it as /proc/self/fd/AGENT_EXE_FD. */
+static int agent_exe_fd = -1;
+
+/* Holder child descriptors: bwrap's info pipe, the system-call filter, the agent's binary and
+ * the pipe on which the agent reports that it is ready. */
+enum { HOLDER_INFO_FD = 3, HOLDER_SECCOMP_FD, HOLDER_AGENT_EXE_FD, HOLDER_READY_FD };
 
 /* Runs argv (a host tool such as cp) to completion; true when it exits 0. */
 bool run_host_command(char *const argv[])
@@ -116,10 +130,29 @@ static bool sandbox_user_reaches(const char *path)
            WEXITSTATUS(status) == 0;
 }
 
-/* Prepares what every holder needs: the curated /etc (unless --rootfs); refuses to start
- * when the sandbox user could not reach the state dir or the rootfs. */
+/* Opens the exec agent's binary, mesh-exec-agent in the daemon's own directory; exits when
+ * there is none (no workspace could run a command). */
+static void open_agent_binary(void)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    char *slash = n > 0 ? (self[n] = '\0', strrchr(self, '/')) : NULL;
+    char *path = slash ? xasprintf("%.*s/mesh-exec-agent", (int)(slash - self), self) : NULL;
+    agent_exe_fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (agent_exe_fd < 0) {
+        log_event("fatal: cannot open the exec agent %s: %s", path ? path : "mesh-exec-agent",
+                  strerror(errno));
+        exit(1);
+    }
+    free(path);
+}
+
+/* Prepares what every holder needs: the exec agent's binary and the curated /etc (unless
+ * --rootfs); refuses to start when the sandbox user could not reach the state dir or the
+ * rootfs. */
 void sandbox_init(void)
 {
+    open_agent_binary();
     const char *paths[] = {g_config.state_dir, g_config.rootfs};
     for (int i = 0; i < 2; i++)
         if (paths[i] && !sandbox_user_reaches(paths[i])) {
@@ -178,7 +211,7 @@ bool process_start_time(pid_t pid, unsigned long long *start, char *state)
 struct bwrap_cmd {
     char *argv[128];
     int argc;
-    char storage[16][256];
+    char storage[32][256];
     int stored;
 };
 
@@ -202,6 +235,14 @@ static void cmd_push_copy(struct bwrap_cmd *cmd, const char *arg)
     char *slot = cmd->storage[cmd->stored++];
     snprintf(slot, sizeof cmd->storage[0], "%s", arg);
     cmd_push(cmd, slot);
+}
+
+/* Appends FORMAT with one descriptor number filled in. */
+static void cmd_push_fd(struct bwrap_cmd *cmd, const char *format, int fd)
+{
+    char text[32];
+    snprintf(text, sizeof text, format, fd);
+    cmd_push_copy(cmd, text);
 }
 
 /* Adds the read-only base: --rootfs, or host /usr, /bin, /lib* and the curated /etc. */
@@ -274,6 +315,7 @@ static void build_holder_cmd(struct bwrap_cmd *cmd, struct workspace *ws, const 
     cmd_push_all(cmd, (const char *[]){"--unshare-user", "--unshare-pid", "--unshare-ipc",
                                        "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
                                        "--new-session", "--as-pid-1", "--cap-drop", "ALL",
+                                       "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP",
                                        "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
                                        "--hostname", "workspace", NULL});
     push_base_mounts(cmd);
@@ -288,10 +330,16 @@ static void build_holder_cmd(struct bwrap_cmd *cmd, struct workspace *ws, const 
     cmd_push_all(cmd, (const char *[]){"--proc", "/proc", "--dev", "/dev", NULL});
     push_tmpfs_mounts(cmd, ws->tier);
     cmd_push_all(cmd, (const char *[]){"--bind", files, "/workspace", "--chdir", "/workspace",
-                                       "--info-fd", "3", NULL});
-    if (g_caps.seccomp)   /* fd 4 of the holder child: seccomp_program_fd() */
-        cmd_push_all(cmd, (const char *[]){"--seccomp", "4", NULL});
-    cmd_push_all(cmd, (const char *[]){"--", "sleep", "infinity", NULL});
+                                       "--info-fd", NULL});
+    cmd_push_fd(cmd, "%d", HOLDER_INFO_FD);
+    if (g_caps.seccomp) {
+        cmd_push(cmd, "--seccomp");
+        cmd_push_fd(cmd, "%d", HOLDER_SECCOMP_FD);
+    }
+    /* the agent keeps CAP_SYS_ADMIN alone (agent.c); bwrap sets no_new_privs */
+    cmd_push(cmd, "--");
+    cmd_push_fd(cmd, "/proc/self/fd/%d", HOLDER_AGENT_EXE_FD);
+    cmd_push_fd(cmd, "%d", HOLDER_READY_FD);
 }
 
 #define HOLDER_MARKER "MESH_SANDBOXD_HOLDER"
@@ -300,15 +348,31 @@ static void build_holder_cmd(struct bwrap_cmd *cmd, struct workspace *ws, const 
 struct holder_spawn {
     struct workspace *ws;
     int info_write_fd;
+    int ready_write_fd;
     char **argv;
     char **envp;
     char *log_path;
 };
 
+/* In the child: puts SOURCES[i] at descriptor HOLDER_INFO_FD + i (-1: left out), through
+ * copies above them so that no source is overwritten before it is placed. */
+CHILD_ENTRY static bool place_holder_fds(const int *sources, int count)
+{
+    int copies[8];
+    for (int i = 0; i < count; i++)
+        if (sources[i] >= 0 && (copies[i] = fcntl(sources[i], F_DUPFD, 16)) < 0)
+            return false;
+    for (int i = 0; i < count; i++)
+        if (sources[i] >= 0 && dup2(copies[i], HOLDER_INFO_FD + i) != HOLDER_INFO_FD + i)
+            return false;
+    return true;
+}
+
 /* In the child (spawn_borrowing: system calls only): join the workspace cgroups, become the
- * sandbox user, exec bwrap with the info pipe as fd 3, the system-call filter as fd 4 (when
- * there is one), the marker as its only environment and nothing else inherited (the other
- * descriptors, the state-dir lock among them, stay open until the execve). */
+ * sandbox user, exec bwrap with the info pipe, the system-call filter (when there is one), the
+ * agent's binary and its ready pipe at the HOLDER_*_FD numbers, the marker as its only
+ * environment and nothing else inherited (the other descriptors, the state-dir lock among
+ * them, stay open until the execve). */
 CHILD_ENTRY static int holder_child_exec(void *arg)
 {
     struct holder_spawn *spawn = arg;
@@ -323,12 +387,11 @@ CHILD_ENTRY static int holder_child_exec(void *arg)
         if (ws->cgroup_fds[c] >= 0 && write(ws->cgroup_fds[c], "0", 1) != 1)
             _exit(125);
     setsid();
-    if (dup2(spawn->info_write_fd, 3) != 3)
-        _exit(125);
     int filter = g_caps.seccomp ? seccomp_program_fd() : -1;
-    if (g_caps.seccomp && (filter < 0 || dup2(filter, 4) != 4))
+    int sources[] = {spawn->info_write_fd, filter, agent_exe_fd, spawn->ready_write_fd};
+    if ((g_caps.seccomp && filter < 0) || !place_holder_fds(sources, 4))
         _exit(125);
-    close_range(g_caps.seccomp ? 5 : 4, ~0U, CLOSE_RANGE_CLOEXEC);
+    close_range(HOLDER_READY_FD + 1, ~0U, CLOSE_RANGE_CLOEXEC);
     if (g_config.inherited_files.rlim_max)   /* known: give the sandbox its own limit back */
         setrlimit(RLIMIT_NOFILE, &g_config.inherited_files);
     sigemptyset(&none);
@@ -372,23 +435,35 @@ static pid_t read_holder_pid(int info_read_fd)
     return -1;
 }
 
-/* Waits (bounded) until the holder has exec'd its command: bwrap reports the pid before it
- * has built the sandbox's root, and execs join through /proc/PID/root. */
-static bool wait_holder_ready(pid_t pid)
+/* Waits (bounded) until the agent reports on READ_FD that it serves requests; false when its
+ * pipe closes first (bwrap or the agent failed) or it takes over 10 s. */
+static bool wait_agent_ready(int read_fd)
 {
-    char path[64], comm[32];
-    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
-    for (int i = 0; i < 10000; i++) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            return false;
-        ssize_t n = read(fd, comm, sizeof comm - 1);
-        close(fd);
-        if (n > 0 && strncmp(comm, "sleep\n", 6) == 0)
-            return true;
-        usleep(200);
-    }
-    return false;
+    char byte;
+    struct pollfd p = {.fd = read_fd, .events = POLLIN};
+    return poll(&p, 1, 10000) == 1 && read(read_fd, &byte, 1) == 1 && byte == 'R';
+}
+
+/* Takes a copy of the agent's request channel (agent_proto.h) into ws->agent_fd. The holder's
+ * start time is checked after the pidfd is open, so a reused pid cannot hand over another
+ * process's descriptor. */
+static bool connect_agent(struct workspace *ws)
+{
+    unsigned long long start;
+    int pidfd = (int)syscall(SYS_pidfd_open, ws->holder_pid, 0);
+    if (pidfd < 0)
+        return false;
+    if (process_start_time(ws->holder_pid, &start, NULL) && start == ws->holder_start)
+        ws->agent_fd = (int)syscall(SYS_pidfd_getfd, pidfd, AGENT_CONTROL_FD, 0);
+    else
+        errno = ESRCH;
+    int error = errno;
+    close(pidfd);
+    struct timeval send_timeout = {.tv_sec = 10};   /* the agent takes requests at once */
+    if (ws->agent_fd >= 0)
+        setsockopt(ws->agent_fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
+    errno = error;
+    return ws->agent_fd >= 0;
 }
 
 /* Inode of a namespace descriptor, to compare namespaces. */
@@ -399,15 +474,15 @@ static ino_t ns_inode(int fd)
 }
 
 /* bwrap may nest a second user namespace (it does with --dev: it is uid 0 in the first one
- * to mount devpts, then drops into a second one). The other namespaces belong to the outer
- * one, so execs must join the outer user namespace first, then the others, then the
- * holder's. Replaces ns_fds[0] by the outermost sandbox user namespace (child of ours) and
- * keeps the holder's own in ns_fds[6]. */
+ * to mount devpts, then drops into a second one). The network namespace belongs to the outer
+ * one, so the egress listener joins that (a non-root daemon needs it to enter the network
+ * namespace). Replaces user_ns_fd, the holder's own, by the outermost sandbox user namespace
+ * (a child of ours). */
 static bool find_outer_user_ns(struct workspace *ws)
 {
     int self = open("/proc/self/ns/user", O_RDONLY | O_CLOEXEC);
     ino_t own = self >= 0 ? ns_inode(self) : 0;
-    int current = dup(ws->ns_fds[0]);
+    int current = dup(ws->user_ns_fd);
     if (self >= 0)
         close(self);
     for (int depth = 0; current >= 0 && depth < 8; depth++) {
@@ -422,62 +497,35 @@ static bool find_outer_user_ns(struct workspace *ws)
     }
     if (current < 0)
         return false;
-    if (ns_inode(current) == ns_inode(ws->ns_fds[0])) {
-        close(current);
-        return true;
-    }
     fcntl(current, F_SETFD, FD_CLOEXEC);
-    ws->ns_fds[6] = ws->ns_fds[0];
-    ws->ns_fds[0] = current;
+    close(ws->user_ns_fd);
+    ws->user_ns_fd = current;
     return true;
 }
 
-/* Keeps the holder's cgroup namespace (rooted at the workspace's cgroups) in ns_fds[7] when
- * bwrap could create one, so execs see "/" in /proc/self/cgroup, not the host's layout. */
-static bool open_cgroup_ns(struct workspace *ws)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/ns/cgroup", (int)ws->holder_pid);
-    int holder = open(path, O_RDONLY | O_CLOEXEC);
-    int self = open("/proc/self/ns/cgroup", O_RDONLY | O_CLOEXEC);
-    bool own = holder >= 0 && self >= 0 && ns_inode(holder) != ns_inode(self);
-    if (self >= 0)
-        close(self);
-    if (own)
-        ws->ns_fds[7] = holder;
-    else if (holder >= 0)
-        close(holder);
-    return holder >= 0;
-}
-
-/* Opens the namespace and root descriptors of the holder so execs can join it. */
+/* Opens what the daemon keeps of the holder: the user and network namespaces (the egress
+ * listener joins them) and its root (file calls resolve in it). */
 static bool open_holder_fds(struct workspace *ws)
 {
-    static const char *ns_names[6] = {"user", "ipc", "uts", "net", "mnt", "pid"};
     char path[64];
-    for (int i = 0; i < 6; i++) {
-        snprintf(path, sizeof path, "/proc/%d/ns/%s", (int)ws->holder_pid, ns_names[i]);
-        ws->ns_fds[i] = open(path, O_RDONLY | O_CLOEXEC);
-        if (ws->ns_fds[i] < 0)
-            return false;
-    }
+    snprintf(path, sizeof path, "/proc/%d/ns/user", (int)ws->holder_pid);
+    ws->user_ns_fd = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof path, "/proc/%d/ns/net", (int)ws->holder_pid);
+    ws->net_ns_fd = open(path, O_RDONLY | O_CLOEXEC);
     snprintf(path, sizeof path, "/proc/%d/root", (int)ws->holder_pid);
     ws->root_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    return ws->root_fd >= 0 && find_outer_user_ns(ws) && open_cgroup_ns(ws);
+    return ws->user_ns_fd >= 0 && ws->net_ns_fd >= 0 && ws->root_fd >= 0 &&
+           find_outer_user_ns(ws);
 }
 
-/* Closes the namespace and root descriptors (workspace stopped or freed). */
+/* Closes the holder's namespace, root and agent descriptors (workspace stopped or freed). */
 void sandbox_close_fds(struct workspace *ws)
 {
     egress_stop(ws);   /* its listener lives in the namespace these fds name */
-    for (int i = 0; i < 8; i++) {
-        if (ws->ns_fds[i] >= 0)
-            close(ws->ns_fds[i]);
-        ws->ns_fds[i] = -1;
-    }
-    if (ws->root_fd >= 0)
-        close(ws->root_fd);
-    ws->root_fd = -1;
+    close_fd(&ws->user_ns_fd);
+    close_fd(&ws->net_ns_fd);
+    close_fd(&ws->root_fd);
+    close_fd(&ws->agent_fd);
 }
 
 /* Keeps the OOM killer off the holder so a memory hog cannot take the workspace down. */
@@ -514,40 +562,49 @@ static void log_holder_failure(struct workspace *ws, const char *step, int error
     free(dir);
 }
 
-/* Starts the workspace's holder and opens its namespaces; spawn_failed on error with no
- * process left behind. */
+/* Starts the workspace's holder, waits for its agent and opens its namespaces; spawn_failed on
+ * error with no process left behind. */
 bool sandbox_start(struct workspace *ws, struct api_error *err)
 {
     char *files = workspace_files_dir(ws->id);
     char *dir = workspace_dir(ws->id);
     struct holder_spawn spawn = {.ws = ws, .log_path = xasprintf("%s/holder.log", dir)};
     struct bwrap_cmd *cmd = calloc(1, sizeof *cmd);
-    int info[2];
+    int info[2] = {-1, -1}, ready[2] = {-1, -1};
     char *marker = xasprintf("%s=%s", HOLDER_MARKER, dir);
     char *envp[] = {marker, NULL};
-    bool ok = cmd && pipe2(info, O_CLOEXEC) == 0;
+    bool ok = cmd && pipe2(info, O_CLOEXEC) == 0 && pipe2(ready, O_CLOEXEC) == 0;
     pid_t child = -1;
     if (ok) {
         build_holder_cmd(cmd, ws, files);
         spawn.info_write_fd = info[1];
+        spawn.ready_write_fd = ready[1];
         spawn.argv = cmd->argv;
         spawn.envp = envp;
         child = spawn_borrowing(holder_child_exec, &spawn);
-    }
-    if (ok) {
         close(info[1]);
+        close(ready[1]);
+        info[1] = ready[1] = -1;
+        if (child > 0)   /* meanwhile, bwrap builds the sandbox */
+            cgroup_exec_slot_prepare(ws->id, 0);
         ws->holder_pid = child > 0 ? read_holder_pid(info[0]) : -1;
         ws->bwrap_pid = child;
-        close(info[0]);
     }
     const char *step = "pipe";   /* the step that failed, for the log */
     ok = ok && (step = "spawn", child > 0) && (step = "bwrap's info", ws->holder_pid > 0) &&
          (step = "holder start time",
           process_start_time(ws->holder_pid, &ws->holder_start, NULL)) &&
-         (step = "holder ready", wait_holder_ready(ws->holder_pid)) &&
+         (step = "agent ready", wait_agent_ready(ready[0])) &&
+         (step = "agent channel", connect_agent(ws)) &&
          (step = "namespaces", open_holder_fds(ws)) && (step = "egress", egress_start(ws));
+    int error = errno;   /* what the failing step left, before the cleanup's calls */
+    for (int i = 0; i < 2; i++) {
+        if (info[i] >= 0)
+            close(info[i]);
+        if (ready[i] >= 0)
+            close(ready[i]);
+    }
     if (!ok) {
-        int error = errno;   /* what the failing step left, before the cleanup's calls */
         int status = 0;      /* bwrap's, or 125 when its set-up in the child failed */
         if (ws->holder_pid > 0)
             kill(ws->holder_pid, SIGKILL);
@@ -563,6 +620,7 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
         else
             api_error_set(err, 500, "spawn_failed", "the sandbox could not be started");
     } else {
+        reaper_watch(child);   /* bwrap exits with the sandbox, maybe after this thread */
         if (g_config.is_root)
             protect_holder_from_oom(ws->holder_pid);
         log_event("workspace %s: holder pid %d started", ws->id, (int)ws->holder_pid);
@@ -583,7 +641,7 @@ bool sandbox_adopt(struct workspace *ws)
     if (ws->holder_pid <= 0 || !process_start_time(ws->holder_pid, &start, &state) ||
         start != ws->holder_start || state == 'Z')
         return false;
-    if (!open_holder_fds(ws) || !egress_start(ws)) {
+    if (!connect_agent(ws) || !open_holder_fds(ws) || !egress_start(ws)) {
         sandbox_close_fds(ws);
         return false;
     }
@@ -598,6 +656,23 @@ bool holder_running(struct workspace *ws)
     char state;
     return ws->holder_pid > 0 && process_start_time(ws->holder_pid, &start, &state) &&
            start == ws->holder_start && state != 'Z';
+}
+
+/* After the agent's channel closed: waits (bounded by MS) for the holder to finish dying,
+ * which takes as long as the kernel needs to end every process of its pid namespace; true
+ * when it is gone. */
+bool holder_ends_within(struct workspace *ws, int ms)
+{
+    int pidfd = ws->holder_pid > 0 ? (int)syscall(SYS_pidfd_open, ws->holder_pid, 0) : -1;
+    if (pidfd < 0 || !holder_running(ws)) {   /* after the open: no pid reuse in between */
+        if (pidfd >= 0)
+            close(pidfd);
+        return !holder_running(ws);
+    }
+    struct pollfd p = {.fd = pidfd, .events = POLLIN};
+    bool gone = poll(&p, 1, ms) == 1;
+    close(pidfd);
+    return gone || !holder_running(ws);
 }
 
 /* Kills the holder (SIGKILL: bwrap's pid 1 ignores SIGTERM), which tears down its pid

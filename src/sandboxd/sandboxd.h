@@ -2,20 +2,21 @@
  * sandboxd.h - shared declarations of mesh-sandboxd, the sandbox host daemon.
  *
  * The daemon serves docs/protocol.md over HTTP. Each workspace is a directory under the state
- * dir plus a long-lived bubblewrap "holder" whose namespaces every exec joins (setns), so a
- * warm exec costs about one process creation. This header is the one place where the modules
- * (http, route, workspace, sandbox, exec, seccomp, files, egress, cgroup, capabilities, json,
- * log) meet.
+ * dir plus a long-lived bubblewrap "holder", whose process is the workspace's exec agent
+ * (agent.c, a binary of its own): every exec is one message to it, and it starts the command
+ * inside the sandbox, so a warm exec costs about one process creation. This header is the one
+ * place where the daemon's modules (http, route, workspace, sandbox, exec, seccomp, files,
+ * egress, cgroup, capabilities, json, log) meet; agent_proto.h is the agent's.
  *
  * Threads and what they may touch
  * -------------------------------
  * - The main thread parses flags, detects capabilities and loads the state dir before any
- *   other thread exists, then only waits for signals, reaps orphans and drains.
+ *   other thread exists, then only waits for signals, reaps orphans and the children request
+ *   threads hand it (reaper_watch), and drains.
  * - libmicrohttpd runs one thread per connection (request threads); each egress proxy has an
  *   accept thread and one thread per proxied connection.
- * - Exec helpers (exec.c) are processes that share the daemon's memory (CLONE_VM); they read
- *   their exec_run and the workspace's descriptors, and write only their exec_run. Holder and
- *   egress-listener children borrow it the same way (spawn_borrowing) until they exec or exit.
+ * - Holder and egress-listener children share the daemon's memory (CLONE_VM, spawn_borrowing)
+ *   until they exec or exit; they read what their spawner prepared and make system calls only.
  *
  * Shared mutable data and its lock: the registry list, every workspace's refcount and the
  * count of running workspaces under registry_lock (workspace.c); requests in flight under
@@ -23,17 +24,17 @@
  * as struct workspace says; each egress proxy's denial ring and counts under its lock.
  *
  * Data written only before the listeners start, read-only afterwards (no lock): g_config,
- * g_caps, the tier table, the curated /etc path, the cgroup controller table, egress test
- * names, the exec helpers' last_capability.
+ * g_caps, the tier table, the curated /etc path, the exec agent's binary, the cgroup
+ * controller table, egress test names.
  *
  * Rules for request threads:
  * - No libc call with hidden static state: no strtok (route.c splits paths re-entrantly), no
  *   localtime, gmtime or ctime (gmtime_r), no getpwnam or getpwuid (users are resolved once at
  *   start), no getenv/setenv, no rand, no readdir on a shared stream (only at start). strerror
- *   is thread-safe in glibc >= 2.32 (unknown codes use a per-thread buffer); the exec helpers,
- *   which run on another task's stack, use strerrordesc_np. jansson's reference counts are
- *   atomic (JSON_HAVE_ATOMIC_BUILTINS), so a shared read-only document (labels, allow) may be
- *   packed into responses by several threads at once; no thread modifies a shared document.
+ *   is thread-safe in glibc >= 2.32 (unknown codes use a per-thread buffer). jansson's
+ *   reference counts are atomic (JSON_HAVE_ATOMIC_BUILTINS), so a shared read-only document
+ *   (labels, allow) may be packed into responses by several threads at once; no thread
+ *   modifies a shared document.
  * - log_event writes one stdio call per line (stdio locks the stream).
  * - Lock order: lifecycle, then registry_lock (workspace.c), then workspace lock, then an
  *   egress lock; in_flight_lock (http.c) is taken alone. No lock is held across an exec.
@@ -100,6 +101,9 @@ struct host_caps {
 extern struct config g_config;
 extern struct host_caps g_caps;
 
+/* the main thread reaps this child of a request thread as soon as it exits (main.c) */
+void reaper_watch(pid_t pid);
+
 /* ---- size tiers: the one table (capabilities.c) ---- */
 struct size_tier {
     const char *name;
@@ -137,15 +141,19 @@ json_t *json_number_or_null(bool present, double value);
 
 /* ---- cgroups v1 (cgroup.c) ---- */
 enum { CG_MEMORY, CG_PIDS, CG_CPU, CG_CPUACCT, CG_COUNT };
+/* A running workspace's open cgroup files: cgroup.procs of each controller, then two memory
+ * control files read or written by every exec. */
+enum { CG_OOM_CONTROL = CG_COUNT, CG_PEAK, CG_FILES };
 bool cgroup_available(int controller);
-bool cgroup_workspace_create(const char *id, const struct size_tier *tier, int procs_fds[CG_COUNT]);
+bool cgroup_workspace_create(const char *id, const struct size_tier *tier, int fds[CG_FILES]);
 void cgroup_workspace_remove(const char *id);
-void cgroup_close_fds(int procs_fds[CG_COUNT]);
-int cgroup_exec_group_open(int controller, const char *id, int slot, uint64_t *counter);
+void cgroup_close_fds(int fds[CG_FILES]);
+int cgroup_exec_group_open(int controller, const char *id, int slot, bool create);
 uint64_t cgroup_exec_group_counter(int controller, const char *id, int slot);
-uint64_t cgroup_workspace_oom_kills(const char *id);
-void cgroup_peak_reset(const char *id);
-long long cgroup_peak_bytes(const char *id);
+void cgroup_exec_slot_prepare(const char *id, int slot);
+uint64_t cgroup_workspace_oom_kills(const int fds[CG_FILES]);
+void cgroup_peak_reset(const int fds[CG_FILES]);
+long long cgroup_peak_bytes(const int fds[CG_FILES]);
 bool cgroup_delegate(const char *name, uid_t uid, gid_t gid);
 void cgroup_init(void);
 
@@ -169,11 +177,13 @@ struct exec_run;
  * - state, removed: written by the thread holding lifecycle, under lock (and registry_lock
  *   for removed); read under lock (workspace_state), or by the lifecycle holder.
  * - fresh: set before publication, then read and cleared only by the lifecycle holder.
- * - holder_pid, bwrap_pid, holder_start, ns_fds, root_fd, cgroup_fds: written only by the
- *   lifecycle holder, and only while no exec is registered (workspace_stop waits for
- *   execs_done first); read by the lifecycle holder and by an exec between exec_register and
- *   exec_unregister, which pins them. File calls dup root_fd under lock.
- * - execs, egress: under lock.
+ * - holder_pid, bwrap_pid, holder_start, agent_fd, user_ns_fd, net_ns_fd, root_fd, cgroup_fds:
+ *   written only by the lifecycle holder, and only while no exec is registered
+ *   (workspace_stop waits for execs_done first); read by the lifecycle holder and by an exec
+ *   between exec_register and exec_unregister, which pins them. File calls dup root_fd under
+ *   lock.
+ * - execs, egress, exec_slots, exec_slots_known: under lock; slot_oom_kills[n] and
+ *   slot_cpu_ns[n] by the exec holding slot n.
  */
 struct workspace {
     char id[WORKSPACE_ID_MAX + 1];
@@ -184,15 +194,16 @@ struct workspace {
     json_t *labels;
     time_t created_at;
     enum ws_state state;
-    /* holder: the bubblewrap sandbox whose namespaces execs join */
+    /* holder: the bubblewrap sandbox, whose process is the exec agent */
     pid_t holder_pid;
     pid_t bwrap_pid;                  /* bwrap's outer process if this daemon started it */
     unsigned long long holder_start;  /* /proc/PID/stat field 22, to detect pid reuse */
-    int ns_fds[8];                    /* user (bwrap's outer), ipc, uts, net, mnt, pid, the
-                                         holder's own user ns when bwrap nested one, and its
-                                         cgroup ns when it has its own; -1 = none */
-    int root_fd;                      /* the holder's / (for chroot after setns) */
-    int cgroup_fds[CG_COUNT];         /* cgroup.procs of each controller, -1 if none */
+    int user_ns_fd;                   /* bwrap's outer user namespace, -1 = none */
+    int net_ns_fd;                    /* the sandbox's network namespace (egress listener) */
+    int root_fd;                      /* the holder's / (file calls resolve in it) */
+    int agent_fd;                     /* the agent's request channel (agent_proto.h), -1 */
+    int cgroup_fds[CG_FILES];         /* cgroup.procs of each controller and the memory
+                                         control files, -1 if none */
     int refcount;                     /* registry + in-flight requests */
     bool removed;                     /* released: unreachable by id */
     bool fresh;                       /* registered, never started: the next acquire makes it
@@ -203,6 +214,10 @@ struct workspace {
     struct workspace *next;           /* registry list */
     struct exec_run *execs;           /* running execs, for kill-by-key and release */
     uint64_t exec_slots;              /* busy per-exec groups (bit n: exec-n) */
+    uint64_t exec_slots_known;        /* groups made since the workspace started, whose
+                                         counters below are what their last exec left */
+    uint64_t slot_oom_kills[64];      /* per slot: its memory group's oom_kill counter */
+    uint64_t slot_cpu_ns[64];         /* per slot: its cpuacct group's usage */
 };
 
 void workspaces_init(void);
@@ -228,10 +243,10 @@ void sandbox_close_fds(struct workspace *ws);
 bool run_host_command(char *const argv[]);
 bool process_start_time(pid_t pid, unsigned long long *start, char *state);
 bool holder_running(struct workspace *ws);
+bool holder_ends_within(struct workspace *ws, int ms);
 void sandbox_kill_strays(bool (*registered)(const char *id, pid_t holder_pid));
 
 /* ---- exec (exec.c) ---- */
-void exec_init(void);
 /* An exec's kept output as raw bytes, stdout then stderr (output "tail"); malloc'd. */
 struct exec_output {
     unsigned char *bytes;
@@ -295,11 +310,10 @@ extern int g_shutting_down;   /* __atomic_load_n / __atomic_store_n */
 /* ---- small utilities (util.c) ---- */
 
 /*
- * Children that borrow the daemon's memory (exec helpers, holder and listener spawns) are
- * created with CLONE_VM: no page tables are copied, so their cost does not grow with the
- * daemon's threads and mappings. Sanitizer builds (make tsan, make asan) give them a copy
- * instead (slower, same results; what exec helpers write back then lives in a shared
- * mapping): ThreadSanitizer models every clone() as a fork() and corrupts its own state when
+ * Children that borrow the daemon's memory (holder and listener spawns) are created with
+ * CLONE_VM: no page tables are copied, so their cost does not grow with the daemon's threads
+ * and mappings. Sanitizer builds (make tsan, make asan) give them a copy instead (slower, same
+ * results): ThreadSanitizer models every clone() as a fork() and corrupts its own state when
  * the child shares memory, and a child running AddressSanitizer's instrumented code can exit
  * holding one of its locks, which then deadlocks every thread of the daemon.
  */
@@ -323,5 +337,6 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool write_file_atomic(const char *path, const char *data, size_t len, mode_t mode);
 bool remove_tree(const char *path);
 bool mkdir_p(const char *path, mode_t mode);
+void close_fd(int *fd);
 
 #endif

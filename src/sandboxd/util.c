@@ -281,3 +281,11 @@ bool mkdir_p(const char *path, mode_t mode)
     free(copy);
     return ok;
 }
+
+/* Closes a descriptor if open and marks it closed. */
+void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}

@@ -23,12 +23,13 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct workspace *registry;
 
 /*
- * Admission by descriptors: a running workspace keeps up to FDS_PER_WORKSPACE open (8
- * namespaces, its root, 4 cgroups, the egress listener); a quarter of the open-files limit
+ * Admission by descriptors: a running workspace keeps up to FDS_PER_WORKSPACE open (its user
+ * and network namespaces, root, exec agent's channel, 4 cgroups, 2 memory control files, the
+ * egress listener); a quarter of the open-files limit
  * stays free for requests, exec pipes and proxied connections. Past running_max a create or
  * wake answers out_of_resources before anything is made, instead of failing half way.
  */
-#define FDS_PER_WORKSPACE 14
+#define FDS_PER_WORKSPACE 11
 static int running_count;   /* workspaces holding descriptors; under registry_lock */
 static int running_max;     /* set once at start */
 
@@ -108,11 +109,11 @@ static struct workspace *workspace_new(const char *id)
     ws->labels = labels;
     ws->created_at = time(NULL);
     ws->state = WS_STOPPING;   /* not usable until started or loaded */
-    for (int i = 0; i < 8; i++)
-        ws->ns_fds[i] = -1;
+    ws->user_ns_fd = ws->net_ns_fd = -1;
     ws->root_fd = -1;
-    for (int c = 0; c < CG_COUNT; c++)
-        ws->cgroup_fds[c] = -1;
+    ws->agent_fd = -1;
+    for (int f = 0; f < CG_FILES; f++)
+        ws->cgroup_fds[f] = -1;
     pthread_mutex_init(&ws->lock, NULL);
     pthread_mutex_init(&ws->lifecycle, NULL);
     pthread_cond_init(&ws->execs_done, NULL);
@@ -278,6 +279,7 @@ static bool workspace_start(struct workspace *ws, struct api_error *err)
     }
     pthread_mutex_lock(&ws->lock);
     ws->state = WS_RUNNING;
+    ws->exec_slots_known = 0;   /* the groups may be new: their counters are read again */
     pthread_mutex_unlock(&ws->lock);
     return true;
 }
@@ -291,8 +293,8 @@ static void workspace_stop(struct workspace *ws)
     ws->state = WS_STOPPING;
     pthread_mutex_unlock(&ws->lock);
     exec_kill_all(ws);
-    /* Execs unregister once their helpers are reaped. Only then may the descriptors they
-     * join through be closed: a closed number can be reused by another workspace's. */
+    /* Execs unregister once their answers are in. Only then may the descriptors they use
+     * (the agent's channel) be closed: a closed number can be reused by another workspace's. */
     pthread_mutex_lock(&ws->lock);
     while (ws->execs) {
         struct timespec until = realtime_in_ms(10000);

@@ -1,8 +1,9 @@
 #!/bin/bash
 # Lifecycle: idempotent acquire, hibernate and wake, destroy, --release default, restart after
-# SIGTERM and SIGKILL (re-adoption), lost holders, drain, single-instance lock.
+# SIGTERM and SIGKILL (re-adoption), lost holders, drain, single-instance lock; an idle daemon's
+# main thread sleeps, and still reaps a sandbox that ends while its creator's connection stays.
 . "$(dirname "$0")/lib.sh"
-plan 27
+plan 32
 sd_start
 holder_of() { jq -r .holder_pid "$SD_STATE/workspaces/$1/meta.json"; }
 
@@ -71,6 +72,42 @@ is "$(field "$r" .outcome)" destroyed "prefer destroy overrides it"
 kill -0 "$holder" 2>/dev/null; ok $((! $?)) "the holder is gone"
 test ! -e "$SD_STATE/workspaces/l1"; ok $? "the workspace directory is removed"
 test ! -e "/sys/fs/cgroup/pids/$SD_CGROUP/l1"; ok $? "its cgroups are removed"
+# An idle daemon's main thread sleeps until something happens: over 3 s idle it is woken at
+# most once (a 1 s tick would wake it 3 times).
+wakeups() { awk '/^voluntary_ctxt_switches/ {print $2}' "/proc/$SD_PID/task/$SD_PID/status"; }
+before=$(wakeups); sleep 3; after=$(wakeups)
+ok $(( after - before > 1 )) "an idle daemon's main thread is not woken on a timer ($((after - before)) wakeups in 3 s)"
+
+# A sandbox whose holder dies while the connection that created it stays open: its bwrap is a
+# child of that connection's thread, and the main thread reaps it anyway.
+mkfifo "$SD_DIR/keep.in"
+cat >"$SD_DIR/keep.py" <<'PY'
+import http.client, sys
+conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
+auth = {"Authorization": "Bearer " + sys.argv[2]}
+conn.request("PUT", "/v1/workspaces/k1", headers=auth)
+r = conn.getresponse(); r.read()
+print(r.status, "kept" if conn.sock else "closed", flush=True)
+sys.stdin.read()          # hold the connection until the test closes the fifo
+conn.request("GET", "/v1/workspaces/k1", headers=auth)
+r = conn.getresponse(); r.read()
+print(r.status, flush=True)
+PY
+python3 "$SD_DIR/keep.py" "$SD_PORT" "$SD_TOKEN" <"$SD_DIR/keep.in" >"$SD_DIR/keep.out" 2>&1 &
+keeper=$!
+exec 3>"$SD_DIR/keep.in"
+for _ in $(seq 1 300); do [ -s "$SD_DIR/keep.out" ] && break; sleep 0.1; done
+is "$(head -1 "$SD_DIR/keep.out")" "200 kept" "a workspace acquired on a keep-alive connection"
+holder=$(holder_of k1)
+bwrap=$(awk '{print $4}' "/proc/$holder/stat")
+is "$(awk '{print $4}' "/proc/$bwrap/stat")" "$SD_PID" "its bwrap is the daemon's child"
+kill -KILL "$holder"
+for _ in $(seq 1 200); do [ -e "/proc/$bwrap" ] || break; sleep 0.1; done
+ok $([ ! -e "/proc/$bwrap" ]; echo $?) "the holder killed, its bwrap is reaped while that connection stays open"
+exec 3>&-
+wait "$keeper"
+is "$(sed -n 2p "$SD_DIR/keep.out")" 200 "the connection still answers"
+
 mkdir -m 700 "$SD_DIR/closed"
 "$SANDBOXD" --state-dir "$SD_DIR/closed/state" --socket "$SD_DIR/closed/s" 2>"$SD_DIR/closed.log"
 ok $(( $? == 0 )) "a state dir the sandbox user cannot reach is refused at start"

@@ -36,7 +36,7 @@ run_kind() {
     result $rc "daemon tests pass under $kind"
     # A report is an error, a race, a leak or undefined behaviour. Not one: ASan's warning that
     # it ignores __asan_handle_no_return, printed when a child started on a stack of its own
-    # (spawn_borrowing, exec helpers) calls _exit.
+    # (spawn_borrowing) calls _exit.
     local reports
     reports=$(grep -lE 'ERROR: |WARNING: ThreadSanitizer|runtime error:' "$logs"/* 2>/dev/null | wc -l)
     result "$reports" "no $kind report ($reports files)"
