@@ -92,10 +92,12 @@ holder=$(pgrep -P "${daemon:-0}" -x bwrap | head -1 || true)   # bench-warm's: t
 [ -n "$holder" ] || { echo "bench: no holder found under the embedded mesh-sandboxd (${daemon:-none})" >&2; exit 1; }
 mapfile -d '' -t holder_argv < "/proc/$holder/cmdline"
 holder_uid=$(awk '/^Uid:/ {print $2}' "/proc/$holder/status")
-n=${#holder_argv[@]}
-[ "${holder_argv[n-2]} ${holder_argv[n-1]}" = "sleep infinity" ] ||
+# the sandbox's own command (the exec agent, from a descriptor) follows bwrap's last "--"
+end=-1
+for i in "${!holder_argv[@]}"; do [ "${holder_argv[i]}" != "--" ] || end=$i; done
+[ "$end" -gt 0 ] ||
   { echo "bench: unexpected holder command line: ${holder_argv[*]}" >&2; exit 1; }
-bwrap_argv=("${holder_argv[@]:0:n-2}" true)
+bwrap_argv=("${holder_argv[@]:0:end+1}" true)
 printf '\x06\x00\x00\x00\x00\x00\xff\x7f' > "$WORK/allow-all.bpf"   # BPF_RET|BPF_K ALLOW
 uid_opt=(); [ "$(id -u)" -ne 0 ] || uid_opt=(-u "$holder_uid")
 for _ in $(seq $ROUNDS); do
