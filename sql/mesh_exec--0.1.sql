@@ -141,6 +141,11 @@ CREATE TABLE mesh.execs (
     stdout         text,
     stderr         text,
     truncated      boolean NOT NULL DEFAULT false,
+    -- the whole output lives in mesh.exec_output; offsets count its bytes
+    stdout_bytes   bigint NOT NULL DEFAULT 0,   -- stdout's length (dropped bytes included)
+    stderr_bytes   bigint NOT NULL DEFAULT 0,
+    stdout_dropped bigint NOT NULL DEFAULT 0,   -- leading bytes not kept (ceiling, retention)
+    stderr_dropped bigint NOT NULL DEFAULT 0,
     wall_seconds   double precision,
     cpu_seconds    double precision,
     memory_peak_bytes bigint,        -- the workspace's peak memory during the exec, where reported
@@ -1160,7 +1165,8 @@ SELECT w.run_id, w.parent_run_id, w.agent_id, w.created_by_actor_id, w.status, w
 CREATE VIEW mesh.exec_log AS
 SELECT e.id AS exec_id, e.run_id, w.agent_id, w.created_by_actor_id, e.argv, e.dir, e.env_names,
        e.status, e.exit_code, e.truncated, e.wall_seconds, e.cpu_seconds, e.memory_peak_bytes, e.charged_seconds,
-       e.charge_basis, e.error, e.started_at, e.finished_at, e.stdout, e.stderr
+       e.charge_basis, e.error, e.started_at, e.finished_at, e.stdout, e.stderr,
+       e.stdout_bytes, e.stderr_bytes, e.stdout_dropped, e.stderr_dropped
   FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id
  WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
@@ -1968,7 +1974,8 @@ CREATE FUNCTION @extschema@.mesh_exec(run_id text, argv text[], dir text DEFAULT
                                       stdin bytea DEFAULT NULL, timeout interval DEFAULT NULL,
                                       env jsonb DEFAULT NULL)
 RETURNS TABLE (exit_code integer, stdout text, stderr text, status text,
-               truncated boolean, exec_id bigint)
+               truncated boolean, exec_id bigint,
+               stdout_bytes bigint, stderr_bytes bigint)  -- stored whole: mesh_exec_output
     AS 'MODULE_PATHNAME', 'mesh_exec' LANGUAGE C ROWS 1;
 
 CREATE FUNCTION @extschema@.mesh_read_file(run_id text, path text)
@@ -1990,6 +1997,183 @@ RETURNS mesh.snapshots
     AS 'MODULE_PATHNAME', 'mesh_snapshot' LANGUAGE C;
 
 ------------------------------------------------------------------------------
+-- Output stored whole: every exec's stdout and stderr as the command wrote
+-- them (NUL and invalid UTF-8 included, granted secrets redacted), in chunks
+-- keyed by their byte offset in the stream, up to mesh.exec_output_limit
+-- bytes per stream (beyond it the tail is kept: the exec row's *_dropped say
+-- how many leading bytes went).  Kept for mesh.exec_output_retention after
+-- the exec ends; the reaper removes older output.
+------------------------------------------------------------------------------
+CREATE TABLE mesh.exec_output (
+    exec_id      bigint NOT NULL REFERENCES mesh.execs (id),
+    stream       text NOT NULL CHECK (stream IN ('stdout', 'stderr')),
+    start_offset bigint NOT NULL CHECK (start_offset >= 0),
+    data         bytea COMPRESSION lz4 NOT NULL,  -- pglz costs seconds per 64 MB, lz4 a fraction
+    PRIMARY KEY (exec_id, stream, start_offset)
+);
+-- the execs whose output the reaper may have to expire
+CREATE INDEX execs_output_kept_idx ON mesh.execs (finished_at)
+    WHERE stdout_dropped < stdout_bytes OR stderr_dropped < stderr_bytes;
+SELECT pg_catalog.pg_extension_config_dump('mesh.exec_output', '');
+
+-- Bytes as text a person (and a text column) can hold: NUL and invalid UTF-8 become U+FFFD.
+CREATE FUNCTION mesh.output_text(data bytea) RETURNS text
+    AS 'MODULE_PATHNAME', 'mesh_output_text' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- The worker stores an exec's output (what the backend kept, already redacted) a chunk at a
+-- time (1 MB, src/exec_output.c), so it never holds a second copy of a whole stream, then
+-- the byte counts on the exec's row, in the same transaction.
+CREATE FUNCTION mesh.exec_output_chunk(p_exec_id bigint, p_stream text, p_start_offset bigint,
+                                       p_data bytea)
+RETURNS void LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
+    INSERT INTO mesh.exec_output (exec_id, stream, start_offset, data)
+    VALUES (p_exec_id, p_stream, p_start_offset, p_data);
+$$;
+CREATE FUNCTION mesh.exec_output_counts(p_exec_id bigint, p_stdout_bytes bigint, p_stdout_dropped bigint,
+                                        p_stderr_bytes bigint, p_stderr_dropped bigint)
+RETURNS void LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
+    UPDATE mesh.execs
+       SET stdout_bytes = p_stdout_bytes, stdout_dropped = p_stdout_dropped,
+           stderr_bytes = p_stderr_bytes, stderr_dropped = p_stderr_dropped
+     WHERE id = p_exec_id;
+$$;
+
+-- The reaper: output of execs that ended over p_minutes ago goes (a bounded batch per call).
+-- The only deletion mesh_worker may cause, hence a definer's function, not a DELETE grant.
+CREATE FUNCTION mesh.exec_output_expire(p_minutes integer) RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+    WITH old AS (
+        SELECT id FROM mesh.execs
+         WHERE (stdout_dropped < stdout_bytes OR stderr_dropped < stderr_bytes)
+           AND finished_at < now() - make_interval(mins => p_minutes)
+         ORDER BY finished_at LIMIT 1000 FOR UPDATE SKIP LOCKED),
+    gone AS (DELETE FROM mesh.exec_output o USING old WHERE o.exec_id = old.id),
+    marked AS (UPDATE mesh.execs e SET stdout_dropped = e.stdout_bytes, stderr_dropped = e.stderr_bytes
+                 FROM old WHERE e.id = old.id RETURNING 1)
+    SELECT count(*) FROM marked
+$$;
+
+-- The stored chunks of the execs the current role may read.
+CREATE VIEW mesh.exec_output_chunks AS
+SELECT o.exec_id, o.stream, o.start_offset, o.data
+  FROM mesh.exec_output o JOIN mesh.execs e ON e.id = o.exec_id
+       JOIN mesh.workspaces w ON w.id = e.workspace_id
+ WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
+
+-- An exec the current role may read, or the one error for "none" and "not yours".
+CREATE FUNCTION mesh.readable_exec(p_exec_id bigint) RETURNS mesh.exec_log
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    e mesh.exec_log;
+BEGIN
+    SELECT l.* INTO e FROM mesh.exec_log l WHERE l.exec_id = p_exec_id;
+    IF e.exec_id IS NULL THEN
+        RAISE EXCEPTION 'exec % does not exist', coalesce(p_exec_id::text, 'NULL')
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Exec ids are those mesh_exec returns and mesh.exec_log lists for runs this role may drive.';
+    END IF;
+    RETURN e;
+END;
+$$;
+
+/*
+ * Up to p_max bytes of one stream from byte offset p_from (an offset inside
+ * the dropped head reads from the first kept byte).  p_whole_chars: do not
+ * end inside a UTF-8 sequence the limit cut (the rest comes next time).
+ */
+CREATE FUNCTION mesh.output_slice(e mesh.exec_log, p_stream text, p_from bigint, p_max bigint,
+                                  p_whole_chars boolean, OUT data bytea, OUT next bigint)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    total bigint := CASE p_stream WHEN 'stdout' THEN e.stdout_bytes ELSE e.stderr_bytes END;
+    dropped bigint := CASE p_stream WHEN 'stdout' THEN e.stdout_dropped ELSE e.stderr_dropped END;
+    first bigint;
+    upto bigint;
+    b integer;
+    seq integer;
+BEGIN
+    IF p_from IS NULL OR p_from < 0 OR p_from > total THEN
+        RAISE EXCEPTION 'offset % is outside % of exec % (0 to % bytes)',
+                        coalesce(p_from::text, 'NULL'), p_stream, e.exec_id, total
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass 0, or the *_next offset the previous call returned.';
+    END IF;
+    IF p_max IS NULL OR p_max <= 0 THEN
+        RAISE EXCEPTION 'max_bytes must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    first := greatest(p_from, dropped);
+    upto := least(total, first + p_max);
+    SELECT coalesce(string_agg(substring(o.data FROM (greatest(first - o.start_offset, 0) + 1)::integer
+                                         FOR (upto - greatest(first, o.start_offset))::integer),
+                               '' ORDER BY o.start_offset), '')
+      INTO data
+      FROM mesh.exec_output_chunks o
+     WHERE o.exec_id = e.exec_id AND o.stream = p_stream
+       AND o.start_offset < upto AND o.start_offset + length(o.data) > first;
+    IF p_whole_chars AND upto < total THEN
+        -- back off a UTF-8 sequence the limit cut; its lead byte is among the last three
+        FOR k IN 1 .. least(3, length(data)) LOOP
+            b := get_byte(data, length(data) - k);
+            EXIT WHEN b < 128;
+            CONTINUE WHEN b < 192;
+            seq := CASE WHEN b >= 240 THEN 4 WHEN b >= 224 THEN 3 ELSE 2 END;
+            IF k < seq THEN
+                data := substring(data FOR length(data) - k);
+            END IF;
+            EXIT;
+        END LOOP;
+    END IF;
+    next := first + length(data);
+END;
+$$;
+
+-- Each stream of each readable exec as text, for people.
+CREATE VIEW mesh.exec_output_text AS
+SELECT l.exec_id, l.run_id, s.stream, s.bytes, s.dropped,
+       (SELECT mesh.output_text(coalesce(string_agg(o.data, '' ORDER BY o.start_offset), ''))
+          FROM mesh.exec_output_chunks o WHERE o.exec_id = l.exec_id AND o.stream = s.stream) AS output
+  FROM mesh.exec_log l
+       CROSS JOIN LATERAL (VALUES ('stdout', l.stdout_bytes, l.stdout_dropped),
+                                  ('stderr', l.stderr_bytes, l.stderr_dropped)) s (stream, bytes, dropped);
+
+CREATE FUNCTION @extschema@.mesh_exec_output(exec_id bigint, stdout_from bigint DEFAULT 0,
+                                             stderr_from bigint DEFAULT 0,
+                                             max_bytes bigint DEFAULT 16777216)
+RETURNS TABLE (status text, exit_code integer, stdout text, stderr text,
+               stdout_next bigint, stderr_next bigint)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    e mesh.exec_log := mesh.readable_exec(exec_id);
+    o record;
+    r record;
+BEGIN
+    o := mesh.output_slice(e, 'stdout', stdout_from, max_bytes, true);
+    r := mesh.output_slice(e, 'stderr', stderr_from, max_bytes, true);
+    RETURN QUERY SELECT e.status::text, e.exit_code, mesh.output_text(o.data),
+                        mesh.output_text(r.data), o.next, r.next;
+END;
+$$;
+
+-- The stored bytes of one stream as they came, for output that is not text.
+CREATE FUNCTION @extschema@.mesh_exec_output_bytes(exec_id bigint, stream text DEFAULT 'stdout',
+                                                   from_offset bigint DEFAULT 0,
+                                                   max_bytes bigint DEFAULT 16777216)
+RETURNS TABLE (data bytea, next_offset bigint)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    e mesh.exec_log := mesh.readable_exec(exec_id);
+    s record;
+BEGIN
+    IF stream IS NULL OR stream NOT IN ('stdout', 'stderr') THEN
+        RAISE EXCEPTION 'stream must be % or %, not %', 'stdout', 'stderr', coalesce(stream, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    s := mesh.output_slice(e, stream, from_offset, max_bytes, false);
+    RETURN QUERY SELECT s.data, s.next;
+END;
+$$;
+
+------------------------------------------------------------------------------
 -- Privileges: PUBLIC gets nothing; the harness calls the API and reads views;
 -- the admin configures.  Credentials are readable by neither.
 ------------------------------------------------------------------------------
@@ -2002,6 +2186,8 @@ REVOKE ALL ON FUNCTION @extschema@.mesh_read_file(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_release(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_snapshot(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_exec_output(bigint, bigint, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_exec_output_bytes(bigint, text, bigint, bigint) FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA mesh TO mesh_harness, mesh_admin, mesh_worker;
 -- the workers read and write mesh's rows (no DELETE, no DDL), call its functions
@@ -2014,6 +2200,14 @@ GRANT EXECUTE ON FUNCTION @extschema@.mesh_read_file(text, text) TO mesh_harness
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_release(text, text) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_snapshot(text) TO mesh_harness, mesh_admin;
+-- stored output: read through views that show only the runs the role may drive
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec_output(bigint, bigint, bigint, bigint),
+                          @extschema@.mesh_exec_output_bytes(bigint, text, bigint, bigint),
+                          mesh.readable_exec(bigint),
+                          mesh.output_slice(mesh.exec_log, text, bigint, bigint, boolean),
+                          mesh.output_text(bytea)
+      TO mesh_harness, mesh_admin;
+GRANT SELECT ON mesh.exec_output_chunks, mesh.exec_output_text TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.live_workspaces, mesh.run_workspaces, mesh.exec_log, mesh.spend_by_run TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION mesh.may_drive(regrole, oid) TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.spend_by_agent, mesh.run_limits, mesh.settings, mesh.run_budgets, mesh.tier_climbs TO mesh_admin;

@@ -446,8 +446,8 @@ mesh_exec(PG_FUNCTION_ARGS)
 	MeshExecRequest r = {0};
 	MeshMsg		reply;
 	const MeshExecReply *x;
-	Datum		values[6];
-	bool		nulls[6] = {false};
+	Datum		values[8];
+	bool		nulls[8] = {false};
 	size_t		exec_size;
 
 	exec_size = add_argv(fcinfo, req, &r);
@@ -473,6 +473,8 @@ mesh_exec(PG_FUNCTION_ARGS)
 	values[3] = reply_text(&reply, x->status);
 	values[4] = BoolGetDatum(x->truncated);
 	values[5] = Int64GetDatum(x->exec_id);
+	values[6] = Int64GetDatum(x->stdout_bytes);
+	values[7] = Int64GetDatum(x->stderr_bytes);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return (Datum) 0;
 }

@@ -143,6 +143,8 @@ typedef struct MeshRowReply
 typedef struct MeshExecReply
 {
 	int64		exec_id;
+	int64		stdout_bytes;	/* each stream's length as stored (mesh_exec_output's offsets) */
+	int64		stderr_bytes;
 	int32		exit_code;
 	bool		truncated;
 	MeshSpan	status;

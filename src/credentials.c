@@ -97,6 +97,8 @@ mesh_redact(char **data, size_t *len, const char *secret, const char *label)
 
 	if (slen < 4 || *len < slen)
 		return;					/* too short to redact without mangling output */
+	if (memmem(*data, *len, secret, slen) == NULL)
+		return;					/* no copy of output that does not hold it */
 	initStringInfo(&out);
 	while (i < *len)
 	{

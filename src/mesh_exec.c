@@ -39,6 +39,8 @@ int			mesh_worker_lock_timeout_ms = 2000;
 int			mesh_worker_max_calls = 128;
 int			mesh_reaper_interval_s = 600;
 int			mesh_reaper_sweep_timeout_ms = 60000;
+int			mesh_exec_output_limit_bytes = 64 * 1024 * 1024;
+int			mesh_exec_output_retention_min = 7 * 24 * 60;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -97,6 +99,14 @@ define_settings(void)
 							"Longest time one sweep of the reaper may take.",
 							NULL, &mesh_reaper_sweep_timeout_ms, 60000, 100, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.exec_output_limit",
+							"Bytes of stdout and of stderr stored whole per command (beyond it the tail is kept).",
+							NULL, &mesh_exec_output_limit_bytes, 64 * 1024 * 1024, 1024, 256 * 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.exec_output_retention",
+							"How long a command's stored output is kept after it ends; 0 keeps it.",
+							NULL, &mesh_exec_output_retention_min, 7 * 24 * 60, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MIN, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("mesh");
 }
 

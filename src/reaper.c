@@ -128,6 +128,26 @@ fail_lost_execs(json_t *rows)
 	}
 }
 
+/*
+ * Stored output past mesh.exec_output_retention goes, a bounded batch per
+ * sweep; the exec rows then say all their output was dropped.
+ */
+static void
+expire_output(json_t *rows)
+{
+	MeshParam	minutes = mesh_int4_param(mesh_exec_output_retention_min);
+	MeshRows   *done;
+	int64		n;
+
+	if (mesh_exec_output_retention_min == 0)
+		return;
+	done = reaper_query("SELECT mesh.exec_output_expire($1) AS expired", 1, &minutes);
+	n = done && done->n == 1 ? mesh_col_int64(done, 0, "expired") : 0;
+	if (n > 0)
+		note(rows, "output_expired", NULL, NULL,
+			 psprintf("the stored output of " INT64_FORMAT " exec(s) passed mesh.exec_output_retention", n));
+}
+
 /*--------------------------------------------------------------------------
  * 2. Workspaces to release
  *--------------------------------------------------------------------------
@@ -656,6 +676,7 @@ sweep(json_t *rows)
 		/* right after a start, a sweep would find the embedded daemon not yet serving */
 		mesh_wait_for_embedded_daemon(deadline);
 		fail_lost_execs(rows);
+		expire_output(rows);
 		release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													  (deadline - GetCurrentTimestamp()) / 2000));
 		/* two thirds of what is left for the workspaces, the rest for the snapshots */

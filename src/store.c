@@ -34,6 +34,7 @@
 #include "utils/memutils.h"
 
 #include "credentials.h"
+#include "exec_output.h"
 #include "store.h"
 #include "txn.h"
 
@@ -641,9 +642,27 @@ mesh_sanitize_text(const char *data, size_t len)
 	return out.data;
 }
 
+typedef struct ExecFinishArgs
+{
+	int64		exec_id;
+	const MeshParam *params;
+	const MeshOutputStream *output;
+} ExecFinishArgs;
+
+static void
+exec_finish_body(void *arg)
+{
+	ExecFinishArgs *a = (ExecFinishArgs *) arg;
+
+	(void) mesh_sql(exec_finish_sql, 13, a->params);
+	if (a->output)
+		exec_output_store(a->exec_id, a->output);
+}
+
 /*
  * Record how an exec ended and charge the run, with each outbound connection
- * the backend refused during it (mesh.exec_finish).  Committed
+ * the backend refused during it (mesh.exec_finish), and its output stored
+ * whole (rec->output, exec_output.c), in one transaction.  Committed
  * asynchronously: the worker flushes the WAL up to *commit_lsn before the
  * caller hears of it, once for all the results of a turn of its loop
  * (worker_want_durable).  stdout and stderr in rec->result must already be
@@ -669,7 +688,9 @@ store_exec_finished(int64 exec_id, const MeshExecRecord *rec, XLogRecPtr *commit
 		mesh_text_param(r ? r->egress_denials : NULL)
 	};
 
-	if (!mesh_txn_sql("mesh worker: exec finished", MESH_COMMIT_DEFERRED, exec_finish_sql, 13, p, NULL, err))
+	ExecFinishArgs a = {exec_id, p, rec->output};
+
+	if (!mesh_txn("mesh worker: exec finished", MESH_COMMIT_DEFERRED, exec_finish_body, &a, err))
 		return false;
 	*commit_lsn = mesh_txn_commit_lsn();
 	return true;

@@ -114,10 +114,13 @@ typedef enum MeshExecStatus
 
 extern const char *const mesh_exec_status_names[];
 
+struct MeshOutputStream;
+
 typedef struct MeshExecRecord
 {
 	MeshExecStatus status;
 	const MeshExecResult *result;	/* NULL when the exec produced none */
+	const struct MeshOutputStream *output;	/* stdout, stderr to store whole; NULL: none */
 	const char *error;
 	double		charged_seconds;
 	const char *charge_basis;

@@ -18,6 +18,8 @@
 #include <math.h>
 
 #include "credentials.h"
+#include "exec_output.h"
+#include "mesh_exec.h"
 #include "worker.h"
 
 /*
@@ -50,11 +52,18 @@ bound_by_budget(WorkerCall *call)
 	return true;
 }
 
-/* Room for both streams at the clamp, base64-encoded, and the envelope. */
+/* Room for both streams as kept (base64-encoded by a backend that must), and the envelope. */
 size_t
 exec_response_limit(WorkerCall *call)
 {
 	return (size_t) call->spec.max_output_bytes * 3 + 64 * 1024;
+}
+
+/* What mesh_exec returns and mesh.execs keeps of each stream (mesh.max_output). */
+static long
+clamp_bytes(WorkerCall *call)
+{
+	return (long) call->req.exec.max_output;
 }
 
 static bool
@@ -166,7 +175,8 @@ exec_spec_from_request(WorkerCall *call)
 		call->spec.stdin_len = call->blob_len;
 	}
 	call->spec.timeout_ms = (long) r->timeout_ms;
-	call->spec.max_output_bytes = r->max_output;
+	/* the backend keeps what is stored whole, and never less than is shown */
+	call->spec.max_output_bytes = Max(mesh_exec_output_limit_bytes, r->max_output);
 }
 
 /*
@@ -252,6 +262,58 @@ start_exec(WorkerCall *call)
 	call->op_started = GetCurrentTimestamp();
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec, &call->out.exec,
 			 exec_response_limit(call));
+}
+
+/*
+ * The output as the command wrote it, redacted, goes to STREAMS, to be
+ * stored whole (up to mesh.exec_output_limit) with the exec's end; what is
+ * left in RESULT is the clamp people see.
+ */
+static void
+keep_output(WorkerCall *call, MeshExecResult *result, MeshOutputStream streams[2])
+{
+	MeshOutputStream *out = &streams[0];
+	MeshOutputStream *errs = &streams[1];
+
+	out->dropped = result->stdout_total - (int64) result->stdout_len;
+	errs->dropped = result->stderr_total - (int64) result->stderr_len;
+	redact_delivered(call, result);
+	out->data = result->stdout_data;
+	out->len = result->stdout_len;
+	errs->data = result->stderr_data;
+	errs->len = result->stderr_len;
+	/* the lengths as stored: a redacted secret's label need not be as long as the secret */
+	result->stdout_total = out->dropped + (int64) out->len;
+	result->stderr_total = errs->dropped + (int64) errs->len;
+	result->truncated = false;
+	exec_output_clamp(&result->stdout_data, &result->stdout_len, result->stdout_total,
+					  clamp_bytes(call), &result->truncated);
+	exec_output_clamp(&result->stderr_data, &result->stderr_len, result->stderr_total,
+					  clamp_bytes(call), &result->truncated);
+}
+
+/*
+ * Record the exec's end with its output stored whole, in one transaction.
+ * When that fails, the end alone (the rows say all the output was dropped):
+ * a failure to store loses only the stored copy, never the record.
+ */
+static bool
+record_exec_end(WorkerCall *call, MeshExecRecord *rec, MeshOutputStream streams[2],
+				XLogRecPtr *lsn, ErrorData **err)
+{
+	MeshOutputStream none[2] = {
+		{NULL, 0, streams[0].dropped + (int64) streams[0].len},
+		{NULL, 0, streams[1].dropped + (int64) streams[1].len}};
+
+	rec->output = streams;
+	if (store_exec_finished(call->exec_id, rec, lsn, err))
+		return true;
+	ereport(LOG,
+			(errmsg("mesh: the output of exec " INT64_FORMAT " was not stored: %s",
+					call->exec_id, (*err)->message)));
+	FreeErrorData(*err);
+	rec->output = none;
+	return store_exec_finished(call->exec_id, rec, lsn, err);
 }
 
 /*
@@ -348,6 +410,8 @@ reply_exec(WorkerCall *call, const MeshExecResult *result, MeshExecStatus status
 	MeshExecReply r;
 
 	r.exec_id = call->exec_id;
+	r.stdout_bytes = result->stdout_total;
+	r.stderr_bytes = result->stderr_total;
 	r.exit_code = result->exit_code;
 	r.truncated = result->truncated;
 	r.status = mesh_msg_add_string(head, mesh_exec_status_names[status]);
@@ -362,6 +426,7 @@ finish_exec(WorkerCall *call)
 {
 	MeshExecResult result = call->out.exec;
 	MeshExecRecord rec = {0};
+	MeshOutputStream streams[2];
 	MeshError	merr = call->run.err;
 	ErrorData  *err;
 	XLogRecPtr	lsn;
@@ -384,7 +449,7 @@ finish_exec(WorkerCall *call)
 			reply_backend_error(call, NULL, &merr);
 		return;
 	}
-	redact_delivered(call, &result);
+	keep_output(call, &result, streams);
 	result.stdout_data = mesh_sanitize_text(result.stdout_data, result.stdout_len);
 	result.stderr_data = mesh_sanitize_text(result.stderr_data, result.stderr_len);
 	rec.status = exec_status(&result);
@@ -399,7 +464,7 @@ finish_exec(WorkerCall *call)
 		rec.charged_seconds = Max(rec.charged_seconds,
 								  call->ws.budget_seconds - call->ws.compute_seconds);
 	rec.charge_basis = result.cpu_metered ? "cpu" : "wall";
-	if (!store_exec_finished(call->exec_id, &rec, &lsn, &err))
+	if (!record_exec_end(call, &rec, streams, &lsn, &err))
 	{
 		reply_txn_error(call, err);
 		return;

@@ -149,8 +149,18 @@ typedef struct MeshExecSpec
 	size_t		stdin_len;
 	long		timeout_ms;
 	const char *exec_key;		/* the caller's name for the exec, for kill */
-	long		max_output_bytes;
+	long		max_output_bytes;	/* per stream, the most recent bytes are kept */
 } MeshExecSpec;
+
+/*
+ * What an exec produced.  Each stream holds its last spec->max_output_bytes
+ * bytes as the command wrote them (NUL and invalid UTF-8 included, no
+ * marker); *_total counts every byte written, so what came before the kept
+ * bytes is *_total - *_len.  The worker clamps for people and stores whole.
+ * The streams may point into the response body the parser was given (no
+ * copy of a large output): the worker is done with them before the run's
+ * response is freed.
+ */
 
 typedef struct MeshExecResult
 {
@@ -159,7 +169,9 @@ typedef struct MeshExecResult
 	size_t		stdout_len;
 	char	   *stderr_data;
 	size_t		stderr_len;
-	bool		truncated;
+	int64_t		stdout_total;
+	int64_t		stderr_total;
+	bool		truncated;		/* bytes were dropped before the kept ones */
 	bool		timed_out;
 	bool		oom_killed;
 	bool		killed;

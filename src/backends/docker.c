@@ -50,18 +50,18 @@
 #define TAR_BLOCK 512
 
 /*
- * Runs one command: $1 key, $2 timeout (seconds), $3/$4 head/tail byte
- * budgets, $5 directory, then argv.  The command gets its own session (so
+ * Runs one command: $1 key, $2 timeout (seconds), $3 the bytes of each
+ * stream kept (the last ones), $4 directory, then argv.  The command gets its own session (so
  * its process group is its whole tree unless it starts another session),
- * is killed with that group at the timeout and when it exits, and its
- * output is clamped to head + tail (the watchdog marks the timeout before
+ * is killed with that group at the timeout and when it exits, and only the
+ * tail of its output comes back (the watchdog marks the timeout before
  * it kills, so the wrapper cannot miss the mark).  The last bytes of stderr are the
  * trailer "\036mesh:<timed out>:<stdout bytes>:<stderr bytes>"; the exit
  * status is the command's.  The shell's own chatter goes to /dev/null.
  */
 static const char exec_wrapper[] =
 "exec 3>&2 2>/dev/null\n"
-"k=$1 s=$2 h=$3 t=$4 w=$5; shift 5\n"
+"k=$1 s=$2 t=$3 w=$4; shift 4\n"
 "d=" DOCKER_SCRATCH "/$k; mkdir -p \"$d\" || exit 125\n"
 "i=/dev/null; [ -f \"$d/in\" ] && i=$d/in\n"
 "if cd -- \"$w\"; then\n"
@@ -73,7 +73,7 @@ static const char exec_wrapper[] =
 "else\n"
 "  r=1; : >\"$d/out\"; echo \"mesh: no such directory: $w\" >\"$d/err\"\n"
 "fi\n"
-"e() { n=$(wc -c <\"$1\"); if [ \"$n\" -gt $((h + t)) ]; then head -c \"$h\" \"$1\"; tail -c \"$t\" \"$1\"; else cat \"$1\"; fi; }\n"
+"e() { tail -c \"$t\" \"$1\"; }\n"
 "e \"$d/out\"; e \"$d/err\" >&3\n"
 "o=0; [ -e \"$d/timeout\" ] && o=1\n"
 "printf '\\036mesh:%d:%d:%d' \"$o\" \"$(wc -c <\"$d/out\")\" \"$(wc -c <\"$d/err\")\" >&3\n"
@@ -138,8 +138,7 @@ typedef struct DockerOp
 	MeshHttpRequest create;		/* the exec create, sent after the stdin upload */
 	long		timeout_ms;
 	const char *key;
-	long		head;
-	long		tail;
+	long		kept;			/* bytes of each stream that come back */
 	TimestampTz started;
 	char	   *exec_id;
 	StringInfoData out;
@@ -758,8 +757,7 @@ exec_command_request(const MeshBackend *be, DockerOp *op, const MeshExecSpec *sp
 	json_array_append_new(cmd, json_string(op->key));
 	json_array_append_new(cmd, json_string(psprintf("%ld.%03ld", spec->timeout_ms / 1000,
 													spec->timeout_ms % 1000)));
-	json_array_append_new(cmd, json_string(psprintf("%ld", op->head)));
-	json_array_append_new(cmd, json_string(psprintf("%ld", op->tail)));
+	json_array_append_new(cmd, json_string(psprintf("%ld", op->kept)));
 	json_array_append_new(cmd, json_string(spec->dir && spec->dir[0] ? spec->dir : "."));
 	for (int i = 0; i < spec->argc; i++)
 		json_array_append_new(cmd, json_string(spec->argv[i]));
@@ -794,8 +792,7 @@ docker_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 
 	op->key = pstrdup(spec->exec_key);
 	op->timeout_ms = spec->timeout_ms;
-	op->head = spec->max_output_bytes / 2;
-	op->tail = spec->max_output_bytes - op->head;
+	op->kept = spec->max_output_bytes;
 	op->started = GetCurrentTimestamp();
 	initStringInfo(&op->out);
 	initStringInfo(&op->err);
@@ -832,27 +829,16 @@ take_trailer(StringInfo err, bool *timed_out, long long *out_size, long long *er
 	return true;
 }
 
-/* Head + marker + tail when the stream was larger than the budget. */
+/* The kept tail of a stream, and what the command wrote in all. */
 static void
-clamp_stream(DockerOp *op, StringInfo s, long long full, char **data, size_t *len,
-			 bool *truncated)
+take_stream(StringInfo s, long long full, char **data, size_t *len, int64_t *total,
+			bool *truncated)
 {
-	StringInfoData buf;
-
-	if (full <= op->head + op->tail || s->len < op->head)
-	{
-		*data = s->data;
-		*len = s->len;
-		return;
-	}
-	initStringInfo(&buf);
-	appendBinaryStringInfo(&buf, s->data, (int) op->head);
-	appendStringInfo(&buf, "\n\xe2\x80\xa6[mesh: %lld bytes omitted]\xe2\x80\xa6\n",
-					 full - op->head - op->tail);
-	appendBinaryStringInfo(&buf, s->data + op->head, s->len - (int) op->head);
-	*data = buf.data;
-	*len = buf.len;
-	*truncated = true;
+	*data = s->data;
+	*len = s->len;
+	*total = Max(full, (long long) s->len);
+	if (*total > (int64_t) s->len)
+		*truncated = true;
 }
 
 /* The stream ended: keep both outputs, then ask for the exit code. */
@@ -901,10 +887,10 @@ exec_finished(const MeshBackend *be, DockerOp *op, const MeshHttpResponse *resp,
 	complete = take_trailer(&op->err, &result->timed_out, &out_size, &err_size);
 	/* no trailer: the wrapper itself was killed (a cancel, or the container stopped) */
 	result->killed = !complete;
-	clamp_stream(op, &op->out, complete ? out_size : op->out.len,
-				 &result->stdout_data, &result->stdout_len, &result->truncated);
-	clamp_stream(op, &op->err, complete ? err_size : op->err.len,
-				 &result->stderr_data, &result->stderr_len, &result->truncated);
+	take_stream(&op->out, complete ? out_size : op->out.len,
+				&result->stdout_data, &result->stdout_len, &result->stdout_total, &result->truncated);
+	take_stream(&op->err, complete ? err_size : op->err.len,
+				&result->stderr_data, &result->stderr_len, &result->stderr_total, &result->truncated);
 	result->wall_seconds = (double) (GetCurrentTimestamp() - op->started) / 1000000.0;
 	result->cpu_metered = false;
 	return MESH_STEP_DONE;

@@ -11,9 +11,12 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "mesh_json.h"
 
 #include "catalog/pg_type.h"
+#include "common/base64.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "utils/array.h"
@@ -321,42 +324,20 @@ base64_encode_into(const char *data, size_t len, char *out)
 	return p;
 }
 
-static int
-b64value(char c)
-{
-	const char *pos = (c == '\0') ? NULL : strchr(b64chars, c);
-
-	return pos ? (int) (pos - b64chars) : -1;
-}
-
+/* Base64 as the daemon sends it (padded); PostgreSQL's decoder, one table lookup a character. */
 bool
 mesh_base64_decode(const char *text, char **out, size_t *outlen)
 {
 	size_t		len = strlen(text);
-	char	   *buf = palloc(len / 4 * 3 + 3);
-	size_t		n = 0;
-	unsigned int acc = 0;
-	int			bits = 0;
+	int			n;
 
-	for (size_t i = 0; i < len; i++)
-	{
-		int			v;
-
-		if (text[i] == '=')
-			break;
-		v = b64value(text[i]);
-		if (v < 0)
-			return false;
-		acc = (acc << 6) | (unsigned int) v;
-		bits += 6;
-		if (bits >= 8)
-		{
-			bits -= 8;
-			buf[n++] = (char) ((acc >> bits) & 0xFF);
-		}
-	}
-	*out = buf;
-	*outlen = n;
+	if (len > (size_t) INT_MAX)
+		return false;
+	*out = palloc(pg_b64_dec_len((int) len) + 1);
+	n = pg_b64_decode(text, (int) len, *out, pg_b64_dec_len((int) len));
+	if (n < 0)
+		return false;
+	*outlen = (size_t) n;
 	return true;
 }
 

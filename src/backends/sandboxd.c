@@ -269,6 +269,7 @@ sandboxd_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 	json_object_set_new(body, "timeout_ms", json_integer(spec->timeout_ms));
 	json_object_set_new(body, "exec_key", json_string(spec->exec_key));
 	json_object_set_new(body, "max_output_bytes", json_integer(spec->max_output_bytes));
+	json_object_set_new(body, "output", json_string("tail"));
 	/* stdin is encoded once, into the body itself */
 	if (spec->stdin_data)
 		mesh_http_json_body_b64(req, body, "stdin_b64", spec->stdin_data, spec->stdin_len);
@@ -291,6 +292,64 @@ decode_stream(json_t *doc, const char *field, char **data, size_t *len)
 		return true;
 	}
 	return json_is_string(value) && mesh_base64_decode(json_string_value(value), data, len);
+}
+
+/*
+ * The document of an exec answer: the body's first line when the daemon sent
+ * the output raw after it (output "tail", what this driver asks for), else
+ * the whole body.  *json_len says how much of the body it was.
+ */
+static json_t *
+parse_exec_document(const MeshHttpResponse *resp, const MeshBackend *be, size_t *json_len,
+					MeshError *err)
+{
+	const char *newline = resp->body ? memchr(resp->body, '\n', resp->body_len) : NULL;
+	MeshHttpResponse line = *resp;
+
+	if (newline)
+		line.body_len = newline - resp->body;
+	*json_len = line.body_len;
+	return parse_body(&line, be, err);
+}
+
+/*
+ * Both streams of an exec: the raw bytes after the document, where the
+ * daemon put them (stdout_kept, then stderr_kept bytes; the result points
+ * into the response body, which must outlive it), or base64 inside the
+ * document from a daemon that answers the older way.  False when the
+ * framing is wrong.
+ */
+static bool
+exec_streams(const MeshHttpResponse *resp, json_t *doc, size_t json_len, MeshExecResult *result)
+{
+	json_t	   *out = json_object_get(doc, "stdout_kept");
+	json_t	   *errs = json_object_get(doc, "stderr_kept");
+	char	   *raw = (char *) resp->body + json_len + 1;
+
+	if (out == NULL && errs == NULL)
+		return decode_stream(doc, "stdout_b64", &result->stdout_data, &result->stdout_len) &&
+			decode_stream(doc, "stderr_b64", &result->stderr_data, &result->stderr_len);
+	if (!json_is_integer(out) || !json_is_integer(errs) ||
+		json_integer_value(out) < 0 || json_integer_value(errs) < 0 ||
+		json_len >= resp->body_len ||
+		(uint64) json_integer_value(out) + (uint64) json_integer_value(errs) != resp->body_len - json_len - 1)
+		return false;
+	result->stdout_data = raw;
+	result->stdout_len = (size_t) json_integer_value(out);
+	result->stderr_data = raw + result->stdout_len;
+	result->stderr_len = (size_t) json_integer_value(errs);
+	return true;
+}
+
+/* Bytes the command wrote to a stream: never fewer than the daemon kept. */
+static int64_t
+stream_total(json_t *doc, const char *field, size_t kept)
+{
+	json_t	   *value = json_object_get(doc, field);
+
+	if (!json_is_integer(value) || json_integer_value(value) < (json_int_t) kept)
+		return (int64_t) kept;
+	return (int64_t) json_integer_value(value);
 }
 
 /*
@@ -357,10 +416,11 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	json_t	   *doc;
 	json_t	   *cpu;
 	json_t	   *peak;
+	size_t		json_len;
 
 	if (!mesh_http_error_from_json(resp, be->name, err))
 		return MESH_STEP_FAILED;
-	doc = parse_body(resp, be, err);
+	doc = parse_exec_document(resp, be, &json_len, err);
 	if (doc == NULL)
 		return MESH_STEP_FAILED;
 	if (spawn_refused(doc, err))
@@ -370,16 +430,17 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	}
 	memset(result, 0, sizeof(*result));
 	if (!json_is_integer(json_object_get(doc, "exit_code")) ||
-		!decode_stream(doc, "stdout_b64", &result->stdout_data, &result->stdout_len) ||
-		!decode_stream(doc, "stderr_b64", &result->stderr_data, &result->stderr_len))
+		!exec_streams(resp, doc, json_len, result))
 	{
 		json_decref(doc);
 		mesh_error_set(err, MESH_FAIL_PROTOCOL,
-					   "backend \"%s\" answered an exec without exit_code or with bad output encoding",
+					   "backend \"%s\" answered an exec without exit_code, or with output not as its answer announced it",
 					   be->name);
 		return MESH_STEP_FAILED;
 	}
 	result->exit_code = (int) json_integer_value(json_object_get(doc, "exit_code"));
+	result->stdout_total = stream_total(doc, "stdout_bytes", result->stdout_len);
+	result->stderr_total = stream_total(doc, "stderr_bytes", result->stderr_len);
 	result->truncated = json_is_true(json_object_get(doc, "truncated"));
 	result->timed_out = json_is_true(json_object_get(doc, "timed_out"));
 	result->oom_killed = json_is_true(json_object_get(doc, "oom_killed"));

@@ -73,7 +73,7 @@ json_t *caps_to_json(void)
                             json_pack("{s:I,s:f,s:I}", "memory_mb", (json_int_t)t[i].memory_mb,
                                       "cpus", t[i].cpus, "pids", (json_int_t)t[i].pids));
     return json_pack(
-        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I}}", "protocol",
+        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I,s:I}}", "protocol",
         MESH_PROTOCOL_VERSION, "capabilities", "shell", g_caps.shell, "resource_limits",
         g_caps.resource_limits, "compute_metering", g_caps.compute_metering, "egress_control",
         g_caps.egress_control, "disk_limits", g_caps.disk_limits, "snapshot", g_caps.snapshot,
@@ -81,5 +81,6 @@ json_t *caps_to_json(void)
         g_caps.seccomp, "tiers", tier_obj, "limits",
         "max_body_bytes", (json_int_t)g_config.max_body_bytes, "max_file_bytes",
         (json_int_t)g_config.max_file_bytes, "max_output_bytes",
-        (json_int_t)g_config.max_output_bytes);
+        (json_int_t)g_config.max_output_bytes, "max_kept_output_bytes",
+        (json_int_t)g_config.max_kept_output_bytes);
 }

@@ -33,11 +33,15 @@
 
 enum kill_reason { KILL_NONE, KILL_TIMEOUT, KILL_REQUEST, KILL_RELEASE };
 
-/* Head and tail of one output stream, clamped to a byte budget. */
+/*
+ * One output stream, clamped to a byte budget: head and tail with a marker
+ * between them, or (output "tail") only the most recent bytes, as they came.
+ * Both buffers grow as bytes arrive, up to their caps.
+ */
 struct capture {
     unsigned char *head, *tail;
     size_t head_cap, head_len;
-    size_t tail_cap, tail_start, tail_len;  /* ring buffer */
+    size_t tail_cap, tail_alloc, tail_start, tail_len;  /* ring buffer once full */
     uint64_t total;
 };
 
@@ -85,59 +89,161 @@ static void exec_kill_tree(struct exec_run *run, enum kill_reason reason)
 
 /* ---- output capture ---- */
 
-/* Sizes a capture for a per-stream budget of LIMIT bytes (half head, half tail). */
-static void capture_init(struct capture *cap, size_t limit)
+/* Sizes a capture for LIMIT bytes per stream: half head, half tail, or all tail. */
+static void capture_init(struct capture *cap, size_t limit, bool tail_only)
 {
     memset(cap, 0, sizeof *cap);
-    cap->head_cap = (limit + 1) / 2;
+    cap->head_cap = tail_only ? 0 : (limit + 1) / 2;
     cap->tail_cap = limit - cap->head_cap;
+}
+
+/* Makes room for NEED bytes in a buffer of *ALLOC (doubling, at most CAP); false: no memory. */
+static bool capture_grow(unsigned char **buf, size_t *alloc, size_t need, size_t cap)
+{
+    if (need <= *alloc)
+        return true;
+    size_t size = *alloc ? *alloc : 65536;
+    while (size < need)
+        size *= 2;
+    if (size > cap)
+        size = cap;
+    unsigned char *grown = realloc(*buf, size);
+    if (!grown)
+        return false;
+    *buf = grown;
+    *alloc = size;
+    return true;
+}
+
+/* Adds bytes to the tail ring: it keeps the most recent tail_cap of them. */
+static void capture_tail(struct capture *cap, const unsigned char *data, size_t len)
+{
+    if (cap->tail_cap == 0 || len == 0)
+        return;
+    if (len >= cap->tail_cap) {                  /* only the last tail_cap bytes stay */
+        data += len - cap->tail_cap;
+        len = cap->tail_cap;
+        cap->tail_start = cap->tail_len = 0;
+    }
+    /* a ring that has not wrapped is linear from 0: growing it keeps its bytes */
+    size_t need = cap->tail_len + len > cap->tail_cap ? cap->tail_cap : cap->tail_len + len;
+    if (!capture_grow(&cap->tail, &cap->tail_alloc, need, cap->tail_cap))
+        return;                                  /* out of memory: these bytes are dropped */
+    size_t pos = (cap->tail_start + cap->tail_len) % cap->tail_cap;
+    size_t first = cap->tail_cap - pos < len ? cap->tail_cap - pos : len;
+    memcpy(cap->tail + pos, data, first);
+    memcpy(cap->tail, data + first, len - first);
+    if (cap->tail_len + len > cap->tail_cap) {
+        cap->tail_start = (cap->tail_start + cap->tail_len + len - cap->tail_cap) % cap->tail_cap;
+        cap->tail_len = cap->tail_cap;
+    } else {
+        cap->tail_len += len;
+    }
 }
 
 /* Adds bytes: the head fills first, then the tail ring keeps the most recent bytes. */
 static void capture_append(struct capture *cap, const unsigned char *data, size_t len)
 {
-    if (!cap->head) {   /* the first bytes: most commands write none */
-        cap->head = malloc(cap->head_cap + 1);
-        cap->tail = malloc(cap->tail_cap + 1);
-    }
     cap->total += len;
     size_t to_head = cap->head_cap - cap->head_len < len ? cap->head_cap - cap->head_len : len;
-    memcpy(cap->head + cap->head_len, data, to_head);
-    cap->head_len += to_head;
-    for (size_t i = to_head; i < len && cap->tail_cap > 0; i++) {
-        size_t pos = (cap->tail_start + cap->tail_len) % cap->tail_cap;
-        cap->tail[pos] = data[i];
-        if (cap->tail_len < cap->tail_cap)
-            cap->tail_len++;
-        else
-            cap->tail_start = (cap->tail_start + 1) % cap->tail_cap;
+    if (to_head > 0 && !cap->head && !(cap->head = malloc(cap->head_cap)))
+        to_head = 0;                             /* out of memory: these bytes are dropped */
+    if (to_head > 0) {
+        memcpy(cap->head + cap->head_len, data, to_head);
+        cap->head_len += to_head;
+    }
+    capture_tail(cap, data + to_head, len - to_head);
+}
+
+/*
+ * The marker between head and tail when bytes were omitted ("" otherwise,
+ * and always for a tail-only capture, whose *_bytes tell what went before).
+ */
+static void capture_marker(const struct capture *cap, char *marker, size_t size,
+                           bool *truncated)
+{
+    uint64_t omitted = cap->total - cap->head_len - cap->tail_len;
+    marker[0] = '\0';
+    if (omitted > 0) {
+        if (cap->head_cap > 0)
+            snprintf(marker, size, "\n\xe2\x80\xa6[mesh: %llu bytes omitted]\xe2\x80\xa6\n",
+                     (unsigned long long)omitted);
+        *truncated = true;
     }
 }
 
-/* Base64 of head + marker + tail (marker only when bytes were omitted). */
-static char *capture_finish(struct capture *cap, bool *truncated)
+/* Bytes capture_copy writes: head, marker, tail. */
+static size_t capture_kept_len(const struct capture *cap, const char *marker)
 {
-    uint64_t omitted = cap->total - cap->head_len - cap->tail_len;
-    char marker[96] = "";
-    if (omitted > 0) {
-        snprintf(marker, sizeof marker, "\n\xe2\x80\xa6[mesh: %llu bytes omitted]\xe2\x80\xa6\n",
-                 (unsigned long long)omitted);
-        *truncated = true;
-    }
-    size_t len = cap->head_len + strlen(marker) + cap->tail_len;
-    unsigned char *flat = malloc(len + 1);
-    size_t o = cap->head_len;
-    if (cap->head_len)
-        memcpy(flat, cap->head, cap->head_len);
-    memcpy(flat + o, marker, strlen(marker));
-    o += strlen(marker);
-    for (size_t i = 0; i < cap->tail_len; i++)
-        flat[o++] = cap->tail[(cap->tail_start + i) % cap->tail_cap];
-    char *b64 = base64_encode(flat, len);
-    free(flat);
+    return cap->head_len + strlen(marker) + cap->tail_len;
+}
+
+/* Copies head + marker + tail (the ring unrolled) to DST; returns the byte after them. */
+static unsigned char *capture_copy(const struct capture *cap, const char *marker,
+                                   unsigned char *dst)
+{
+    if (cap->head_len > 0)
+        memcpy(dst, cap->head, cap->head_len);
+    dst += cap->head_len;
+    memcpy(dst, marker, strlen(marker));
+    dst += strlen(marker);
+    size_t first = cap->tail_cap - cap->tail_start < cap->tail_len
+                 ? cap->tail_cap - cap->tail_start : cap->tail_len;
+    if (first > 0)
+        memcpy(dst, cap->tail + cap->tail_start, first);
+    if (cap->tail_len > first)
+        memcpy(dst + first, cap->tail, cap->tail_len - first);
+    return dst + cap->tail_len;
+}
+
+/* Frees the capture's buffers. */
+static void capture_free(struct capture *cap)
+{
     free(cap->head);
     free(cap->tail);
+    cap->head = cap->tail = NULL;
+}
+
+/* Base64 of head + marker + tail, for the JSON response; frees the capture. */
+static char *capture_finish(struct capture *cap, bool *truncated)
+{
+    char marker[96];
+    capture_marker(cap, marker, sizeof marker, truncated);
+    size_t len = capture_kept_len(cap, marker);
+    unsigned char *flat = malloc(len + 1);
+    char *b64 = NULL;
+    if (flat) {
+        capture_copy(cap, marker, flat);
+        b64 = base64_encode(flat, len);
+        free(flat);
+    }
+    if (!b64)
+        b64 = strdup("");
+    capture_free(cap);
     return b64;
+}
+
+/*
+ * Both tail-only captures as the raw body's bytes (stdout then stderr), the
+ * kept lengths in the response; frees the captures.  False: no memory.
+ */
+static bool capture_finish_raw(struct capture *out, struct capture *errc, json_t *resp,
+                               struct exec_output *raw, bool *truncated)
+{
+    char marker[96];    /* "" for tail-only captures */
+    capture_marker(out, marker, sizeof marker, truncated);
+    capture_marker(errc, marker, sizeof marker, truncated);
+    size_t out_len = capture_kept_len(out, ""), err_len = capture_kept_len(errc, "");
+    raw->bytes = malloc(out_len + err_len + 1);
+    if (raw->bytes) {
+        capture_copy(errc, "", capture_copy(out, "", raw->bytes));
+        raw->len = out_len + err_len;
+        json_object_set_new(resp, "stdout_kept", json_integer((json_int_t)out_len));
+        json_object_set_new(resp, "stderr_kept", json_integer((json_int_t)err_len));
+    }
+    capture_free(out);
+    capture_free(errc);
+    return raw->bytes != NULL;
 }
 
 /* Reads what is available from the non-blocking FD into CAP (stops at EAGAIN or EOF). */
@@ -163,6 +269,7 @@ struct exec_request {
     const char *key;
     char key_buf[32];
     size_t max_output;
+    bool output_tail;                /* keep only the last max_output bytes, no marker */
 };
 
 /* Frees what exec_parse allocated. */
@@ -242,7 +349,7 @@ static bool exec_parse(struct workspace *ws, json_t *body, struct exec_request *
                        struct api_error *err)
 {
     json_t *argv = json_object_get(body, "argv"), *env = NULL;
-    const char *stdin_b64 = NULL;
+    const char *stdin_b64 = NULL, *output = NULL;
     uint64_t max_output = g_config.max_output_bytes;
     memset(req, 0, sizeof *req);
     req->dir = ".";
@@ -267,12 +374,18 @@ static bool exec_parse(struct workspace *ws, json_t *body, struct exec_request *
         !json_get_uint(body, "timeout_ms", &req->timeout_ms, err) ||
         !parse_exec_key(body, req, err) ||
         !json_get_uint(body, "max_output_bytes", &max_output, err) ||
+        !json_get_string(body, "output", &output, err) ||
         !build_env(req, env, egress_wanted(ws), err))
         return false;
     if (!*req->dir)
         req->dir = ".";
-    req->max_output = max_output < g_config.max_output_bytes ? max_output
-                                                              : g_config.max_output_bytes;
+    if (output && strcmp(output, "tail") != 0 && strcmp(output, "head_tail") != 0) {
+        api_error_set(err, 400, "bad_request", "field \"output\" must be \"head_tail\" or \"tail\"");
+        return false;
+    }
+    req->output_tail = output && strcmp(output, "tail") == 0;
+    size_t cap = req->output_tail ? g_config.max_kept_output_bytes : g_config.max_output_bytes;
+    req->max_output = max_output < cap ? max_output : cap;
     if (stdin_b64) {
         bool ok;
         req->stdin_data = base64_decode(stdin_b64, &req->stdin_len, &ok);
@@ -618,10 +731,15 @@ static json_t *spawn_error_json(struct exec_run *run)
     return json_pack("{s:s,s:s}", "code", code, "message", message);
 }
 
-/* Turns the finished run into the protocol's exec response. A run the agent never started
- * (killed before it could) reads as killed with 137. */
+/*
+ * Turns the finished run into the protocol's exec response: the output in
+ * it as base64, or (RAW, output "tail") beside it as raw bytes.  A run the
+ * agent never started (killed before it could) reads as killed with 137.
+ * NULL with ERR set when out of memory.
+ */
 static json_t *exec_response(struct exec_run *run, struct capture *out, struct capture *errc,
-                             double wall_ms, bool oom_killed, long long peak_bytes)
+                             double wall_ms, bool oom_killed, long long peak_bytes,
+                             struct exec_output *raw, struct api_error *err)
 {
     bool truncated = false, reaped = run->outcome == OUTCOME_DONE;
     const struct agent_reply *a = &run->answer;
@@ -638,23 +756,37 @@ static json_t *exec_response(struct exec_run *run, struct capture *out, struct c
         signal_number = 0;
     }
     double cpu_ms = run->cpu_ns >= 0 ? (double)run->cpu_ns / 1e6 : (double)a->cpu_us / 1e3;
-    uint64_t out_bytes = out->total, err_bytes = errc->total;
-    char *out_b64 = capture_finish(out, &truncated);
-    char *err_b64 = capture_finish(errc, &truncated);
     json_t *resp = json_pack(
-        "{s:i,s:o,s:s,s:s,s:I,s:I,s:b,s:f,s:o,s:b,s:b,s:b}", "exit_code", exit_code, "signal",
-        signal_number ? json_integer(signal_number) : json_null(), "stdout_b64", out_b64,
-        "stderr_b64", err_b64, "stdout_bytes", (json_int_t)out_bytes, "stderr_bytes",
-        (json_int_t)err_bytes, "truncated", truncated, "wall_ms",
+        "{s:i,s:o,s:I,s:I,s:f,s:o,s:b,s:b,s:b}", "exit_code", exit_code, "signal",
+        signal_number ? json_integer(signal_number) : json_null(), "stdout_bytes",
+        (json_int_t)out->total, "stderr_bytes", (json_int_t)errc->total, "wall_ms",
         (double)(long long)(wall_ms * 1000) / 1000, "cpu_ms",
         json_number_or_null(g_caps.compute_metering && reaped,
                             (double)(long long)(cpu_ms * 1000) / 1000),
         "timed_out", reason == KILL_TIMEOUT, "oom_killed", oom_killed, "killed",
         reason == KILL_REQUEST || reason == KILL_RELEASE);
+    if (resp && raw) {
+        if (!capture_finish_raw(out, errc, resp, raw, &truncated)) {
+            json_decref(resp);
+            resp = NULL;
+        }
+    } else {
+        char *out_b64 = capture_finish(out, &truncated);
+        char *err_b64 = capture_finish(errc, &truncated);
+        if (resp) {
+            json_object_set_new(resp, "stdout_b64", json_string(out_b64));
+            json_object_set_new(resp, "stderr_b64", json_string(err_b64));
+        }
+        free(out_b64);
+        free(err_b64);
+    }
+    if (!resp) {
+        api_error_from_errno(err, ENOMEM, "cannot answer the exec");
+        return NULL;
+    }
+    json_object_set_new(resp, "truncated", json_boolean(truncated));
     json_object_set_new(resp, "memory_peak_bytes",
                         peak_bytes >= 0 ? json_integer(peak_bytes) : json_null());
-    free(out_b64);
-    free(err_b64);
     if (reaped && a->spawn_errno)
         json_object_set_new(resp, "spawn_error", spawn_error_json(run));
     return resp;
@@ -704,7 +836,8 @@ static void exec_failure(struct workspace *ws, struct exec_run *run, int send_er
 
 /* Sends the exec to the agent and supervises it; returns the response or sets ERR. */
 static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
-                                   struct exec_request *req, struct api_error *err)
+                                   struct exec_request *req, struct exec_output *raw,
+                                   struct api_error *err)
 {
     int stdin_w = -1, out_r = -1, err_r = -1, send_errno = 0;
     struct capture out, errc;
@@ -713,8 +846,8 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     if (!open_stdio(run, req->has_stdin, &stdin_w, &out_r, &err_r)) {
         api_error_from_errno(err, errno, "cannot start the exec");
     } else {
-        capture_init(&out, req->max_output);
-        capture_init(&errc, req->max_output);
+        capture_init(&out, req->max_output, req->output_tail);
+        capture_init(&errc, req->max_output, req->output_tail);
         if (exec_send(ws, run))
             exec_supervise(run, req, stdin_w, out_r, err_r, &out, &errc);
         else
@@ -731,7 +864,8 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
         if (ended) {
             bool oom = exec_own_groups_end(ws, run);
             log_exec_end(ws, run, oom, wall);
-            resp = exec_response(run, &out, &errc, wall, oom, cgroup_peak_bytes(ws->cgroup_fds));
+            resp = exec_response(run, &out, &errc, wall, oom, cgroup_peak_bytes(ws->cgroup_fds),
+                                 req->output_tail ? raw : NULL, err);
         } else {
             exec_failure(ws, run, send_errno, err);
             free(capture_finish(&out, &(bool){false}));
@@ -748,8 +882,12 @@ static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
     return resp;
 }
 
-/* POST /v1/workspaces/{id}/exec */
-json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *err)
+/*
+ * POST /v1/workspaces/{id}/exec.  With output "tail" the kept output is
+ * left in RAW (stdout then stderr), for the body after the JSON document.
+ */
+json_t *exec_run_request(struct workspace *ws, json_t *body, struct exec_output *raw,
+                         struct api_error *err)
 {
     struct exec_request req;
     struct exec_run *run;
@@ -782,7 +920,7 @@ json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *e
     run->agent_end = pair[1];
     if (run->socket_fd >= 0 && exec_register(ws, run, err)) {
         exec_own_groups(ws, run);
-        resp = exec_spawn_and_wait(ws, run, &req, err);
+        resp = exec_spawn_and_wait(ws, run, &req, raw, err);
         close_fd(&run->memory_group_fd);
         close_fd(&run->cpu_group_fd);
         exec_unregister(ws, run);

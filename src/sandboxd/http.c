@@ -93,6 +93,52 @@ static enum MHD_Result fail(struct MHD_Connection *conn, int status, const char 
     return send_error(conn, &err);
 }
 
+/* What a raw exec response holds until libmicrohttpd has sent it. */
+struct raw_body {
+    char *json;
+    unsigned char *bytes;
+};
+
+/* Frees a raw exec response's parts once it is sent (or dropped). */
+static void free_raw_body(void *cls)
+{
+    struct raw_body *b = cls;
+    free(b->json);
+    free(b->bytes);
+    free(b);
+}
+
+/*
+ * An exec's answer with output "tail": the JSON document (consumed) on one
+ * line, "\n", then the kept output as raw bytes, sent from where they lie
+ * (no base64, no copy).  RAW's bytes are taken over.
+ */
+static enum MHD_Result send_exec_output(struct MHD_Connection *conn, json_t *json,
+                                        struct exec_output *raw)
+{
+    struct raw_body *b = calloc(1, sizeof *b);
+    struct MHD_Response *response = NULL;
+    if (b) {
+        b->bytes = raw->bytes;
+        b->json = json_dumps(json, JSON_COMPACT | JSON_REAL_PRECISION(12));
+    } else {
+        free(raw->bytes);
+    }
+    raw->bytes = NULL;
+    json_decref(json);
+    if (b && b->json) {
+        struct MHD_IoVec iov[3] = {{b->json, strlen(b->json)}, {"\n", 1}, {b->bytes, raw->len}};
+        response = MHD_create_response_from_iovec(iov, 3, free_raw_body, b);
+    }
+    if (!response) {
+        if (b)
+            free_raw_body(b);
+        return send_json(conn, 500, NULL);
+    }
+    MHD_add_response_header(response, "Content-Type", "application/vnd.mesh.exec-output");
+    return send_response(conn, 200, response);
+}
+
 /* A handler's result: the JSON document or the error it set. */
 static enum MHD_Result send_result(struct MHD_Connection *conn, json_t *json,
                                    struct api_error *err)
@@ -215,12 +261,15 @@ static enum MHD_Result route_exec(struct route *r)
         api_error_set(&err, 400, "bad_request", "field \"argv\" is required");
         return send_error(r->conn, &err);
     }
+    struct exec_output raw = {0};
     struct workspace *ws = running_workspace(r->segments[2], &err);
     if (ws) {
-        resp = exec_run_request(ws, body, &err);
+        resp = exec_run_request(ws, body, &raw, &err);
         workspace_put(ws);
     }
     json_decref(body);
+    if (resp && raw.bytes)
+        return send_exec_output(r->conn, resp, &raw);
     return send_result(r->conn, resp, &err);
 }
 

@@ -44,6 +44,7 @@ static void usage(int status)
             "  --max-body-bytes N      request body limit (default 67108864)\n"
             "  --max-file-bytes N      file read/write limit (default 67108864)\n"
             "  --max-output-bytes N    per-stream exec output clamp (default 1048576)\n"
+            "  --max-kept-output-bytes N  per-stream bytes kept for output \"tail\" (default 268435456)\n"
             "  --bwrap PATH            bubblewrap binary (default /usr/bin/bwrap)\n"
             "  --cgroup-name NAME      cgroup subtree name (default mesh-sandboxd)\n"
             "  --hibernate-on-exit     on SIGTERM kill commands in flight and stop all\n"
@@ -125,6 +126,7 @@ static void parse_flags(int argc, char **argv)
         {"state-dir", 1, 0, 'd'},      {"rootfs", 1, 0, 'r'},       {"sandbox-user", 1, 0, 'u'},
         {"release", 1, 0, 'R'},        {"max-body-bytes", 1, 0, 'B'},
         {"max-file-bytes", 1, 0, 'F'}, {"max-output-bytes", 1, 0, 'O'},
+        {"max-kept-output-bytes", 1, 0, 'K'},
         {"bwrap", 1, 0, 'w'},          {"cgroup-name", 1, 0, 'c'},  {"help", 0, 0, 'h'},
         {"hibernate-on-exit", 0, 0, 'H'}, {"broker-dir", 1, 0, 'b'},
         {"test-resolve", 1, 0, 'T'},   {"protect-path", 1, 0, 'P'},
@@ -136,6 +138,7 @@ static void parse_flags(int argc, char **argv)
     g_config.is_root = geteuid() == 0;
     g_config.max_body_bytes = g_config.max_file_bytes = 64u << 20;
     g_config.max_output_bytes = 1u << 20;
+    g_config.max_kept_output_bytes = 256u << 20;
     g_config.bwrap_path = "/usr/bin/bwrap";
     g_config.cgroup_name = "mesh-sandboxd";
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
@@ -163,6 +166,9 @@ static void parse_flags(int argc, char **argv)
         case 'B': g_config.max_body_bytes = parse_size(optarg, "--max-body-bytes"); break;
         case 'F': g_config.max_file_bytes = parse_size(optarg, "--max-file-bytes"); break;
         case 'O': g_config.max_output_bytes = parse_size(optarg, "--max-output-bytes"); break;
+        case 'K':
+            g_config.max_kept_output_bytes = parse_size(optarg, "--max-kept-output-bytes");
+            break;
         case 'w': g_config.bwrap_path = optarg; break;
         case 'c': g_config.cgroup_name = optarg; cgroup_name_given = true; break;
         case 'P': g_config.protect_path = optarg; break;

@@ -82,6 +82,7 @@ struct config {
     size_t max_body_bytes;
     size_t max_file_bytes;
     size_t max_output_bytes;
+    size_t max_kept_output_bytes;    /* per stream, for output "tail" */
     struct rlimit inherited_files; /* the open-files limit before the daemon raised its own;
                                       sandbox processes get this one back */
 };
@@ -267,7 +268,13 @@ bool holder_ends_within(struct workspace *ws, int ms);
 void sandbox_kill_strays(bool (*registered)(const char *id, pid_t holder_pid));
 
 /* ---- exec (exec.c) ---- */
-json_t *exec_run_request(struct workspace *ws, json_t *body, struct api_error *err);
+/* An exec's kept output as raw bytes, stdout then stderr (output "tail"); malloc'd. */
+struct exec_output {
+    unsigned char *bytes;
+    size_t len;
+};
+json_t *exec_run_request(struct workspace *ws, json_t *body, struct exec_output *raw,
+                         struct api_error *err);
 bool exec_kill_by_key(struct workspace *ws, const char *key);
 void exec_kill_all(struct workspace *ws);
 

@@ -1,9 +1,10 @@
 -- Conformance: acquisition is lazy; exec semantics (exit codes, streams, stdin, env, dir,
--- missing program, timeout that kills the whole tree, clamped output) on backend :backend.
+-- missing program, timeout that kills the whole tree, clamped output, output stored whole)
+-- on backend :backend.
 \set suite exec
 \ir lib.psql
 SELECT :'tag' || '-1' AS run \gset
-SELECT plan(20);
+SELECT plan(23);
 
 -- acquisition is lazy: a row, no backend call
 SELECT is((SELECT status FROM mesh_acquire(:'run', :'agent', 'conformance')), 'pending',
@@ -55,6 +56,17 @@ SELECT is((SELECT exit_code FROM pg_temp.x(:'run', ARRAY['test', '-e', 'late.txt
 SELECT results_eq(format($q$SELECT status, truncated, length(stdout) < 200000, stdout LIKE '%%bytes omitted%%', left(stdout, 6), right(stdout, 7)
                     FROM pg_temp.x(%L, ARRAY['sh', '-c', 'echo start; head -c 300000 /dev/zero | tr "\0" x; echo; echo finish'])$q$, :'run'),
                   $$VALUES ('ok', true, true, true, E'start\n', E'finish\n')$$, 'large output keeps head and tail with a marker');
+
+-- and stored whole, as the command wrote it (NUL and invalid UTF-8 included), each stream apart
+SELECT exec_id AS whole, stdout_bytes AS whole_bytes
+  FROM mesh_exec(:'run', ARRAY['sh', '-c', 'printf "a\000b\377"; head -c 300000 /dev/zero | tr "\0" x; printf end; printf "e\000" >&2']) \gset
+SELECT is(:whole_bytes::bigint, 300007::bigint, 'mesh_exec says how long the stored stdout is');
+SELECT results_eq(format($q$SELECT length(data), substring(data FOR 4), substring(data FROM 300005), next_offset
+                              FROM mesh_exec_output_bytes(%s, 'stdout', 0, 1000000)$q$, :whole),
+                  $$VALUES (300007, '\x610062ff'::bytea, '\x656e64'::bytea, 300007::bigint)$$,
+                  'stdout is stored whole, byte for byte');
+SELECT is((SELECT data FROM mesh_exec_output_bytes(:whole, 'stderr')), '\x6500'::bytea,
+          'stderr is stored apart, byte for byte');
 
 -- every exec is a row, none left running
 SELECT is((SELECT count(*) FILTER (WHERE status = 'running') FROM mesh.execs WHERE run_id = :'run'), 0::bigint,

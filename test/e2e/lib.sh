@@ -44,12 +44,27 @@ wait_daemon_ready() {
   return 1
 }
 
+# stand_in_run BACKEND SOCKET RUN ACTOR: backend BACKEND on the stand-in at SOCKET, its agent
+# BACKEND-agent pinned to it, and RUN of that agent declared by ACTOR.
+stand_in_run() {
+  q "SELECT mesh.backend_add('$1', 'sandboxd', '{\"socket\": \"$2\"}', catalog_order => 900)" >/dev/null &&
+    q "SELECT mesh.agent_set('$1-agent', backend => '$1')" >/dev/null &&
+    q "SELECT 1 FROM mesh_acquire('$3', '$1-agent', '$4')" >/dev/null
+}
+
 # stand_in SOCKET: a stand-in backend on unix socket SOCKET, in the background (its pid in
-# $!); stdin is Python defining class Handler (a socketserver request handler), which serves
-# each connection on a thread of its own.  Returns once the socket is there.
+# $!); stdin is Python defining class Handler (a socketserver request handler, or a
+# QuietHTTPHandler: http.server's without its request log), which serves each connection on a
+# thread of its own.  Returns once the socket is there.
 stand_in() {
-  local sock=$1
-  /usr/bin/python3 -c "$(cat; cat <<'PY'
+  local sock=$1 quiet='
+import http.server
+
+class QuietHTTPHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+'
+  /usr/bin/python3 -c "$quiet$(cat; cat <<'PY'
 
 import os, socketserver, sys
 

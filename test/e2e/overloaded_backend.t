@@ -8,9 +8,9 @@
 plan 6
 dir=$(mktemp -d /tmp/mesh-full.XXXXXX); chmod 755 "$dir"
 stand_in "$dir/full.sock" <<'PY'
-import http.server, json
+import json
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(QuietHTTPHandler):
     def answer(self):
         body = json.dumps({"error": {"code": "out_of_resources",
                                      "message": "as many workspaces run as the open-files limit allows"}}).encode()
@@ -20,16 +20,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
     do_GET = do_PUT = do_POST = do_DELETE = answer
-    def log_message(self, *args):
-        pass
 PY
 fake=$!
 trap 'kill $fake 2>/dev/null; rm -rf "$dir"' EXIT
 be=full-$$; run=full-run-$$
 
-q "SELECT mesh.backend_add('$be', 'sandboxd', '{\"socket\": \"$dir/full.sock\"}', catalog_order => 900)" >/dev/null
-q "SELECT mesh.agent_set('$be-agent', backend => '$be')" >/dev/null
-q "SELECT 1 FROM mesh_acquire('$run', '$be-agent', 'olga')" >/dev/null
+stand_in_run "$be" "$dir/full.sock" "$run" olga
 err=$(psql -X -q -v VERBOSITY=verbose -v ON_ERROR_STOP=1 -c "SET client_min_messages = warning" \
       -c "SELECT exit_code FROM mesh_exec('$run', ARRAY['true'])" 2>&1)
 echo "$err" | sed 's/^/# /'

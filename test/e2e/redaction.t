@@ -2,9 +2,9 @@
 # Redaction: a granted secret, used by a run in a URL's host and query, a header, a userinfo,
 # an argument (of mesh_exec's argv and of commands inside), a program's name and output,
 # never lands in plain form in the server log (with the embedded daemon's and proxy's lines),
-# an event, an exec row, a NOTICE or an error the caller sees.
+# an event, an exec row, the stored output, a NOTICE or an error the caller sees.
 . "$(dirname "$0")/lib.sh"
-plan 10
+plan 11
 canary="canary$RANDOM$RANDOM$RANDOM"   # fits a host name label
 run="redact-$RANDOM"
 log="$PGDIR/server.log"
@@ -40,6 +40,10 @@ is "$(q "SELECT count(*) FROM mesh.events WHERE strpos(detail::text, '$canary') 
 is "$(q "SELECT count(*) FROM mesh.execs WHERE run_id = '$run'
           AND strpos(argv::text || stdout || stderr || coalesce(error, ''), '$canary') = 0")" \
    "$(q "SELECT count(*) FROM mesh.execs WHERE run_id = '$run'")" "no exec row holds the value"
+stored=$(q "SELECT mesh.output_text(string_agg(o.data, '' ORDER BY o.exec_id, o.stream, o.start_offset))
+             FROM mesh.exec_output o JOIN mesh.execs e ON e.id = o.exec_id WHERE e.run_id = '$run'")
+{ echo "$stored" | grep -q "out \[redacted TOK\] \[redacted TOK\]" && ! echo "$stored" | grep -q "$canary"; }
+ok $? "the stored output holds the value redacted, never plain"
 is "$(q "SELECT argv[5] FROM mesh.execs WHERE run_id = '$run' ORDER BY id LIMIT 1")" "[redacted TOK]" \
    "an argument holding the value is stored redacted"
 q "SELECT pg_catalog.pg_sleep(0)" >/dev/null   # one more round trip: the log lines are written

@@ -2,8 +2,9 @@
  * fuzz_requests.c - libFuzzer target for what request handlers validate before they touch a
  * workspace: exec bodies (exec.c), acquire bodies (workspace.c), snapshot capture bodies and
  * snapshot list filters (snapshot.c), file paths and modes (files.c), label filters and
- * workspace ids. The first byte picks the parser, the rest is
- * the untrusted input. The daemon's sources are included to reach their static parsers; the
+ * workspace ids, and the capture of a command's output in pieces of any size (exec.c: the
+ * kept tail must be exactly the stream's last bytes). The first byte picks the parser, the
+ * rest is the untrusted input. The daemon's sources are included to reach their static parsers; the
  * rest of the daemon is linked as is (no main.c).
  */
 #include "../../src/sandboxd/exec.c"
@@ -93,6 +94,69 @@ static void fuzz_path(const uint8_t *data, size_t size)
     free(mode_text);
 }
 
+/*
+ * Output capture: byte 0 the budget (1-256), byte 1 the mode (odd: tail only), then pieces,
+ * each a length byte and that many bytes of output. The tail-only result (raw, as output
+ * "tail" answers) must be the stream's last bytes exactly, its length in stdout_kept; head
+ * and tail (base64) must hold both ends.
+ */
+static void fuzz_capture(const uint8_t *data, size_t size)
+{
+    if (size < 2)
+        return;
+    size_t limit = (size_t)data[0] + 1;
+    bool tail_only = data[1] & 1;
+    struct capture cap;
+    capture_init(&cap, limit, tail_only);
+    unsigned char *stream = malloc(size + 1);
+    size_t stream_len = 0;
+    for (size_t i = 2; i < size;) {
+        size_t n = data[i++];
+        if (n > size - i)
+            n = size - i;
+        capture_append(&cap, data + i, n);
+        memcpy(stream + stream_len, data + i, n);
+        stream_len += n;
+        i += n;
+    }
+    if (cap.total != stream_len)
+        abort();
+    bool truncated = false;
+    if (tail_only) {
+        /* as an exec answers output "tail": raw bytes, stdout then (here empty) stderr */
+        struct capture none;
+        struct exec_output raw = {0};
+        json_t *resp = json_object();
+        capture_init(&none, limit, true);
+        size_t want = stream_len < limit ? stream_len : limit;
+        if (!capture_finish_raw(&cap, &none, resp, &raw, &truncated) ||
+            truncated != (stream_len > limit) || raw.len != want ||
+            json_integer_value(json_object_get(resp, "stdout_kept")) != (json_int_t)want ||
+            json_integer_value(json_object_get(resp, "stderr_kept")) != 0 ||
+            memcmp(raw.bytes, stream + stream_len - want, want) != 0)
+            abort();
+        json_decref(resp);
+        free(raw.bytes);
+        free(stream);
+        return;
+    }
+    char *b64 = capture_finish(&cap, &truncated);
+    size_t kept_len;
+    bool ok;
+    unsigned char *kept = base64_decode(b64, &kept_len, &ok);
+    if (!ok || truncated != (stream_len > limit))
+        abort();
+    size_t head = stream_len < (limit + 1) / 2 ? stream_len : (limit + 1) / 2;
+    size_t tail = stream_len - head < limit - (limit + 1) / 2 ? stream_len - head
+                                                              : limit - (limit + 1) / 2;
+    if (kept_len < head + tail || memcmp(kept, stream, head) != 0 ||
+        memcmp(kept + kept_len - tail, stream + stream_len - tail, tail) != 0)
+        abort();
+    free(kept);
+    free(b64);
+    free(stream);
+}
+
 /* One input: selector byte, then the bytes for that parser. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -103,6 +167,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t which = data[0] % 6;
     data++;
     size--;
+    if (which == 5) {
+        fuzz_capture(data, size);
+        return 0;
+    }
     char *text = strndup((const char *)data, size);
     struct api_error err = {0};
     if (which <= 2) {

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Exec semantics: exit codes, signals, stdin, env, dir, 127, output clamping, concurrency,
-# exec keys, metering fields.
+# exec keys, metering fields, output "tail" (the last bytes as they came).
 . "$(dirname "$0")/lib.sh"
-plan 26
+plan 31
 sd_start --max-output-bytes 1000
 new_ws e1
 
@@ -42,6 +42,21 @@ like "$(stdout_of "$r")" '^1
 9999
 10000$' "per-request max_output_bytes"
 
+# output "tail": the last max_output_bytes as they came, no marker, capped by
+# --max-kept-output-bytes rather than --max-output-bytes (1000 here)
+r=$(exec_tail e1 '{"argv":["sh","-c","seq 1 10000"],"max_output_bytes":30001,"output":"tail"}')
+is "$(field "$r" '[.truncated,.stdout_bytes,.stdout_kept,.rest]|map(tostring)|join(",")')|$(md5sum < "$SD_DIR/tail.out")" \
+   "true,48894,30001,0|$(seq 1 10000 | tail -c 30001 | md5sum)" "output tail keeps exactly the last bytes, counts all"
+is "$(field "$r" '[has("stdout_b64"),has("stderr_b64")]|map(tostring)|join(",")')" "false,false" \
+   "output tail answers raw bytes after the JSON line, no base64"
+r=$(exec_tail e1 '{"argv":["sh","-c","printf '"'"'a\\000b\\377c\\n'"'"'; printf '"'"'\\376'"'"' >&2"],"output":"tail"}')
+is "$(od -An -c "$SD_DIR/tail.out" | tr -s ' ')|$(od -An -c "$SD_DIR/tail.err" | tr -s ' ')|$(field "$r" .rest)" \
+   "$(printf 'a\000b\377c\n' | od -An -c | tr -s ' ')|$(printf '\376' | od -An -c | tr -s ' ')|0" \
+   "output tail keeps NUL, newlines and invalid UTF-8 bytes as they came, stdout then stderr"
+r=$(exec_tail e1 '{"argv":["seq","1","100000"],"max_output_bytes":100000000,"output":"tail"}')
+is "$(field "$r" .truncated)|$(md5sum < "$SD_DIR/tail.out")" "false|$(seq 1 100000 | md5sum)" \
+   "output tail grows its buffer for output larger than 64 KiB, all of it kept"
+r=$(exec_json e1 '{"argv":["true"],"output":"middle"}'); is "$(err_code "$r")" bad_request "an unknown output mode is bad_request"
 r=$(exec_json e1 '{"argv":[]}'); is "$(err_code "$r")" bad_request "empty argv is bad_request"
 r=$(exec_json e1 '{"argv":["a\u0000b"]}'); is "$(err_code "$r")" bad_request "NUL in argv is refused"
 r=$(exec_json e1 '{"argv":["true"],"timeout_ms":"x"}'); is "$(err_code "$r")" bad_request "wrong type timeout_ms"

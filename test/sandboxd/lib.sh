@@ -165,6 +165,18 @@ run_sh() { exec_json "$1" "$(jq -nc --arg s "$2" '{argv:["sh","-c",$s]}')"; }
 stdout_of() { echo "$1" | jq -r '.stdout_b64' | base64 -d; }
 stderr_of() { echo "$1" | jq -r '.stderr_b64' | base64 -d; }
 field() { echo "$1" | jq -r "$2"; }
+# exec_tail WS BODY -> the JSON line of an output "tail" answer; the raw stdout and stderr
+# after it land in $SD_DIR/tail.out and $SD_DIR/tail.err, and "rest" in the JSON says how many
+# bytes the body held beyond the JSON line and both streams (0 when well framed)
+exec_tail() {
+    local body="$SD_DIR/tail.body" line n o e
+    exec_json "$1" "$2" > "$body"
+    line=$(head -n 1 "$body"); n=$(head -n 1 "$body" | wc -c)
+    o=$(echo "$line" | jq -r '.stdout_kept // 0'); e=$(echo "$line" | jq -r '.stderr_kept // 0')
+    tail -c +$((n + 1)) "$body" | head -c "$o" > "$SD_DIR/tail.out"
+    tail -c +$((n + o + 1)) "$body" | head -c "$e" > "$SD_DIR/tail.err"
+    echo "$line" | jq -c --argjson rest $(( $(wc -c < "$body") - n - o - e )) '. + {rest: $rest}'
+}
 
 finish() { exit $TEST_FAILED; }
 

@@ -1,0 +1,29 @@
+/*-------------------------------------------------------------------------
+ *
+ * exec_output.h
+ *	  An exec's output: stored whole, clamped for people.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MESH_EXEC_OUTPUT_H
+#define MESH_EXEC_OUTPUT_H
+
+#include "postgres.h"
+
+#include "mesh_json.h"
+
+#include "backends/backend.h"
+
+/* One stream as the worker stores it: the kept bytes and how many came before. */
+typedef struct MeshOutputStream
+{
+	const char *data;
+	size_t		len;
+	int64		dropped;
+} MeshOutputStream;
+
+extern void exec_output_store(int64 exec_id, const MeshOutputStream streams[2]);
+extern void exec_output_clamp(char **data, size_t *len, int64 total, long max_bytes,
+							  bool *truncated);
+
+#endif							/* MESH_EXEC_OUTPUT_H */
