@@ -56,21 +56,34 @@ ok $? "$TURNS turns ran without an error"
 grep -m3 -E 'aborted|ERROR' "$out/pgbench.err" | sed 's/^/#   /'
 snapshot > "$out/after"
 
-# growth per process, against per-turn bounds: contexts 16 B (plus 128 kB for plans
-# cached once, e.g. of an error path the warm-up did not take), anonymous memory 512 B
-# (the daemon 1 kB), descriptors 8 in all.  The anonymous bound is loose: a worker's heap
-# still creeps towards its high-water mark for a while after the warm-up (up to ~400 B per
-# turn seen).  Before these were fixed, each worker grew by about 1 kB of contexts and
-# 2 kB of anonymous memory per turn it served.
-growth=$(join <(sort -k2 "$out/before" | awk '{print $2, $1, $3, $4, $5}' | sort) \
-              <(sort -k2 "$out/after" | awk '{print $2, $3, $4, $5}' | sort) |
+# growth per process between two snapshots ($1, $2), against per-turn bounds: contexts
+# 16 B (plus 128 kB for plans cached once, e.g. of an error path the warm-up did not take),
+# anonymous memory 512 B (the daemon 1 kB), descriptors 8 in all.  Before these were
+# fixed, each worker grew by about 1 kB of contexts and 2 kB of anonymous memory per turn.
+growth() {
+  join <(sort -k2 "$1" | awk '{print $2, $1, $3, $4, $5}' | sort) \
+       <(sort -k2 "$2" | awk '{print $2, $3, $4, $5}' | sort) |
   awk -v t="$TURNS" '{
     ctx = $6 - $3; anon = $7 - $4; fd = $8 - $5
     anon_bound = ($2 == "mesh-sandboxd") ? t * 1024 / 1024 : t * 512 / 1024
     bad = (ctx > 131072 + t * 16) || (anon > anon_bound) || (fd > 8)
     printf "%s%s pid %s: contexts %+d B, anonymous %+d kB, descriptors %+d over %d turns\n",
-           bad ? "BAD " : "", $2, $1, ctx, anon, fd, t }')
+           bad ? "BAD " : "", $2, $1, ctx, anon, fd, t }'
+}
+growth=$(growth "$out/before" "$out/after")
 echo "$growth" | sed 's/^/# /'
+# A worker's malloc heap can still be settling towards its high-water mark after the
+# warm-up, more so after the big outputs of the tests before this one (glibc raises its
+# mmap threshold after freeing a large block, so later large blocks come from the heap).
+# A leak grows again in a second window of as many turns; a settling heap does not: a
+# process over its bounds is judged on that second window.
+if echo "$growth" | grep -q '^BAD'; then
+  turns "$TURNS"
+  snapshot > "$out/again"
+  growth=$(growth "$out/after" "$out/again")
+  echo "# over the bounds: judged on a second window of $TURNS turns" 
+  echo "$growth" | sed 's/^/# /'
+fi
 is "$(echo "$growth" | grep -c '^BAD')" 0 \
    "no mesh worker, broker, reaper or the daemon grows per turn (memory contexts, anonymous memory, descriptors)"
 is "$(q "SELECT count(*) FROM mesh.workspaces WHERE agent_id = '$agent' AND status <> 'released'")" 0 "every soak workspace was released"
