@@ -1117,12 +1117,18 @@ $$;
 -- database.  Off (the default), every harness role sees and drives every run.
 ------------------------------------------------------------------------------
 -- May role caller see and drive a run declared by owner?  Its owner's
--- members, mesh_admin's members and superusers always may.
+-- members, mesh_admin's members and superusers always may.  PL/pgSQL, not
+-- SQL: a SQL function that cannot be inlined (this one is SECURITY
+-- DEFINER) is parsed and planned again for every statement that calls it,
+-- and the workers call it for every call; PL/pgSQL keeps its plan for the
+-- session.
 CREATE FUNCTION mesh.may_drive(owner regrole, caller oid) RETURNS boolean
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
-    SELECT NOT s.run_ownership OR owner IS NULL OR caller IS NULL
-           OR pg_has_role(caller, owner::oid, 'MEMBER') OR pg_has_role(caller, 'mesh_admin', 'MEMBER')
-      FROM mesh.settings s
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    RETURN (SELECT NOT s.run_ownership OR owner IS NULL OR caller IS NULL
+                   OR pg_has_role(caller, owner::oid, 'MEMBER') OR pg_has_role(caller, 'mesh_admin', 'MEMBER')
+              FROM mesh.settings s);
+END
 $$;
 
 ------------------------------------------------------------------------------

@@ -138,7 +138,10 @@ typedef struct LoadArgs
 {
 	const char *run_id;
 	const char *caller_role;
-	MeshRows   *rows;
+	MeshWorkspace *ws;
+	MeshLoadThen then;
+	void	   *then_arg;
+	bool		then_wrote;
 } LoadArgs;
 
 static const char load_sql[] =
@@ -185,20 +188,30 @@ fill_workspace(MeshWorkspace *ws, const MeshRows *r)
 	ws->egress = mesh_col_text(r, 0, "egress");
 }
 
-/* A run another role owns is, to this caller, a run that does not exist. */
+/*
+ * A run another role owns is, to this caller, a run that does not exist.
+ * The row is read into the caller's memory, then handed to the caller's
+ * then, if any, in the same transaction.
+ */
 static void
 load_body(void *arg)
 {
 	LoadArgs   *a = (LoadArgs *) arg;
 	MeshParam	p[2] = {mesh_text_param(a->run_id),
 	a->caller_role ? mesh_oid_param(atooid(a->caller_role)) : mesh_null_param(OIDOID)};
+	MeshRows   *rows = mesh_sql(load_sql, 2, p);
+	MemoryContext old;
 
-	a->rows = mesh_sql(load_sql, 2, p);
-	if (a->rows->n == 0)
+	if (rows->n == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("run \"%s\" has no workspace declared", a->run_id),
 				 errhint("Call mesh_acquire(run_id, agent_id, actor_id) first.")));
+	old = MemoryContextSwitchTo(mesh_txn_result_cxt());
+	fill_workspace(a->ws, rows);
+	MemoryContextSwitchTo(old);
+	if (a->then)
+		a->then_wrote = a->then(a->ws, a->then_arg);
 }
 
 /*
@@ -210,12 +223,29 @@ load_body(void *arg)
 bool
 store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, ErrorData **err)
 {
-	LoadArgs	a = {run_id, caller_role, NULL};
+	return store_load_then(run_id, caller_role, ws, NULL, NULL, NULL, err);
+}
+
+/*
+ * store_load, then then(ws, arg) on the row in the same transaction, so
+ * that what the caller does next on it (an exec row, say) costs no
+ * transaction of its own.  An error of then's fails the whole transaction,
+ * load included.  When then wrote, *commit_lsn is where the commit ended:
+ * it commits deferred, and the caller makes it durable (worker_want_durable)
+ * before it tells anybody; otherwise *commit_lsn is InvalidXLogRecPtr.
+ */
+bool
+store_load_then(const char *run_id, const char *caller_role, MeshWorkspace *ws,
+				MeshLoadThen then, void *arg, XLogRecPtr *commit_lsn, ErrorData **err)
+{
+	LoadArgs	a = {run_id, caller_role, ws, then, arg, false};
 
 	memset(ws, 0, sizeof(*ws));
-	if (!mesh_txn("mesh worker: load run", MESH_COMMIT_DURABLE, load_body, &a, err))
+	if (!mesh_txn("mesh worker: load run", then ? MESH_COMMIT_DEFERRED : MESH_COMMIT_DURABLE,
+				  load_body, &a, err))
 		return false;
-	fill_workspace(ws, a.rows);
+	if (commit_lsn)
+		*commit_lsn = a.then_wrote ? mesh_txn_commit_lsn() : InvalidXLogRecPtr;
 	return true;
 }
 
@@ -548,6 +578,20 @@ store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
 	*commit_lsn = mesh_txn_commit_lsn();
 	*delivered = a.delivered;
 	return true;
+}
+
+/*
+ * The exec row, written in the transaction running now: the then of
+ * store_load_then, whose commit carries it (deferred, as above).
+ */
+void
+store_exec_start_here(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id, List **delivered)
+{
+	ExecStartArgs a = {ws, spec, 0, NIL};
+
+	exec_start_body(&a);
+	*exec_id = a.exec_id;
+	*delivered = a.delivered;
 }
 
 static const char mint_sql[] =

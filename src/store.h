@@ -130,6 +130,15 @@ extern bool store_declare(const char *run_id, const char *agent_id, const char *
 						  const char *parent_run_id, const char *environment,
 						  const char *owner_role, Datum *row, ErrorData **err);
 extern bool store_load(const char *run_id, const char *caller_role, MeshWorkspace *ws, ErrorData **err);
+
+/*
+ * What a caller does on a run's row in the transaction that loaded it
+ * (store_load_then); returns whether it wrote anything.
+ */
+typedef bool (*MeshLoadThen) (MeshWorkspace *ws, void *arg);
+
+extern bool store_load_then(const char *run_id, const char *caller_role, MeshWorkspace *ws,
+							MeshLoadThen then, void *arg, XLogRecPtr *commit_lsn, ErrorData **err);
 extern bool store_begin_materialize(MeshWorkspace *ws, const char *install_id, MeshCommit commit,
 									ErrorData **err);
 extern bool store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, MeshCommit commit,
@@ -138,6 +147,8 @@ extern bool store_materialize_failed(MeshWorkspace *ws, bool retryable, const ch
 									 ErrorData **err);
 extern bool store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
 							   XLogRecPtr *commit_lsn, List **delivered, ErrorData **err);
+extern void store_exec_start_here(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,
+								  List **delivered);
 extern bool store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err);
 extern bool store_exec_finished(int64 exec_id, const MeshExecRecord *rec, XLogRecPtr *commit_lsn,
 								ErrorData **err);

@@ -78,7 +78,7 @@ worker_small_response_limit(WorkerCall *call)
 static const WorkerOpDef op_defs[] = {
 	[MESH_OP_ACQUIRE] = {"the call", OP_SCOPE_RUN, run_declare, NULL, NULL},
 	[MESH_OP_EXEC] = {"the command", OP_SCOPE_READY_WORKSPACE, start_exec, finish_exec,
-	exec_response_limit},
+	exec_response_limit, exec_start_at_load},
 	[MESH_OP_READ_FILE] = {"the file read", OP_SCOPE_READY_WORKSPACE, start_read, finish_read,
 	read_response_limit},
 	[MESH_OP_WRITE_FILE] = {"the file write", OP_SCOPE_READY_WORKSPACE, start_write, finish_write,
@@ -623,11 +623,22 @@ start_operation(WorkerCall *call)
  *--------------------------------------------------------------------------
  */
 
+/* The operation's start_at_load, as store_load_then calls it. */
+static bool
+start_at_load(MeshWorkspace *ws, void *arg)
+{
+	WorkerCall *call = (WorkerCall *) arg;
+
+	Assert(ws == &call->ws);
+	return call->def->start_at_load(call);
+}
+
 /* A call in STEP_START: load the run, then materialize, park or operate. */
 static void
 advance_call(WorkerCall *call)
 {
 	ErrorData  *err;
+	XLogRecPtr	written;
 
 	if (call->def->scope == OP_SCOPE_RUN)
 	{
@@ -639,11 +650,15 @@ advance_call(WorkerCall *call)
 		call->step = STEP_PARKED;
 		return;
 	}
-	if (!store_load(call->run_id, caller_role(call), &call->ws, &err))
+	if (!store_load_then(call->run_id, caller_role(call), &call->ws,
+						 call->def->start_at_load ? start_at_load : NULL, call, &written, &err))
 	{
+		call->started_at_load = false;	/* rolled back with the load */
 		reply_txn_error(call, err);
 		return;
 	}
+	/* rows the load's transaction wrote: durable before the caller hears more */
+	worker_want_durable(written);
 	if (call->def->scope == OP_SCOPE_ANY_WORKSPACE)
 	{
 		call->def->start(call);

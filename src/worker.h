@@ -75,6 +75,7 @@ typedef struct WorkerCall
 	List	   *delivered;		/* secrets delivered into this exec's environment */
 	char	   *secret_body;	/* a request body holding a secret, wiped once sent */
 	bool		woke_once;		/* already woke a stopped workspace for this call */
+	bool		started_at_load;	/* the operation's rows were written with the load */
 	json_t	   *env;			/* the command's environment, built for the driver */
 	MeshCallTimes times;		/* where the call's time went, sent with the reply */
 	uint64		txn_mark;		/* mesh_txn_time_ns when last added to times */
@@ -99,6 +100,13 @@ struct WorkerOpDef
 	void		(*finish) (WorkerCall *call);
 	/* the largest response the operation accepts */
 	size_t		(*response_limit) (WorkerCall *call);
+
+	/*
+	 * Called in the transaction that loads the run, its row in call->ws:
+	 * writes the operation's first rows there when it can start on the
+	 * workspace as loaded, and says whether it did.  NULL: never.
+	 */
+	bool		(*start_at_load) (WorkerCall *call);
 };
 
 extern const WorkerOpDef *worker_op(MeshOp op);
@@ -144,6 +152,7 @@ extern bool broker_listening(WorkerCall *call);
 extern void climb_tier(WorkerCall *call);
 
 /* worker_exec.c: exec, cancel, budgets, egress notices, redaction */
+extern bool exec_start_at_load(WorkerCall *call);
 extern void start_exec(WorkerCall *call);
 extern void finish_exec(WorkerCall *call);
 extern size_t exec_response_limit(WorkerCall *call);

@@ -179,13 +179,49 @@ exec_spec_from_request(WorkerCall *call)
 	call->spec.max_output_bytes = Max(mesh_exec_output_limit_bytes, r->max_output);
 }
 
-void
-start_exec(WorkerCall *call)
+/*
+ * In the transaction that loads the run (store_load_then): a command that
+ * can start on the workspace as loaded (ready, its backend usable, its run
+ * token valid, the shell capability, budget left) has its exec row written
+ * there, so a warm exec takes one transaction before its request instead
+ * of two.  Anything else (a refusal, a materialization, a token to
+ * deliver, a budget stop) is left to start_exec after the load, as before.
+ */
+bool
+exec_start_at_load(WorkerCall *call)
 {
-	MeshHttpRequest req;
+	MeshWorkspace *ws = &call->ws;
+	MemoryContext old;
+
+	if (ws->status != MESH_WS_READY || (ws->has_grants && !ws->token_valid) ||
+		(ws->budget_seconds >= 0 && ws->budget_seconds - ws->compute_seconds <= 0) ||
+		!workspace_has_capability(call, "shell"))
+		return false;
+	old = MemoryContextSwitchTo(call->cxt);
+	if (!call->be.driver && !mesh_backend_from_workspace(ws, &call->be))
+	{
+		/* load_backend, after the load, tells the caller */
+		memset(&call->be, 0, sizeof(call->be));
+		MemoryContextSwitchTo(old);
+		return false;
+	}
+	exec_spec_from_request(call);
+	(void) bound_by_budget(call);	/* budget is left: it only bounds the timeout */
+	MemoryContextSwitchTo(old);
+	store_exec_start_here(ws, &call->spec, &call->exec_id, &call->delivered);
+	call->started_at_load = true;
+	return true;
+}
+
+/*
+ * The checks and the exec row of a command that did not start at the
+ * run's load: each refusal is the caller's error.
+ */
+static bool
+start_exec_row(WorkerCall *call)
+{
 	ErrorData  *err;
 	XLogRecPtr	exec_row_lsn;
-	bool		built;
 
 	if (!workspace_has_capability(call, "shell"))
 	{
@@ -193,18 +229,32 @@ start_exec(WorkerCall *call)
 					psprintf("backend \"%s\" cannot run commands (it does not declare the shell capability)",
 							 call->ws.backend_kind),
 					NULL, "Pin this agent to a backend with shell, or use only file calls.");
-		return;
+		return false;
 	}
 	exec_spec_from_request(call);
 	if (!bound_by_budget(call))
-		return;
-
+		return false;
 	if (!store_exec_started(&call->ws, &call->spec, &call->exec_id, &exec_row_lsn,
 							&call->delivered, &err))
 	{
 		reply_txn_error(call, err);
-		return;
+		return false;
 	}
+	/* the loop puts the request on the wire, then makes the exec row durable meanwhile */
+	worker_want_durable(exec_row_lsn);
+	return true;
+}
+
+void
+start_exec(WorkerCall *call)
+{
+	MeshHttpRequest req;
+	bool		built;
+
+	if (call->started_at_load)
+		call->started_at_load = false;
+	else if (!start_exec_row(call))
+		return;
 	deliver_environment(call);
 	call->spec.exec_key = psprintf(INT64_FORMAT, call->exec_id);
 	built = call->be.driver->exec_request(&call->be, begin_op(call), call->ws.external_ref,
@@ -212,8 +262,6 @@ start_exec(WorkerCall *call)
 	call->op_started = GetCurrentTimestamp();
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec, &call->out.exec,
 			 exec_response_limit(call));
-	/* the loop puts the request on the wire, then makes the exec row durable meanwhile */
-	worker_want_durable(exec_row_lsn);
 }
 
 /*
