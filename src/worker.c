@@ -870,7 +870,7 @@ start_kill(const MeshBackend *be, const char *ref, int64 exec_id)
 	ExecKill   *kill = palloc0(sizeof(ExecKill));
 	MeshHttpRequest req;
 	MeshOpState *st = mesh_run_begin(&kill->run, be);
-	bool		built = be->driver->kill_request(be, st, ref, psprintf(INT64_FORMAT, exec_id),
+	bool		built = be->driver->kill_request(be, st, ref, psprintf(INT64_FORMAT, exec_id), NULL,
 												 &req, &kill->run.err);
 
 	kill->exec_id = exec_id;

@@ -493,7 +493,7 @@ cancel_exec(WorkerCall *call)
 
 	/* the exec's own request is abandoned with the run: the daemon sees the disconnect */
 	built = call->be.driver->kill_request(&call->be, begin_op(call), call->ws.external_ref,
-										  call->spec.exec_key, &req, &call->run.err);
+										  call->spec.exec_key, NULL, &req, &call->run.err);
 	start_op(call, STEP_KILLING, built, &req, mesh_parse_kill, NULL,
 			 worker_small_response_limit(call));
 }

@@ -51,6 +51,7 @@ typedef struct MeshCapabilities
 	bool		hibernate;
 	bool		caller_chosen_id;
 	bool		seccomp;		/* workspace processes run under a system-call filter */
+	bool		background;		/* commands keep running between calls (mesh_exec_start) */
 } MeshCapabilities;
 
 extern char *mesh_capabilities_text(const MeshCapabilities *caps);
@@ -150,6 +151,8 @@ typedef struct MeshExecSpec
 	long		timeout_ms;
 	const char *exec_key;		/* the caller's name for the exec, for kill */
 	long		max_output_bytes;	/* per stream, the most recent bytes are kept */
+	bool		background;		/* start it and answer at once (exec_start_response); its
+								 * output and end come through exec_output */
 } MeshExecSpec;
 
 /*
@@ -187,6 +190,28 @@ typedef struct MeshExecResult
 	 */
 	char	   *egress_denials;
 } MeshExecResult;
+
+/*
+ * What a background command produced from the byte offsets asked for.
+ * The bytes may point into the response body.  *_from is where they start
+ * in their stream: the offset asked for, unless the backend no longer held
+ * it (then the first byte it still had; the bytes between were lost).
+ * ended: the command has ended and these bytes reach the end of both
+ * streams; result then holds the end (exit code, flags, metering, totals;
+ * its stream fields are unused).  A command that ended but still has bytes
+ * past these comes back with ended false, to be asked again at once.
+ */
+typedef struct MeshExecProgress
+{
+	const char *stdout_data;
+	size_t		stdout_len;
+	int64_t		stdout_from;
+	const char *stderr_data;
+	size_t		stderr_len;
+	int64_t		stderr_from;
+	bool		ended;
+	MeshExecResult result;
+} MeshExecProgress;
 
 typedef enum MeshReleaseOutcome
 {
@@ -271,9 +296,14 @@ typedef struct MeshDriver
 									 const MeshHttpResponse *resp,
 									 MeshExecResult *result, MeshError *err);
 
-	/* kill the whole process tree of a running exec */
+	/*
+	 * Signal the whole process tree of a running exec: SIGNAL is a name
+	 * without "SIG" (TERM, INT, HUP, QUIT, USR1, USR2, KILL); NULL means
+	 * KILL.  A command that already ended is success.
+	 */
 	bool		(*kill_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
-								 const char *exec_key, MeshHttpRequest *req, MeshError *err);
+								 const char *exec_key, const char *signal,
+								 MeshHttpRequest *req, MeshError *err);
 	MeshStepResult (*kill_response) (const MeshBackend *be, MeshOpState *st,
 									 const MeshHttpResponse *resp, MeshError *err);
 
@@ -288,6 +318,33 @@ typedef struct MeshDriver
 								  MeshHttpRequest *req, MeshError *err);
 	MeshStepResult (*write_response) (const MeshBackend *be, MeshOpState *st,
 									  const MeshHttpResponse *resp, MeshError *err);
+
+	/*
+	 * Background commands: only drivers whose backends may declare the
+	 * "background" capability set these; the others leave them NULL.
+	 * exec_request with spec->background starts the command (exec_key names
+	 * it from then on) and exec_start_response takes the backend's word
+	 * that it runs.  exec_output asks for what it wrote from the given byte
+	 * offsets on, waiting up to wait_ms for something new or for its end,
+	 * at most max_bytes per stream; bytes before the offsets asked for are
+	 * the caller's from then on (the backend may drop them).  exec_forget
+	 * lets the backend drop an ended command's record once its end is
+	 * stored (one already gone is success).
+	 */
+	MeshStepResult (*exec_start_response) (const MeshBackend *be, MeshOpState *st,
+										   const MeshHttpResponse *resp, MeshError *err);
+	bool		(*exec_output_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
+										const char *exec_key, int64_t stdout_from,
+										int64_t stderr_from, long wait_ms, size_t max_bytes,
+										MeshHttpRequest *req, MeshError *err);
+	MeshStepResult (*exec_output_response) (const MeshBackend *be, MeshOpState *st,
+											const MeshHttpResponse *resp,
+											MeshExecProgress *progress, MeshError *err);
+	bool		(*exec_forget_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
+										const char *exec_key, MeshHttpRequest *req,
+										MeshError *err);
+	MeshStepResult (*exec_forget_response) (const MeshBackend *be, MeshOpState *st,
+											const MeshHttpResponse *resp, MeshError *err);
 
 	/* prefer_hibernate: keep the filesystem where the backend can (idle reaping) */
 	bool		(*release_request) (const MeshBackend *be, MeshOpState *st, const char *ref,

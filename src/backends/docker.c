@@ -932,7 +932,8 @@ docker_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 
 static bool
 docker_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-					const char *exec_key, MeshHttpRequest *req, MeshError *err)
+					const char *exec_key, const char *signal, MeshHttpRequest *req,
+					MeshError *err)
 {
 	DockerOp   *op = op_new(st, ref);
 	json_t	   *cmd = script_cmd(kill_script);

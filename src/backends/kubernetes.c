@@ -904,10 +904,11 @@ k8s_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse
 
 static bool
 k8s_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *exec_key,
-				 MeshHttpRequest *req, MeshError *err)
+				 const char *signal, MeshHttpRequest *req, MeshError *err)
 {
 	MeshBackend inner = pod_daemon(be, ref);
-	bool		built = mesh_sandboxd_driver.kill_request(&inner, st, ref, exec_key, req, err);
+	bool		built = mesh_sandboxd_driver.kill_request(&inner, st, ref, exec_key, signal, req,
+														  err);
 
 	pod_daemon_done(be, &inner, ref, req);
 	return built;

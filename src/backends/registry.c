@@ -75,7 +75,7 @@ mesh_size_parse(const char *name, MeshSize *size)
 char *
 mesh_capabilities_text(const MeshCapabilities *caps)
 {
-	json_t	   *doc = json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
+	json_t	   *doc = json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
 								"shell", caps->shell,
 								"resource_limits", caps->resource_limits,
 								"compute_metering", caps->compute_metering,
@@ -84,7 +84,8 @@ mesh_capabilities_text(const MeshCapabilities *caps)
 								"snapshot", caps->snapshot,
 								"hibernate", caps->hibernate,
 								"caller_chosen_id", caps->caller_chosen_id,
-								"seccomp", caps->seccomp);
+								"seccomp", caps->seccomp,
+								"background", caps->background);
 	char	   *text = json_dumps(doc, JSON_COMPACT);
 	char	   *copy = pstrdup(text);
 

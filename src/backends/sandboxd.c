@@ -460,10 +460,13 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 
 static bool
 sandboxd_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-					  const char *exec_key, MeshHttpRequest *req, MeshError *err)
+					  const char *exec_key, const char *signal, MeshHttpRequest *req,
+					  MeshError *err)
 {
 	sandboxd_begin(be, req, "POST",
 				   psprintf("/v1/workspaces/%s/execs/%s/kill", ref, mesh_url_encode(exec_key)));
+	if (signal)
+		mesh_http_json_body(req, json_pack("{s:s}", "signal", signal));
 	req->timeout_ms = Min(req->timeout_ms, 10000);
 	return true;
 }
