@@ -305,7 +305,7 @@ static json_t *output_answer(struct background *bg, const struct output_query *q
         uint64_t left = h->base + h->len - from[s];
         kept[s] = left < q->max_bytes ? (size_t)left : q->max_bytes;
     }
-    json_t *doc = bg->end ? json_deep_copy(bg->end) : json_object();
+    json_t *doc = json_object();
     raw->bytes = malloc(kept[0] + kept[1] + 1);
     if (!doc || !raw->bytes) {
         json_decref(doc);
@@ -324,8 +324,10 @@ static json_t *output_answer(struct background *bg, const struct output_query *q
         json_object_set_new(doc, names[s][1], json_integer((json_int_t)kept[s]));
         json_object_set_new(doc, names[s][2], json_integer((json_int_t)(h->base + h->len)));
     }
-    if (bg->end)
+    if (bg->end) {
+        json_object_update_missing(doc, bg->end);
         bg->end_fetched = true;
+    }
     return doc;
 }
 
