@@ -4,7 +4,7 @@
 # byte-identical reassembly, backpressure instead of loss), killed with a signal that reaches
 # the whole tree, forgotten by DELETE or with their workspace; a restarted daemon knows none.
 . "$(dirname "$0")/lib.sh"
-plan 56
+plan 57
 
 # bg_start WS KEY SCRIPT [EXTRA_JSON] -> the 202 document of sh -c SCRIPT in the background
 bg_start() {
