@@ -918,15 +918,23 @@ k8s_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref, const 
 	return built;
 }
 
+/* Whether the API server answered 404 through the proxy: the workspace's pod is gone. */
+static bool
+pod_gone(const MeshHttpResponse *resp)
+{
+	K8sStatus	status;
+
+	return from_api_server(resp, &status) && status.code == 404;
+}
+
 /* A pod that is gone has nothing left to kill. */
 static MeshStepResult
 k8s_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 				  MeshError *err)
 {
 	MeshBackend inner = daemon_parser(be);
-	K8sStatus	status;
 
-	if (from_api_server(resp, &status) && status.code == 404)
+	if (pod_gone(resp))
 		return MESH_STEP_DONE;
 	if (proxied_failure(be, resp, err))
 		return MESH_STEP_FAILED;
@@ -965,9 +973,8 @@ k8s_exec_output_response(const MeshBackend *be, MeshOpState *st, const MeshHttpR
 						 MeshExecProgress *progress, MeshError *err)
 {
 	MeshBackend inner = daemon_parser(be);
-	K8sStatus	status;
 
-	if (from_api_server(resp, &status) && status.code == 404)
+	if (pod_gone(resp))
 	{
 		mesh_error_set(err, MESH_FAIL_NOT_RUNNING,
 					   "backend \"%s\" (Kubernetes): the workspace's pod is gone, and its background exec with it",
@@ -997,9 +1004,8 @@ k8s_exec_forget_response(const MeshBackend *be, MeshOpState *st, const MeshHttpR
 						 MeshError *err)
 {
 	MeshBackend inner = daemon_parser(be);
-	K8sStatus	status;
 
-	if (from_api_server(resp, &status) && status.code == 404)
+	if (pod_gone(resp))
 		return MESH_STEP_DONE;
 	if (proxied_failure(be, resp, err))
 		return MESH_STEP_FAILED;

@@ -556,14 +556,21 @@ sandboxd_exec_forget_request(const MeshBackend *be, MeshOpState *st, const char 
 	return true;
 }
 
+/* The answer to a delete: what is already gone (404) counts as deleted. */
+static MeshStepResult
+deleted_or_gone(const MeshBackend *be, const MeshHttpResponse *resp, MeshError *err)
+{
+	if (resp->transport_error == NULL && resp->status == 404)
+		return MESH_STEP_DONE;
+	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
+}
+
 /* A record that is already gone (released, expired, a restarted daemon) is forgotten. */
 static MeshStepResult
 sandboxd_exec_forget_response(const MeshBackend *be, MeshOpState *st,
 							  const MeshHttpResponse *resp, MeshError *err)
 {
-	if (resp->transport_error == NULL && resp->status == 404)
-		return MESH_STEP_DONE;
-	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
+	return deleted_or_gone(be, resp, err);
 }
 
 static bool
@@ -818,9 +825,7 @@ static MeshStepResult
 sandboxd_snapshot_delete_response(const MeshBackend *be, MeshOpState *st,
 								  const MeshHttpResponse *resp, MeshError *err)
 {
-	if (resp->transport_error == NULL && resp->status == 404)
-		return MESH_STEP_DONE;
-	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
+	return deleted_or_gone(be, resp, err);
 }
 
 static bool

@@ -318,7 +318,8 @@ static json_t *output_answer(struct background *bg, const struct output_query *q
     json_object_set_new(doc, "running", json_boolean(bg->end == NULL));
     for (int s = 0; s < 2; s++) {
         struct held *h = &bg->streams[s];
-        memcpy(raw->bytes + raw->len, h->buf + h->start + (from[s] - h->base), kept[s]);
+        if (kept[s] > 0)   /* a stream that never held a byte has no buffer */
+            memcpy(raw->bytes + raw->len, h->buf + h->start + (from[s] - h->base), kept[s]);
         raw->len += kept[s];
         json_object_set_new(doc, names[s][0], json_integer((json_int_t)from[s]));
         json_object_set_new(doc, names[s][1], json_integer((json_int_t)kept[s]));
