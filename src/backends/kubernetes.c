@@ -955,13 +955,12 @@ k8s_exec_start_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRe
 
 static bool
 k8s_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-						const char *exec_key, int64_t stdout_from, int64_t stderr_from,
-						long wait_ms, size_t max_bytes, MeshHttpRequest *req, MeshError *err)
+						const char *exec_key, const MeshOutputAsk *ask, MeshHttpRequest *req,
+						MeshError *err)
 {
 	MeshBackend inner = pod_daemon(be, ref);
-	bool		built = mesh_sandboxd_driver.exec_output_request(&inner, st, ref, exec_key,
-																 stdout_from, stderr_from,
-																 wait_ms, max_bytes, req, err);
+	bool		built = mesh_sandboxd_driver.exec_output_request(&inner, st, ref, exec_key, ask,
+																 req, err);
 
 	pod_daemon_done(be, &inner, ref, req);
 	return built;

@@ -476,17 +476,18 @@ sandboxd_exec_start_response(const MeshBackend *be, MeshOpState *st,
 /* How long past its wait_ms a GET of output may take on the wire. */
 #define SANDBOXD_OUTPUT_MARGIN_MS 10000
 
+/* The bytes before the *_kept offsets are the caller's for good: the daemon drops them. */
 static bool
 sandboxd_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-							 const char *exec_key, int64_t stdout_from, int64_t stderr_from,
-							 long wait_ms, size_t max_bytes, MeshHttpRequest *req,
-							 MeshError *err)
+							 const char *exec_key, const MeshOutputAsk *ask,
+							 MeshHttpRequest *req, MeshError *err)
 {
 	sandboxd_begin(be, req, "GET",
-				   psprintf("/v1/workspaces/%s/execs/%s/output?stdout_from=%lld&stderr_from=%lld&wait_ms=%ld&max_bytes=%zu",
-							ref, mesh_url_encode(exec_key), (long long) stdout_from,
-							(long long) stderr_from, wait_ms, max_bytes));
-	req->timeout_ms = Max(req->timeout_ms, wait_ms + SANDBOXD_OUTPUT_MARGIN_MS);
+				   psprintf("/v1/workspaces/%s/execs/%s/output?stdout_from=%lld&stderr_from=%lld&stdout_ack=%lld&stderr_ack=%lld&wait_ms=%ld&max_bytes=%zu",
+							ref, mesh_url_encode(exec_key), (long long) ask->stdout_from,
+							(long long) ask->stderr_from, (long long) ask->stdout_kept,
+							(long long) ask->stderr_kept, ask->wait_ms, ask->max_bytes));
+	req->timeout_ms = Max(req->timeout_ms, ask->wait_ms + SANDBOXD_OUTPUT_MARGIN_MS);
 	return true;
 }
 

@@ -333,9 +333,10 @@ static json_t *output_answer(struct background *bg, const struct output_query *q
 }
 
 /*
- * GET /v1/workspaces/{id}/execs/{key}/output: acknowledges the bytes before the offsets asked
- * for, waits up to the query's wait_ms for bytes at or past them or for the end, and answers
- * the document (with the raw bytes in RAW, stdout then stderr, framed like output "tail").
+ * GET /v1/workspaces/{id}/execs/{key}/output: acknowledges the bytes before the query's ack
+ * offsets, waits up to its wait_ms for bytes at or past its from offsets or for the end, and
+ * answers the document (with the raw bytes in RAW, stdout then stderr, framed like output
+ * "tail").
  */
 json_t *background_output(struct workspace *ws, const char *key, const struct output_query *q,
                           struct exec_output *raw, struct api_error *err)
@@ -354,8 +355,8 @@ json_t *background_output(struct workspace *ws, const char *key, const struct ou
             background_put(bg);
             return NULL;
         }
-    bool dropped = held_acknowledge(&bg->streams[0], q->from[0]);
-    dropped = held_acknowledge(&bg->streams[1], q->from[1]) || dropped;
+    bool dropped = held_acknowledge(&bg->streams[0], q->ack[0]);
+    dropped = held_acknowledge(&bg->streams[1], q->ack[1]) || dropped;
     if (dropped && write(bg->wake_fd, &(uint64_t){1}, sizeof(uint64_t)) < 0)
         log_event("background exec %s: cannot wake its supervisor: %s", key, strerror(errno));
     struct timespec until = realtime_in_ms((long)q->wait_ms);

@@ -320,8 +320,10 @@ static bool query_number(struct MHD_Connection *conn, const char *name, uint64_t
     return true;
 }
 
-/* GET /v1/workspaces/{id}/execs/{key}/output?stdout_from=N&stderr_from=M&wait_ms=W&max_bytes=B:
- * a background exec's output from the offsets on, framed like an exec's output "tail" answer. */
+/* GET /v1/workspaces/{id}/execs/{key}/output?stdout_from=N&stderr_from=M[&stdout_ack=A]
+ * [&stderr_ack=E]&wait_ms=W&max_bytes=B: a background exec's output from the offsets on, framed
+ * like an exec's output "tail" answer; acknowledged up to the _ack offsets (default: the _from
+ * ones). */
 static enum MHD_Result route_exec_output(struct route *r)
 {
     struct api_error err = {0};
@@ -331,6 +333,8 @@ static enum MHD_Result route_exec_output(struct route *r)
         return fail(r->conn, 405, "method_not_allowed", "use GET");
     if (!query_number(r->conn, "stdout_from", 0, INT64_MAX, &q.from[0], &err) ||
         !query_number(r->conn, "stderr_from", 0, INT64_MAX, &q.from[1], &err) ||
+        !query_number(r->conn, "stdout_ack", q.from[0], q.from[0], &q.ack[0], &err) ||
+        !query_number(r->conn, "stderr_ack", q.from[1], q.from[1], &q.ack[1], &err) ||
         !query_number(r->conn, "wait_ms", 0, 60000, &q.wait_ms, &err) ||
         !query_number(r->conn, "max_bytes", 1u << 20, 16u << 20, &max_bytes, &err))
         return send_error(r->conn, &err);

@@ -290,9 +290,11 @@ void exec_kill_all(struct workspace *ws, bool background_only);
 bool exec_signal_parse(json_t *body, int *sig, struct api_error *err);
 
 /* ---- background execs' records (background.c) ---- */
-/* What GET .../execs/{key}/output asks: stream offsets (stdout, stderr), wait and size. */
+/* What GET .../execs/{key}/output asks, per stream (stdout, stderr): where the answer's bytes
+ * start, and before which they are acknowledged (ack <= from); then the wait and the size. */
 struct output_query {
     uint64_t from[2];
+    uint64_t ack[2];
     uint64_t wait_ms;
     size_t max_bytes;
 };

@@ -4,7 +4,7 @@
 # byte-identical reassembly, backpressure instead of loss), killed with a signal that reaches
 # the whole tree, forgotten by DELETE or with their workspace; a restarted daemon knows none.
 . "$(dirname "$0")/lib.sh"
-plan 57
+plan 60
 
 # bg_start WS KEY SCRIPT [EXTRA_JSON] -> the 202 document of sh -c SCRIPT in the background
 bg_start() {
@@ -84,6 +84,17 @@ is "$(field "$line" '[.stdout_from, .stdout_kept] | join(" ")')" "12 0" \
 bg_get bg a 13 0 >/dev/null
 is "$(status)" 400 "an offset past the stream's total is refused"
 is "$(err_code "$(cat "$SD_DIR/bg.body")")" bad_offset "... as bad_offset"
+
+# --- acknowledgement apart from the offsets read from ---
+bg_start bg ack 'printf abcdef' >/dev/null
+bg_end bg ack >/dev/null   # its last fetch acknowledged nothing
+ackget() { api GET "/v1/workspaces/bg/execs/ack/output?$1" > "$SD_DIR/ack.body"
+           line=$(frame_split "$SD_DIR/ack.body" "$SD_DIR/ack.out" "$SD_DIR/ack.err")
+           echo "$(field "$line" .stdout_from) $(cat "$SD_DIR/ack.out")"; }
+is "$(ackget 'stdout_from=3&stdout_ack=1')" "3 def" "bytes come from stdout_from while only those before stdout_ack are dropped"
+is "$(ackget 'stdout_from=0&stdout_ack=0')" "1 bcdef" "so bytes held back can be asked for again"
+api GET "/v1/workspaces/bg/execs/ack/output?stdout_from=2&stdout_ack=3" >/dev/null
+is "$(status)" 400 "an acknowledgement past the offset read from is bad_request"
 
 # --- reassembly: NUL, non-UTF-8, both streams, small chunks ---
 gen='head -c 3000000 /dev/urandom > /workspace/r.bin; printf "\000\377\376x" >> /workspace/r.bin; cat /workspace/r.bin; head -c 70000 /workspace/r.bin >&2'
