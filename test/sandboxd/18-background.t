@@ -4,7 +4,7 @@
 # byte-identical reassembly, backpressure instead of loss), killed with a signal that reaches
 # the whole tree, forgotten by DELETE or with their workspace; a restarted daemon knows none.
 . "$(dirname "$0")/lib.sh"
-plan 60
+plan 64
 
 # bg_start WS KEY SCRIPT [EXTRA_JSON] -> the 202 document of sh -c SCRIPT in the background
 bg_start() {
@@ -84,6 +84,22 @@ is "$(field "$line" '[.stdout_from, .stdout_kept] | join(" ")')" "12 0" \
 bg_get bg a 13 0 >/dev/null
 is "$(status)" 400 "an offset past the stream's total is refused"
 is "$(err_code "$(cat "$SD_DIR/bg.body")")" bad_offset "... as bad_offset"
+
+# --- the sandboxd driver's reader (src/backends/sandboxd_parse.c) on the daemon's answers ---
+reader="$SD_DIR/frame_read"
+cc -Wall -Wextra -Werror -std=gnu11 -I "$REPO/src" -o "$reader" "$REPO/test/sandboxd/frame_read.c" \
+   "$REPO/src/backends/sandboxd_parse.c" $(pkg-config --cflags --libs jansson)
+ok $? "the driver's reader of framed answers builds on its own"
+bg_start bg rd 'printf "\000\377out"; printf err >&2' >/dev/null
+bg_end bg rd >/dev/null
+api GET "/v1/workspaces/bg/execs/rd/output?stdout_from=1&stderr_from=0" > "$SD_DIR/rd.body"
+is "$("$reader" "$SD_DIR/rd.body" | tr '\n' ' ')" "frame 1 4 3 progress 0 1 0 5 3 - " \
+   "it reads an ended background answer as the daemon framed it (offsets, totals, raw bytes)"
+head -c -1 "$SD_DIR/rd.body" > "$SD_DIR/rd.short"
+is "$("$reader" "$SD_DIR/rd.short")" refused "and refuses one a byte short of what it announced"
+exec_json bg '{"argv":["printf","x"],"output":"tail"}' > "$SD_DIR/fg.tail"
+is "$("$reader" "$SD_DIR/fg.tail" | tr '\n' ' ')" "frame 1 1 0 progress refused " \
+   "a foreground exec's tail answer has the same frame (and is no background progress)"
 
 # --- acknowledgement apart from the offsets read from ---
 bg_start bg ack 'printf abcdef' >/dev/null
