@@ -495,7 +495,8 @@ sandboxd_exec_output_request(const MeshBackend *be, MeshOpState *st, const char 
  * A background exec's output from the offsets asked for.  The bytes point
  * into the response body.  An end the daemon could not carry (the sandbox
  * went away under it, the agent broke off) fails the operation with the
- * daemon's message.
+ * daemon's message, and so does a command the kernel refused to start, as
+ * for a foreground exec.
  */
 static MeshStepResult
 sandboxd_exec_output_response(const MeshBackend *be, MeshOpState *st,
@@ -525,6 +526,11 @@ sandboxd_exec_output_response(const MeshBackend *be, MeshOpState *st,
 					   "backend \"%s\" could not carry the background exec to its end: %s%s%s",
 					   be->name, p.error_code, p.error_message[0] ? ": " : "", p.error_message);
 		err->reason = pstrdup(p.error_message[0] ? p.error_message : p.error_code);
+		json_decref(frame.doc);
+		return MESH_STEP_FAILED;
+	}
+	if (!p.running && spawn_refused(frame.doc, err))
+	{
 		json_decref(frame.doc);
 		return MESH_STEP_FAILED;
 	}
