@@ -33,7 +33,6 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <pthread.h>
 
 #define DEFAULT_TIMEOUT_MS 300000
 
@@ -101,8 +100,8 @@ static void exec_kill_tree(struct exec_run *run, enum kill_reason reason)
     int expected = KILL_NONE;
     __atomic_compare_exchange_n(&run->kill_reason, &expected, reason, false, __ATOMIC_SEQ_CST,
                                 __ATOMIC_SEQ_CST);
-    send(run->socket_fd, &(char){AGENT_KILL_BYTE}, 1, MSG_NOSIGNAL | MSG_DONTWAIT);   /* fails:
-                                                                     agent and tree gone */
+    /* fails when agent and tree are gone */
+    send(run->socket_fd, &(char){AGENT_KILL_BYTE}, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 /* ---- output capture ---- */
