@@ -15,6 +15,8 @@ OBJS = \
 	src/worker_release.o \
 	src/worker_snapshot.o \
 	src/store_snapshot.o \
+	src/store_background.o \
+	src/worker_background.o \
 	src/worker_http.o \
 	src/runner.o \
 	src/store.o \
