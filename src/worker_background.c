@@ -53,6 +53,7 @@ typedef struct BackgroundFollow
 	StringInfoData held[2];		/* read from kept on, held back from storing */
 	size_t		hold_back;		/* the longest secret's length less one */
 	TimestampTz give_up_at;		/* an unreachable backend is given up then */
+	MemoryContext step_cxt;		/* one request and its answer: reset at each request */
 } BackgroundFollow;
 
 static void ask_for_output(WorkerCall *call);
@@ -87,6 +88,7 @@ new_follow(WorkerCall *call, const int64 stored[2], const int64 kept[2])
 	}
 	f->give_up_at = TimestampTzPlusMilliseconds(call->op_started,
 												call->spec.timeout_ms + FOLLOW_GIVE_UP_MS);
+	f->step_cxt = AllocSetContextCreate(call->cxt, "mesh background step", ALLOCSET_SMALL_SIZES);
 	MemoryContextSwitchTo(old);
 	return f;
 }
@@ -135,7 +137,12 @@ ask_for_output(WorkerCall *call)
 	MeshOutputAsk ask;
 	MeshHttpRequest req;
 	bool		built;
+	MemoryContext old;
 
+	/* a command followed for days must not grow the call: each step starts afresh */
+	mesh_run_end(&call->run);
+	MemoryContextReset(f->step_cxt);
+	old = MemoryContextSwitchTo(f->step_cxt);
 	ask.stdout_kept = f->kept[0];
 	ask.stderr_kept = f->kept[1];
 	ask.stdout_from = f->kept[0] + (int64) f->held[0].len;
@@ -146,6 +153,7 @@ ask_for_output(WorkerCall *call)
 												 call->spec.exec_key, &ask, &req, &call->run.err);
 	start_op(call, STEP_FOLLOWING, built, &req, mesh_parse_exec_output, &call->out.progress,
 			 background_response_limit(call));
+	MemoryContextSwitchTo(old);
 }
 
 /* The next request waits until then (rate bound, or a retry), or goes now. */
@@ -193,7 +201,8 @@ take_stream(WorkerCall *call, int i, const char *data, size_t len, bool ended,
 	size_t		n;
 	ListCell   *lc;
 
-	appendBinaryStringInfo(held, data, (int) len);
+	if (len > 0)
+		appendBinaryStringInfo(held, data, (int) len);
 	if (ended)
 		storable = (size_t) held->len;
 	else if ((size_t) held->len > f->hold_back)
@@ -382,6 +391,7 @@ take_output(WorkerCall *call)
 	MeshExecProgress *p = &call->out.progress;
 	bool		got;
 
+	MemoryContextSwitchTo(call->follow->step_cxt);	/* advance_all switches back */
 	if (call->run.result == MESH_STEP_FAILED)
 	{
 		follow_failed(call);
