@@ -35,7 +35,7 @@ EXTENSION = mesh_exec
 DATA = sql/mesh_exec--0.1.sql
 PGFILEDESC = "mesh_exec - sandboxed execution for AI-agent harnesses"
 
-REGRESS = setup api_errors lifecycle exec_output files durability cancel budgets credentials egress privileges privilege_escalation input_limits ownership containment snapshots
+REGRESS = setup api_errors lifecycle exec_output background files durability cancel budgets credentials egress privileges privilege_escalation input_limits ownership containment snapshots
 REGRESS_OPTS = --inputdir=. --use-existing
 
 PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl libmicrohttpd)
