@@ -28,6 +28,7 @@ OBJS = \
 	src/backends/registry.o \
 	src/backends/sandboxd.o \
 	src/backends/docker.o \
+	src/backends/docker_background.o \
 	src/backends/kubernetes.o \
 	src/backends/kubernetes_parse.o
 
