@@ -1181,11 +1181,15 @@ docker_exec_start_response(const MeshBackend *be, MeshOpState *st, const MeshHtt
  */
 static bool
 docker_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-						   const char *exec_key, int64_t stdout_from, int64_t stderr_from,
-						   long wait_ms, size_t max_bytes, MeshHttpRequest *req, MeshError *err)
+						   const char *exec_key, const MeshOutputAsk *ask, MeshHttpRequest *req,
+						   MeshError *err)
 {
 	DockerOp   *op = op_new(st, ref);
 	long		looks;
+	int64_t		stdout_from = ask->stdout_from;
+	int64_t		stderr_from = ask->stderr_from;
+	long		wait_ms = ask->wait_ms;
+	size_t		max_bytes = ask->max_bytes;
 
 	if (!valid_key(be, exec_key, err))
 		return false;
