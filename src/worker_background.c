@@ -227,7 +227,7 @@ take_stream(WorkerCall *call, int i, const char *data, size_t len, bool ended,
 	held->data[held->len] = '\0';
 	f->kept[i] += (int64) storable;
 	f->stored[i] += (int64) n;
-	read[i] = f->kept[i];
+	*read = f->kept[i];
 }
 
 /*
@@ -373,6 +373,12 @@ follow_failed(WorkerCall *call)
 {
 	const MeshError *merr = &call->run.err;
 
+	/* the run's release is ending it: the release records that, then this call finishes */
+	if (run_is_changing(call->run_id, call))
+	{
+		ask_after(call, FOLLOW_RETRY_MS);
+		return;
+	}
 	if (merr->failure == MESH_FAIL_UNAVAILABLE && GetCurrentTimestamp() < call->follow->give_up_at)
 	{
 		ask_after(call, FOLLOW_RETRY_MS);

@@ -7,6 +7,9 @@
 \ir lib.psql
 SELECT :'tag' || '-bg' AS run \gset
 SELECT plan(9);
+\o /dev/null
+SELECT mesh_acquire(:'run', :'agent', 'conformance');
+\o
 
 -- poll a command's stored output until it matches, for at most 30 s
 CREATE FUNCTION pg_temp.output_until(id bigint, stream text, pattern text) RETURNS text
