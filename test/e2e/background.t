@@ -5,7 +5,7 @@
 # printed every 100 ms as it comes; 100 MB of output is stored whole; bad input gets clear
 # answers; a worker SIGKILL leaves a truthful row after the restart.
 . "$(dirname "$0")/lib.sh"
-plan 24
+plan 26
 run=bg-$$
 tag=$((7000 + RANDOM % 2000))   # a sleep length no other test uses: its processes are ours
 PY=/usr/bin/python3             # Debian's python, where python3-psycopg2 lives
@@ -82,6 +82,44 @@ ok $([ "$(echo "$res" | jq '.wakeups')" -ge 10 ]; echo $?) \
    "line by line: $(echo "$res" | jq '.wakeups') notifications, not one at the end"
 is "$(echo "$res" | jq -r '.end.status + " " + (.end.exit_code|tostring)')" "ok 0" \
    "the last notification carries the status and exit code"
+
+# 3b. a flood of output: the NOTIFYs are rate bounded, the stored output loses nothing
+cat > /tmp/bg-flood-$$.py <<'EOF'
+import json, select, sys
+import psycopg2, psycopg2.extensions
+run = sys.argv[1]
+conn = psycopg2.connect("")
+conn.set_isolation_level(psycopg2.extensions.ISOLATION_LEVEL_AUTOCOMMIT)
+cur = conn.cursor()
+cur.execute("SELECT setting::float FROM pg_settings WHERE name = 'mesh.exec_notify_interval'")
+interval_ms = cur.fetchone()[0]
+# 20 000 lines as fast as the shell writes them, each its own write
+cur.execute("SELECT mesh_exec_start(%s, ARRAY['sh', '-c', "
+            "'i=0; while [ $i -lt 20000 ]; do echo \"line $i\"; i=$((i+1)); done'])", (run,))
+exec_id = cur.fetchone()[0]
+cur.execute('LISTEN "mesh_exec_%d"' % exec_id)
+notifies, ended = 0, False
+while not ended:
+    if select.select([conn], [], [], 60) == ([], [], []):
+        break
+    conn.poll()
+    while conn.notifies:
+        notifies += 1
+        ended = ended or "status" in json.loads(conn.notifies.pop(0).payload)
+cur.execute("SELECT extract(epoch FROM finished_at - started_at)::float FROM mesh.execs WHERE id = %s", (exec_id,))
+wall = cur.fetchone()[0]
+# one step per interval at most, each with a NOTIFY per stream, and the last one
+print(json.dumps({"exec_id": exec_id, "notifies": notifies,
+                  "bound": 2 * (wall * 1000 / interval_ms + 2) + 1}))
+EOF
+res=$($PY /tmp/bg-flood-$$.py "$run" 2>&1); rm -f /tmp/bg-flood-$$.py
+echo "# flood: $res"
+ok $(echo "$res" | jq -e '.notifies <= .bound' >/dev/null; echo $?) \
+   "$(echo "$res" | jq -r '.notifies') NOTIFYs for 20 000 writes: within the rate bound ($(echo "$res" | jq -r '.bound|floor'))"
+fid=$(echo "$res" | jq -r '.exec_id')
+is "$(q "SELECT md5(data) FROM mesh_exec_output_bytes($fid)")" \
+   "$(i=0; while [ $i -lt 20000 ]; do echo "line $i"; i=$((i+1)); done | md5sum | cut -d' ' -f1)" \
+   "and the stored output has every line"
 
 # 4. output stored whole: 100 MB read back byte-identical
 n=13500000
