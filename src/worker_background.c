@@ -35,7 +35,7 @@
 #include "worker.h"
 
 /* The most each answer carries of each stream. */
-#define FOLLOW_MAX_BYTES (1024 * 1024)
+#define FOLLOW_MAX_BYTES (4 * 1024 * 1024)
 /* How long the backend may hold an output request open when nothing comes. */
 #define FOLLOW_WAIT_MS 10000
 /* An unreachable backend is asked again after this long ... */
