@@ -30,7 +30,8 @@ OBJS = \
 	src/backends/docker.o \
 	src/backends/docker_background.o \
 	src/backends/kubernetes.o \
-	src/backends/kubernetes_parse.o
+	src/backends/kubernetes_parse.o \
+	src/backends/sandboxd_parse.o
 
 EXTENSION = mesh_exec
 DATA = sql/mesh_exec--0.1.sql
