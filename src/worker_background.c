@@ -185,10 +185,68 @@ begin_following(WorkerCall *call, const int64 stored[2], const int64 kept[2])
 	ask_for_output(call);
 }
 
+/* Whether the N bytes at S are the start (not the whole) of a secret of the run. */
+static bool
+starts_a_secret(List *secrets, const char *s, size_t n)
+{
+	ListCell   *lc;
+
+	foreach(lc, secrets)
+	{
+		const char *v = ((MeshDelivered *) lfirst(lc))->value;
+
+		if (strlen(v) > n && memcmp(v, s, n) == 0)
+			return true;
+	}
+	return false;
+}
+
 /*
- * The bytes of stream I that can be stored now: what was held plus what
- * came, less what must still be held back (unless the command ended).
- * Redacted into *out; the rest stays held.
+ * How many of the LEN read bytes at BUF can be stored now: all of them
+ * once the command ended; else those before the earliest place where a
+ * secret may begin that the next bytes would complete, and before any
+ * secret that crosses that place (so no piece of a secret is ever stored
+ * unredacted).  The rest is held back.
+ */
+static size_t
+storable_len(WorkerCall *call, const char *buf, size_t len, bool ended)
+{
+	size_t		hold_back = call->follow->hold_back;
+	size_t		p = len;
+	bool		moved = true;
+	ListCell   *lc;
+
+	if (ended || hold_back == 0)
+		return len;
+	for (size_t q = len > hold_back ? len - hold_back : 0; q < len; q++)
+		if (starts_a_secret(call->delivered, buf + q, len - q))
+		{
+			p = q;
+			break;
+		}
+	while (moved && p < len)
+	{
+		moved = false;
+		foreach(lc, call->delivered)
+		{
+			const char *v = ((MeshDelivered *) lfirst(lc))->value;
+			size_t		vlen = strlen(v);
+
+			for (size_t q = p >= vlen ? p - vlen + 1 : 0; q < p && q + vlen <= len; q++)
+				if (memcmp(buf + q, v, vlen) == 0)
+				{
+					p = q;
+					moved = true;
+					break;
+				}
+		}
+	}
+	return p;
+}
+
+/*
+ * The bytes of stream I that can be stored now (storable_len): what was
+ * held plus what came.  Redacted into *out; the rest stays held.
  */
 static void
 take_stream(WorkerCall *call, int i, const char *data, size_t len, bool ended,
@@ -203,12 +261,7 @@ take_stream(WorkerCall *call, int i, const char *data, size_t len, bool ended,
 
 	if (len > 0)
 		appendBinaryStringInfo(held, data, (int) len);
-	if (ended)
-		storable = (size_t) held->len;
-	else if ((size_t) held->len > f->hold_back)
-		storable = (size_t) held->len - f->hold_back;
-	else
-		storable = 0;
+	storable = storable_len(call, held->data, (size_t) held->len, ended);
 	n = storable;
 	bytes = palloc(n + 1);
 	memcpy(bytes, held->data, n);

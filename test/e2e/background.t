@@ -5,7 +5,7 @@
 # printed every 100 ms as it comes; 100 MB of output is stored whole; bad input gets clear
 # answers; a worker SIGKILL leaves a truthful row after the restart.
 . "$(dirname "$0")/lib.sh"
-plan 26
+plan 28
 run=bg-$$
 tag=$((7000 + RANDOM % 2000))   # a sleep length no other test uses: its processes are ours
 PY=/usr/bin/python3             # Debian's python, where python3-psycopg2 lives
@@ -160,6 +160,22 @@ wait_for_cmd "[ \"\$(pgrep -fc '^sleep $tag\$')\" -eq 0 ]"
 ok $? "and their processes are gone"
 is "$(q "SELECT stdout LIKE '%Serving HTTP%' FROM mesh_exec_output($id)")" "t" \
    "the output of a released run's command is still there"
+
+# 6b. a granted secret is redacted from what is stored, even split across two answers
+canary="bgcanary$RANDOM$RANDOM$RANDOM"
+run3=bg3-$$
+q "SELECT mesh.secret_set('bg-agent', 'bgtok', '$canary')" >/dev/null
+q "SELECT mesh.environment_set('bg-env', '[{\"kind\": \"secret\", \"name\": \"bgtok\", \"as\": \"TOK\"}]')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('$run3', 'bg-agent', 'bea', environment => 'bg-env')" >/dev/null
+# half of the value, a pause longer than the notify interval (the worker stores what came), the rest
+id6=$(q "SELECT mesh_exec_start('$run3', ARRAY['sh', '-c',
+          'printf \"a %s\" \"\${TOK%??????}\"; sleep 0.5; printf \"%s b\\n\" \"\${TOK#\${TOK%??????}}\"'])")
+q "SELECT status FROM mesh_exec_wait($id6, '30 seconds')" >/dev/null
+is "$(q "SELECT convert_from(data, 'UTF8') FROM mesh_exec_output_bytes($id6)")" "a [redacted TOK] b" \
+   "a secret the command wrote in two pieces is stored redacted"
+is "$(q "SELECT count(*) FROM mesh.exec_output WHERE exec_id = $id6 AND strpos(convert_from(data, 'UTF8'), '${canary:0:12}') > 0")" 0 \
+   "no stored chunk holds a piece of it"
+q "SELECT mesh_release('$run3')" >/dev/null
 
 # 7. a worker SIGKILL while a background command runs: a truthful row after the restart
 run2=bg2-$$
