@@ -23,6 +23,10 @@
  * trailer at the end of stderr.  Stdin travels as a file through the archive
  * API, because this transport cannot hijack the exec connection.
  *
+ * Background commands (spec->background) run under a wrapper of their own
+ * that a detached exec starts; their scripts and the reader of their output
+ * live in docker_background.c (docker.h).
+ *
  * Every operation is a state machine over pure request builders and response
  * parsers (see backend.h): no I/O happens here.
  *
@@ -39,12 +43,12 @@
 #include "utils/timestamp.h"
 
 #include "backends/backend.h"
+#include "backends/docker.h"
 
 #define DOCKER_API "/v1.41"
 #define DOCKER_DEFAULT_REQUEST_TIMEOUT_MS 60000
 #define DOCKER_DEFAULT_USER "1000:1000"
 #define DOCKER_WORKSPACE "/workspace"
-#define DOCKER_SCRATCH "/run/mesh"
 #define DOCKER_LABEL "mesh.install"
 #define DOCKER_BACKEND_LABEL "mesh.backend"
 #define TAR_BLOCK 512
@@ -78,10 +82,6 @@ static const char exec_wrapper[] =
 "o=0; [ -e \"$d/timeout\" ] && o=1\n"
 "printf '\\036mesh:%d:%d:%d' \"$o\" \"$(wc -c <\"$d/out\")\" \"$(wc -c <\"$d/err\")\" >&3\n"
 "rm -rf \"$d\"; exit \"$r\"\n";
-
-/* Kill the process group the wrapper of exec $1 recorded; nothing if it ended. */
-static const char kill_script[] =
-"p=$(cat " DOCKER_SCRATCH "/$1/pid 2>/dev/null) && kill -KILL -\"$p\" 2>/dev/null; exit 0\n";
 
 /*
  * Where a read may go: $1 is the lexically confined relative path.  Prints
@@ -124,7 +124,9 @@ typedef enum DockerPhase
 	PH_EXEC_CREATE,
 	PH_EXEC_START,
 	PH_EXEC_INSPECT,
-	PH_ARCHIVE					/* archive download or upload of a file */
+	PH_ARCHIVE,					/* archive download or upload of a file */
+	PH_LAUNCH,					/* exec create of a background command's wrapper */
+	PH_LAUNCH_START				/* its detached start */
 } DockerPhase;
 
 /* The driver's state for one operation (MeshOpState.data). */
@@ -136,6 +138,9 @@ typedef struct DockerOp
 	bool		limits_dropped;	/* the daemon warned it cannot apply a limit */
 	/* exec */
 	MeshHttpRequest create;		/* the exec create, sent after the stdin upload */
+	MeshHttpRequest upload;		/* a background command's stdin upload, after its claim */
+	bool		has_stdin;
+	long		wait_ms;		/* how long an output call may wait in the container */
 	long		timeout_ms;
 	const char *key;
 	long		kept;			/* bytes of each stream that come back */
@@ -233,6 +238,7 @@ docker_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	caps->resource_limits = true;
 	caps->hibernate = true;
 	caps->caller_chosen_id = true;
+	caps->background = true;
 }
 
 /* Container names allow [a-zA-Z0-9_.-]; the install id keeps installs apart. */
@@ -470,13 +476,16 @@ tar_first_file(const char *tar, size_t len, const char **data, size_t *size, boo
  *--------------------------------------------------------------------------
  */
 
-/* POST /containers/{ref}/exec for an argv, as the workspace user. */
+/*
+ * POST /containers/{ref}/exec for an argv, as the workspace user; ATTACH:
+ * its streams come back on the start's answer (else it is started detached).
+ */
 static void
 exec_create_request(const MeshBackend *be, const char *ref, json_t *cmd, json_t *env,
-					MeshHttpRequest *req)
+					bool attach, MeshHttpRequest *req)
 {
 	json_t	   *body = json_pack("{s:b,s:b,s:b,s:o,s:s,s:s}",
-								 "AttachStdin", 0, "AttachStdout", 1, "AttachStderr", 1,
+								 "AttachStdin", 0, "AttachStdout", attach, "AttachStderr", attach,
 								 "Cmd", cmd, "User", config_user(be),
 								 "WorkingDir", DOCKER_WORKSPACE);
 
@@ -515,12 +524,16 @@ take_exec_id(const MeshBackend *be, DockerOp *op, const MeshHttpResponse *resp, 
 	return true;
 }
 
-/* POST /exec/{id}/start, attached: the body is the stream, until the command ends. */
+/*
+ * POST /exec/{id}/start.  Attached: the body is the stream, until the
+ * command ends.  Detached: the answer comes once the process is started.
+ */
 static void
-exec_start_request(const MeshBackend *be, DockerOp *op, long extra_ms, MeshHttpRequest *req)
+exec_start_request(const MeshBackend *be, DockerOp *op, long extra_ms, bool detach,
+				   MeshHttpRequest *req)
 {
 	docker_begin(be, req, "POST", psprintf("/exec/%s/start", op->exec_id));
-	mesh_http_json_body(req, json_pack("{s:b,s:b}", "Detach", 0, "Tty", 0));
+	mesh_http_json_body(req, json_pack("{s:b,s:b}", "Detach", detach, "Tty", 0));
 	req->timeout_ms += extra_ms;
 }
 
@@ -547,6 +560,78 @@ demux(const char *buf, size_t len, StringInfo out, StringInfo err)
 		off += 8 + n;
 	}
 	return true;
+}
+
+/*
+ * The exec create of one of the driver's scripts with its arguments (a
+ * NULL-terminated list), attached; its output lands in op->out and op->err
+ * (script_step).
+ */
+static void
+script_request(const MeshBackend *be, DockerOp *op, const char *script, const char *const *args,
+			   MeshHttpRequest *req)
+{
+	json_t	   *cmd = script_cmd(script);
+
+	for (; *args; args++)
+		json_array_append_new(cmd, json_string(*args));
+	if (op->out.data == NULL)
+		initStringInfo(&op->out);
+	if (op->err.data == NULL)
+		initStringInfo(&op->err);
+	op->phase = PH_EXEC_CREATE;
+	exec_create_request(be, op->ref, cmd, NULL, true, req);
+}
+
+/*
+ * A script's two steps: its create, then its attached start, whose answer
+ * (it may take EXTRA_MS longer than a plain call) is demultiplexed into
+ * op->out and op->err.  NEXT after the create, DONE once the output is in;
+ * DOING names the script's purpose in errors.
+ */
+static MeshStepResult
+script_step(const MeshBackend *be, MeshOpState *st, DockerOp *op, const MeshHttpResponse *resp,
+			const char *doing, long extra_ms, MeshError *err)
+{
+	if (op->phase == PH_EXEC_CREATE)
+	{
+		if (!docker_ok(resp, be, doing, err) || !take_exec_id(be, op, resp, err))
+			return MESH_STEP_FAILED;
+		op->phase = PH_EXEC_START;
+		exec_start_request(be, op, extra_ms, false, &st->next);
+		return MESH_STEP_NEXT;
+	}
+	Assert(op->phase == PH_EXEC_START);
+	if (!docker_ok(resp, be, doing, err))
+		return MESH_STEP_FAILED;
+	if (!demux(resp->body, resp->body_len, &op->out, &op->err))
+	{
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" (Docker) answered an exec to %s with a malformed stream",
+					   be->name, doing);
+		return MESH_STEP_FAILED;
+	}
+	return MESH_STEP_DONE;
+}
+
+/* A key names a directory of the driver's scratch: a plain name only. */
+static bool
+valid_key(const MeshBackend *be, const char *key, MeshError *err)
+{
+	if (docker_exec_key_valid(key))
+		return true;
+	mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
+				   "backend \"%s\" (Docker): an exec key must be 1 to 64 letters, digits, \"_\", \"-\" or \".\" (not first)",
+				   be->name);
+	return false;
+}
+
+/* The first line a script printed, without its newline (in op->out). */
+static const char *
+script_verdict(DockerOp *op)
+{
+	op->out.data[strcspn(op->out.data, "\n")] = '\0';
+	return op->out.data;
 }
 
 /*--------------------------------------------------------------------------
@@ -747,24 +832,36 @@ env_array(json_t *env)
 	return list;
 }
 
-/* The exec create request of the wrapped command, built while the spec is at hand. */
+/*
+ * The exec create request of the wrapped command, built while the spec is
+ * at hand: an ordinary exec's wrapper (attached), or a background
+ * command's (detached, no timeout when none is given).
+ */
 static void
 exec_command_request(const MeshBackend *be, DockerOp *op, const MeshExecSpec *spec,
 					 MeshHttpRequest *req)
 {
-	json_t	   *cmd = script_cmd(exec_wrapper);
+	json_t	   *cmd = script_cmd(spec->background ? docker_bg_wrapper : exec_wrapper);
 
 	json_array_append_new(cmd, json_string(op->key));
-	json_array_append_new(cmd, json_string(psprintf("%ld.%03ld", spec->timeout_ms / 1000,
-													spec->timeout_ms % 1000)));
-	json_array_append_new(cmd, json_string(psprintf("%ld", op->kept)));
+	if (spec->background && spec->timeout_ms <= 0)
+		json_array_append_new(cmd, json_string("0"));
+	else
+		json_array_append_new(cmd, json_string(psprintf("%ld.%03ld", spec->timeout_ms / 1000,
+														spec->timeout_ms % 1000)));
+	if (!spec->background)
+		json_array_append_new(cmd, json_string(psprintf("%ld", op->kept)));
 	json_array_append_new(cmd, json_string(spec->dir && spec->dir[0] ? spec->dir : "."));
 	for (int i = 0; i < spec->argc; i++)
 		json_array_append_new(cmd, json_string(spec->argv[i]));
-	exec_create_request(be, op->ref, cmd, spec->env ? env_array(spec->env) : NULL, req);
+	exec_create_request(be, op->ref, cmd, spec->env ? env_array(spec->env) : NULL,
+						!spec->background, req);
 }
 
-/* PUT the stdin file into the exec's own scratch directory, owned by the user. */
+/*
+ * PUT the stdin file into the exec's own scratch directory (an ordinary
+ * exec's under /run/mesh, a background command's record), owned by the user.
+ */
 static void
 stdin_upload_request(const MeshBackend *be, DockerOp *op, const MeshExecSpec *spec,
 					 MeshHttpRequest *req)
@@ -777,13 +874,17 @@ stdin_upload_request(const MeshBackend *be, DockerOp *op, const MeshExecSpec *sp
 			 spec->stdin_data, spec->stdin_len);
 	tar_end(&tar);
 	docker_begin(be, req, "PUT", psprintf("/containers/%s/archive?path=%s",
-										  mesh_url_encode(op->ref), DOCKER_SCRATCH));
+										  mesh_url_encode(op->ref),
+										  spec->background ? DOCKER_BG_DIR : DOCKER_SCRATCH));
 	req->body = tar.data;
 	req->body_len = tar.len;
 	mesh_http_add_header(req, "Content-Type: application/x-tar");
 }
 
-/* Stdin first (as a file in the exec's scratch directory), else the command. */
+/*
+ * Stdin first (as a file in the exec's scratch directory), else the
+ * command.  A background command claims its key first (background_claimed).
+ */
 static bool
 docker_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 					const MeshExecSpec *spec, MeshHttpRequest *req, MeshError *err)
@@ -796,6 +897,17 @@ docker_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 	op->started = GetCurrentTimestamp();
 	initStringInfo(&op->out);
 	initStringInfo(&op->err);
+	if (spec->background)
+	{
+		if (!valid_key(be, op->key, err))
+			return false;
+		exec_command_request(be, op, spec, &op->create);
+		op->has_stdin = spec->stdin_data != NULL;
+		if (op->has_stdin)
+			stdin_upload_request(be, op, spec, &op->upload);
+		script_request(be, op, docker_bg_claim_script, (const char *[]) {op->key, NULL}, req);
+		return true;
+	}
 	if (spec->stdin_data == NULL)
 	{
 		op->phase = PH_EXEC_CREATE;
@@ -916,7 +1028,7 @@ docker_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 				return MESH_STEP_FAILED;
 			op->phase = PH_EXEC_START;
 			/* the transport must outlast the command's own timeout */
-			exec_start_request(be, op, op->timeout_ms + 10000, &st->next);
+			exec_start_request(be, op, op->timeout_ms + 10000, false, &st->next);
 			return MESH_STEP_NEXT;
 		case PH_EXEC_START:
 			return exec_streamed(be, st, op, resp, err);
@@ -930,17 +1042,26 @@ docker_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
  *--------------------------------------------------------------------------
  */
 
+/* SIGNAL (NULL: KILL) to the exec's process group, background or not. */
 static bool
 docker_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 					const char *exec_key, const char *signal, MeshHttpRequest *req,
 					MeshError *err)
 {
 	DockerOp   *op = op_new(st, ref);
-	json_t	   *cmd = script_cmd(kill_script);
 
-	json_array_append_new(cmd, json_string(exec_key));
-	op->phase = PH_EXEC_CREATE;
-	exec_create_request(be, ref, cmd, NULL, req);
+	if (signal == NULL)
+		signal = "KILL";
+	if (!valid_key(be, exec_key, err))
+		return false;
+	if (!docker_signal_valid(signal))
+	{
+		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
+					   "backend \"%s\": cannot send signal \"%s\" (TERM, INT, HUP, QUIT, USR1, USR2 or KILL)",
+					   be->name, signal);
+		return false;
+	}
+	script_request(be, op, docker_kill_script, (const char *[]) {exec_key, signal, NULL}, req);
 	req->timeout_ms = Min(req->timeout_ms, 10000);
 	return true;
 }
@@ -951,19 +1072,245 @@ docker_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 					 MeshError *err)
 {
 	DockerOp   *op = st->data;
+	MeshStepResult step;
 
-	if (op->phase == PH_EXEC_CREATE)
-	{
-		if (!resp->transport_error && (resp->status == 404 || resp->status == 409))
-			return MESH_STEP_DONE;
-		if (!docker_ok(resp, be, "create the kill exec", err) || !take_exec_id(be, op, resp, err))
-			return MESH_STEP_FAILED;
-		op->phase = PH_EXEC_START;
-		exec_start_request(be, op, 0, &st->next);
+	if (op->phase == PH_EXEC_CREATE && !resp->transport_error &&
+		(resp->status == 404 || resp->status == 409))
+		return MESH_STEP_DONE;
+	step = script_step(be, st, op, resp, "kill the command", 0, err);
+	if (step == MESH_STEP_NEXT)
 		st->next.timeout_ms = Min(st->next.timeout_ms, 10000);
+	return step;
+}
+
+/*--------------------------------------------------------------------------
+ * Background commands: claim, [stdin], detached wrapper; output; forget
+ *--------------------------------------------------------------------------
+ */
+
+/* The claim's verdict: on to stdin or the wrapper, or the key is taken. */
+static MeshStepResult
+background_claimed(const MeshBackend *be, MeshOpState *st, DockerOp *op, MeshError *err)
+{
+	const char *verdict = script_verdict(op);
+
+	if (strcmp(verdict, "claimed") == 0)
+	{
+		op->phase = op->has_stdin ? PH_STDIN : PH_LAUNCH;
+		st->next = op->has_stdin ? op->upload : op->create;
 		return MESH_STEP_NEXT;
 	}
-	return mesh_step(docker_ok(resp, be, "kill the command", err));
+	if (strcmp(verdict, "used") == 0)
+		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
+					   "backend \"%s\": exec key \"%s\" is already used in this workspace",
+					   be->name, op->key);
+	else
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" (Docker) could not record a background command in " DOCKER_BG_DIR ": \"%s\"%s%s",
+					   be->name, verdict, op->err.len ? ": " : "", op->err.data);
+	return MESH_STEP_FAILED;
+}
+
+/* Docker's word that the wrapper's process started (running, or already ended). */
+static MeshStepResult
+background_started(const MeshBackend *be, const MeshHttpResponse *resp, MeshError *err)
+{
+	json_t	   *doc;
+	bool		started;
+
+	if (!docker_ok(resp, be, "inspect the background command", err) ||
+		(doc = parse_object(resp, be, err)) == NULL)
+		return MESH_STEP_FAILED;
+	started = json_is_true(json_object_get(doc, "Running")) ||
+		json_is_integer(json_object_get(doc, "ExitCode"));
+	json_decref(doc);
+	if (started)
+		return MESH_STEP_DONE;
+	mesh_error_set(err, MESH_FAIL_PROTOCOL,
+				   "backend \"%s\" (Docker) accepted a background command but reports it neither running nor ended",
+				   be->name);
+	return MESH_STEP_FAILED;
+}
+
+/*
+ * claim (create, start: "claimed" or "used") -> [stdin upload] -> wrapper
+ * create -> detached start -> exec inspect.  The claim makes the record
+ * before anything can be written into it, so a key in use is refused
+ * before its stdin could be touched.
+ */
+static MeshStepResult
+docker_exec_start_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+						   MeshError *err)
+{
+	DockerOp   *op = st->data;
+	MeshStepResult step;
+
+	switch (op->phase)
+	{
+		case PH_EXEC_CREATE:
+		case PH_EXEC_START:
+			step = script_step(be, st, op, resp, "record a background command", 0, err);
+			return step == MESH_STEP_DONE ? background_claimed(be, st, op, err) : step;
+		case PH_STDIN:
+			if (!docker_ok(resp, be, "deliver stdin", err))
+				return MESH_STEP_FAILED;
+			op->phase = PH_LAUNCH;
+			st->next = op->create;
+			return MESH_STEP_NEXT;
+		case PH_LAUNCH:
+			if (!docker_ok(resp, be, "create the background command's exec", err) ||
+				!take_exec_id(be, op, resp, err))
+				return MESH_STEP_FAILED;
+			op->phase = PH_LAUNCH_START;
+			exec_start_request(be, op, 0, true, &st->next);
+			return MESH_STEP_NEXT;
+		case PH_LAUNCH_START:
+			if (!docker_ok(resp, be, "start the background command", err))
+				return MESH_STEP_FAILED;
+			op->phase = PH_EXEC_INSPECT;
+			docker_begin(be, &st->next, "GET", psprintf("/exec/%s/json", op->exec_id));
+			return MESH_STEP_NEXT;
+		default:
+			return background_started(be, resp, err);
+	}
+}
+
+/*
+ * One exec of the output script (docker_background.c), attached: it waits
+ * in the container up to wait_ms, so its start may take that much longer.
+ */
+static bool
+docker_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+						   const char *exec_key, const MeshOutputAsk *ask, MeshHttpRequest *req,
+						   MeshError *err)
+{
+	DockerOp   *op = op_new(st, ref);
+	long		looks;
+	int64_t		stdout_from = ask->stdout_from;
+	int64_t		stderr_from = ask->stderr_from;
+	long		wait_ms = ask->wait_ms;
+	size_t		max_bytes = ask->max_bytes;
+
+	if (!valid_key(be, exec_key, err))
+		return false;
+	if (stdout_from < 0 || stderr_from < 0)
+	{
+		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
+					   "backend \"%s\": output offsets must not be negative", be->name);
+		return false;
+	}
+	op->key = pstrdup(exec_key);
+	op->wait_ms = Max(wait_ms, 0);
+	looks = (op->wait_ms + DOCKER_BG_POLL_MS - 1) / DOCKER_BG_POLL_MS;
+	script_request(be, op, docker_bg_output_script,
+				   (const char *[]) {exec_key,
+					   psprintf(INT64_FORMAT, stdout_from),
+					   psprintf(INT64_FORMAT, stderr_from),
+					   psprintf("%ld", looks),
+					   psprintf("%zu", Min(max_bytes, (size_t) PG_INT64_MAX)),
+				   NULL}, req);
+	return true;
+}
+
+/* What the reader found, as the contract's progress (or why there is none). */
+static MeshStepResult
+background_progress(const MeshBackend *be, DockerOp *op, MeshExecProgress *progress,
+					MeshError *err)
+{
+	DockerBgOutput found;
+
+	if (!docker_bg_output_parse(op->out.data, op->out.len, &found))
+	{
+		/* nothing at all: the script was killed with its container (stopped meanwhile) */
+		mesh_error_set(err, op->out.len == 0 ? MESH_FAIL_NOT_RUNNING : MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" (Docker) answered an output call for exec \"%s\" with %s%s%s",
+					   be->name, op->key,
+					   op->out.len == 0 ? "nothing (its container stopped?)" : "an unreadable record",
+					   op->err.len ? ": " : "", op->err.data);
+		return MESH_STEP_FAILED;
+	}
+	if (found.state == DOCKER_BG_MISSING || found.state == DOCKER_BG_LOST)
+	{
+		mesh_error_set(err, MESH_FAIL_NOT_FOUND,
+					   found.state == DOCKER_BG_MISSING ?
+					   "backend \"%s\": no background command \"%s\" in this workspace" :
+					   "backend \"%s\": background command \"%s\" is gone without an end (its container was stopped or restarted)",
+					   be->name, op->key);
+		return MESH_STEP_FAILED;
+	}
+	memset(progress, 0, sizeof(*progress));
+	progress->stdout_data = found.out_data;
+	progress->stdout_len = found.out_len;
+	progress->stdout_from = found.out_from;
+	progress->stderr_data = found.err_data;
+	progress->stderr_len = found.err_len;
+	progress->stderr_from = found.err_from;
+	progress->ended = docker_bg_output_reaches_end(&found);
+	if (progress->ended)
+	{
+		progress->result.exit_code = found.exit_code;
+		progress->result.timed_out = found.timed_out;
+		progress->result.killed = found.killed;
+		progress->result.stdout_total = found.out_total;
+		progress->result.stderr_total = found.err_total;
+		progress->result.wall_seconds = found.wall_seconds;
+	}
+	return MESH_STEP_DONE;
+}
+
+/* A container that is gone has no record; a stopped one cannot be read now. */
+static MeshStepResult
+docker_exec_output_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+							MeshExecProgress *progress, MeshError *err)
+{
+	DockerOp   *op = st->data;
+	MeshStepResult step = script_step(be, st, op, resp, "read a background command's output",
+									  op->wait_ms, err);
+
+	return step == MESH_STEP_DONE ? background_progress(be, op, progress, err) : step;
+}
+
+static bool
+docker_exec_forget_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+						   const char *exec_key, MeshHttpRequest *req, MeshError *err)
+{
+	DockerOp   *op = op_new(st, ref);
+
+	if (!valid_key(be, exec_key, err))
+		return false;
+	op->key = pstrdup(exec_key);
+	script_request(be, op, docker_bg_forget_script, (const char *[]) {exec_key, NULL}, req);
+	return true;
+}
+
+/*
+ * "gone": removed, or never there.  A container that is gone took the
+ * record with it; a stopped one keeps it in its scratch volume until it is
+ * removed (its wrapper is dead, so a later forget removes it).
+ */
+static MeshStepResult
+docker_exec_forget_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+							MeshError *err)
+{
+	DockerOp   *op = st->data;
+	MeshStepResult step;
+	const char *verdict;
+
+	if (op->phase == PH_EXEC_CREATE && !resp->transport_error &&
+		(resp->status == 404 || resp->status == 409))
+		return MESH_STEP_DONE;
+	step = script_step(be, st, op, resp, "forget a background command", 0, err);
+	if (step != MESH_STEP_DONE)
+		return step;
+	verdict = script_verdict(op);
+	if (strcmp(verdict, "gone") == 0)
+		return MESH_STEP_DONE;
+	mesh_error_set(err, strcmp(verdict, "running") == 0 ? MESH_FAIL_BAD_REQUEST : MESH_FAIL_PROTOCOL,
+				   strcmp(verdict, "running") == 0 ?
+				   "backend \"%s\": background command \"%s\" is still running; kill it first" :
+				   "backend \"%s\" (Docker) could not remove the record of background command \"%s\"%s%s",
+				   be->name, op->key, op->err.len ? ": " : "", op->err.data);
+	return MESH_STEP_FAILED;
 }
 
 /*--------------------------------------------------------------------------
@@ -1018,11 +1365,7 @@ confine_path(const char *path)
 static void
 file_check_request(const MeshBackend *be, DockerOp *op, const char *script, MeshHttpRequest *req)
 {
-	json_t	   *cmd = script_cmd(script);
-
-	json_array_append_new(cmd, json_string(op->rel));
-	op->phase = PH_EXEC_CREATE;
-	exec_create_request(be, op->ref, cmd, NULL, req);
+	script_request(be, op, script, (const char *[]) {op->rel, NULL}, req);
 }
 
 /* The archive request for a file whose check printed "ok <resolved>". */
@@ -1055,10 +1398,8 @@ write_archive_request(const MeshBackend *be, DockerOp *op, const char *parent,
 static MeshStepResult
 file_checked(const MeshBackend *be, MeshOpState *st, DockerOp *op, MeshError *err)
 {
-	char	   *verdict = op->out.data;
-	size_t		n = strcspn(verdict, "\n");
+	const char *verdict = script_verdict(op);
 
-	verdict[n] = '\0';
 	if (strncmp(verdict, "ok /", 4) == 0)
 	{
 		op->phase = PH_ARCHIVE;
@@ -1085,24 +1426,9 @@ static MeshStepResult
 file_step(const MeshBackend *be, MeshOpState *st, DockerOp *op, const MeshHttpResponse *resp,
 		  MeshError *err)
 {
-	if (op->phase == PH_EXEC_CREATE)
-	{
-		if (!docker_ok(resp, be, "check the path", err) || !take_exec_id(be, op, resp, err))
-			return MESH_STEP_FAILED;
-		op->phase = PH_EXEC_START;
-		exec_start_request(be, op, 0, &st->next);
-		return MESH_STEP_NEXT;
-	}
-	Assert(op->phase == PH_EXEC_START);
-	if (!docker_ok(resp, be, "check the path", err))
-		return MESH_STEP_FAILED;
-	if (!demux(resp->body, resp->body_len, &op->out, &op->err))
-	{
-		mesh_error_set(err, MESH_FAIL_PROTOCOL,
-					   "backend \"%s\" (Docker) answered a path check with a malformed stream", be->name);
-		return MESH_STEP_FAILED;
-	}
-	return file_checked(be, st, op, err);
+	MeshStepResult step = script_step(be, st, op, resp, "check the path", 0, err);
+
+	return step == MESH_STEP_DONE ? file_checked(be, st, op, err) : step;
 }
 
 /* Refuse in the driver, before the daemon is asked: the exec is not needed. */
@@ -1304,6 +1630,11 @@ const MeshDriver mesh_docker_driver = {
 	.exec_response = docker_exec_response,
 	.kill_request = docker_kill_request,
 	.kill_response = docker_kill_response,
+	.exec_start_response = docker_exec_start_response,
+	.exec_output_request = docker_exec_output_request,
+	.exec_output_response = docker_exec_output_response,
+	.exec_forget_request = docker_exec_forget_request,
+	.exec_forget_response = docker_exec_forget_response,
 	.read_request = docker_read_request,
 	.read_response = docker_read_response,
 	.write_request = docker_write_request,
