@@ -213,6 +213,24 @@ typedef struct MeshExecProgress
 	MeshExecResult result;
 } MeshExecProgress;
 
+/*
+ * What an exec_output call asks for: the bytes of each stream from *_from
+ * on, at most max_bytes per stream, waiting up to wait_ms for a byte past
+ * them or for the end.  Bytes before *_kept are the caller's own from then
+ * on (stored for good) and the backend may drop them; the caller may ask
+ * again for bytes between *_kept and *_from (it held them back), so
+ * *_kept <= *_from.
+ */
+typedef struct MeshOutputAsk
+{
+	int64_t		stdout_from;
+	int64_t		stderr_from;
+	int64_t		stdout_kept;
+	int64_t		stderr_kept;
+	long		wait_ms;
+	size_t		max_bytes;
+} MeshOutputAsk;
+
 typedef enum MeshReleaseOutcome
 {
 	MESH_RELEASE_DESTROYED,
@@ -325,17 +343,14 @@ typedef struct MeshDriver
 	 * exec_request with spec->background starts the command (exec_key names
 	 * it from then on) and exec_start_response takes the backend's word
 	 * that it runs.  exec_output asks for what it wrote from the given byte
-	 * offsets on, waiting up to wait_ms for something new or for its end,
-	 * at most max_bytes per stream; bytes before the offsets asked for are
-	 * the caller's from then on (the backend may drop them).  exec_forget
+	 * offsets on (MeshOutputAsk).  exec_forget
 	 * lets the backend drop an ended command's record once its end is
 	 * stored (one already gone is success).
 	 */
 	MeshStepResult (*exec_start_response) (const MeshBackend *be, MeshOpState *st,
 										   const MeshHttpResponse *resp, MeshError *err);
 	bool		(*exec_output_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
-										const char *exec_key, int64_t stdout_from,
-										int64_t stderr_from, long wait_ms, size_t max_bytes,
+										const char *exec_key, const MeshOutputAsk *ask,
 										MeshHttpRequest *req, MeshError *err);
 	MeshStepResult (*exec_output_response) (const MeshBackend *be, MeshOpState *st,
 											const MeshHttpResponse *resp,
