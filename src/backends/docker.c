@@ -1178,32 +1178,34 @@ docker_exec_start_response(const MeshBackend *be, MeshOpState *st, const MeshHtt
 /*
  * One exec of the output script (docker_background.c), attached: it waits
  * in the container up to wait_ms, so its start may take that much longer.
+ * The spool keeps the bytes before ask->*_kept (docs/backends.md): it lives
+ * in the container's scratch volume, on the workspace's own storage.
  */
 static bool
 docker_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-						   const char *exec_key, int64_t stdout_from, int64_t stderr_from,
-						   long wait_ms, size_t max_bytes, MeshHttpRequest *req, MeshError *err)
+						   const char *exec_key, const MeshOutputAsk *ask,
+						   MeshHttpRequest *req, MeshError *err)
 {
 	DockerOp   *op = op_new(st, ref);
 	long		looks;
 
 	if (!valid_key(be, exec_key, err))
 		return false;
-	if (stdout_from < 0 || stderr_from < 0)
+	if (ask->stdout_from < 0 || ask->stderr_from < 0)
 	{
 		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
 					   "backend \"%s\": output offsets must not be negative", be->name);
 		return false;
 	}
 	op->key = pstrdup(exec_key);
-	op->wait_ms = Max(wait_ms, 0);
+	op->wait_ms = Max(ask->wait_ms, 0);
 	looks = (op->wait_ms + DOCKER_BG_POLL_MS - 1) / DOCKER_BG_POLL_MS;
 	script_request(be, op, docker_bg_output_script,
 				   (const char *[]) {exec_key,
-					   psprintf(INT64_FORMAT, stdout_from),
-					   psprintf(INT64_FORMAT, stderr_from),
+					   psprintf(INT64_FORMAT, ask->stdout_from),
+					   psprintf(INT64_FORMAT, ask->stderr_from),
 					   psprintf("%ld", looks),
-					   psprintf("%zu", Min(max_bytes, (size_t) PG_INT64_MAX)),
+					   psprintf("%zu", Min(ask->max_bytes, (size_t) PG_INT64_MAX)),
 				   NULL}, req);
 	return true;
 }
