@@ -20,7 +20,7 @@ fi
 if ! mesh_docker_start "$w/docker" 2> "$w/docker.err" || ! mesh_docker_image mesh-bg-test 2>> "$w/docker.err"; then
   echo "1..0 # SKIP dockerd cannot run here: $(tr '\n' ' ' < "$w/docker.err" | cut -c1-200)"; exit 0
 fi
-plan 46
+plan 47
 C=mesh-bg-test-$$
 docker run -d --name "$C" --init --user 1000:1000 --network none --read-only --cap-drop ALL \
   --security-opt no-new-privileges --pids-limit 128 --memory 256m --memory-swap 256m \
@@ -68,6 +68,8 @@ is "$(script claim k0)" used "a key in use is refused"
 is "$(docker exec "$C" stat -c '%U %s' /run/mesh/bg/k0/out /run/mesh/bg/k0/err | tr '\n' ' ')" \
    "agent 0 agent 0 " "the claim makes both streams, empty, as the workspace user"
 is "$(field state "$(poll k0 0 10)")" running "a claimed command not started yet reads as running"
+docker exec -u 1000:1000 "$C" sh -c 'echo 0.00 > /run/mesh/bg/k0/claimed'
+is "$(field state "$(poll k0 0 10)")" lost "one claimed a minute ago and never started is lost"
 
 # --- stdin through the archive API; output reassembled from offsets, byte for byte
 python3 - "$w" <<'EOF'
