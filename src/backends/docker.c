@@ -614,6 +614,17 @@ script_step(const MeshBackend *be, MeshOpState *st, DockerOp *op, const MeshHttp
 	return MESH_STEP_DONE;
 }
 
+/*
+ * Whether a script's create found its container gone (404) or stopped
+ * (409): for kill and forget there is then nothing left to do.
+ */
+static bool
+container_absent(const DockerOp *op, const MeshHttpResponse *resp)
+{
+	return op->phase == PH_EXEC_CREATE && !resp->transport_error &&
+		(resp->status == 404 || resp->status == 409);
+}
+
 /* A key names a directory of the driver's scratch: a plain name only. */
 static bool
 valid_key(const MeshBackend *be, const char *key, MeshError *err)
@@ -1074,8 +1085,7 @@ docker_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 	DockerOp   *op = st->data;
 	MeshStepResult step;
 
-	if (op->phase == PH_EXEC_CREATE && !resp->transport_error &&
-		(resp->status == 404 || resp->status == 409))
+	if (container_absent(op, resp))
 		return MESH_STEP_DONE;
 	step = script_step(be, st, op, resp, "kill the command", 0, err);
 	if (step == MESH_STEP_NEXT)
@@ -1294,8 +1304,7 @@ docker_exec_forget_response(const MeshBackend *be, MeshOpState *st, const MeshHt
 	MeshStepResult step;
 	const char *verdict;
 
-	if (op->phase == PH_EXEC_CREATE && !resp->transport_error &&
-		(resp->status == 404 || resp->status == 409))
+	if (container_absent(op, resp))
 		return MESH_STEP_DONE;
 	step = script_step(be, st, op, resp, "forget a background command", 0, err);
 	if (step != MESH_STEP_DONE)
