@@ -1278,6 +1278,7 @@ docker_exec_output_response(const MeshBackend *be, MeshOpState *st, const MeshHt
 	return step == MESH_STEP_DONE ? background_progress(be, op, progress, err) : step;
 }
 
+/* One exec of the forget script: the record goes unless its command still runs. */
 static bool
 docker_exec_forget_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 						   const char *exec_key, MeshHttpRequest *req, MeshError *err)
