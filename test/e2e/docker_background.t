@@ -20,7 +20,7 @@ fi
 if ! mesh_docker_start "$w/docker" 2> "$w/docker.err" || ! mesh_docker_image mesh-bg-test 2>> "$w/docker.err"; then
   echo "1..0 # SKIP dockerd cannot run here: $(tr '\n' ' ' < "$w/docker.err" | cut -c1-200)"; exit 0
 fi
-plan 47
+plan 48
 C=mesh-bg-test-$$
 docker run -d --name "$C" --init --user 1000:1000 --network none --read-only --cap-drop ALL \
   --security-opt no-new-privileges --pids-limit 128 --memory 256m --memory-swap 256m \
@@ -125,6 +125,19 @@ start k4 0 . sh -c 'for i in 1 2 3 4 5; do echo "line $i"; sleep 0.5; done'
 words=$(drain k4 100)
 is "$(tr '\n' ' ' < "$w/k4.out")" "line 1 line 2 line 3 line 4 line 5 " "every line, in order, once"
 [ "$(field answers "$words")" -ge 2 ]; ok $? "delivered over several answers ($(field answers "$words"))"
+
+# --- many at once: eight commands started and read concurrently, each gets its own bytes
+for i in 1 2 3 4 5 6 7 8; do
+  start "c$i" 0 . sh -c "i=0; while [ \$i -lt 300 ]; do echo c$i-\$i; i=\$((i + 1)); done" &
+done
+wait_pids=$(jobs -p | grep -vx "$MESH_DOCKER_PID" || true); [ -z "$wait_pids" ] || wait $wait_pids
+for i in 1 2 3 4 5 6 7 8; do drain "c$i" 700 > "$w/c$i.words" & done
+wait_pids=$(jobs -p | grep -vx "$MESH_DOCKER_PID" || true); [ -z "$wait_pids" ] || wait $wait_pids
+own=0
+for i in 1 2 3 4 5 6 7 8; do
+  seq 0 299 | sed "s/^/c$i-/" | cmp -s - "$w/c$i.out" && [ "$(field reaches_end "$(cat "$w/c$i.words")")" = 1 ] && own=$((own + 1))
+done
+is "$own" 8 "eight concurrent commands: each one's output whole, its own, in order"
 
 # --- signals reach the whole tree
 # (the leader waits for its child to handle TERM, then dies of it: a leader that ended first
