@@ -20,7 +20,7 @@ fi
 if ! mesh_docker_start "$w/docker" 2> "$w/docker.err" || ! mesh_docker_image mesh-bg-test 2>> "$w/docker.err"; then
   echo "1..0 # SKIP dockerd cannot run here: $(tr '\n' ' ' < "$w/docker.err" | cut -c1-200)"; exit 0
 fi
-plan 48
+plan 50
 C=mesh-bg-test-$$
 docker run -d --name "$C" --init --user 1000:1000 --network none --read-only --cap-drop ALL \
   --security-opt no-new-privileges --pids-limit 128 --memory 256m --memory-swap 256m \
@@ -104,6 +104,12 @@ is "$(field out_from "$words") $(field out_len "$words") $(field reaches_end "$w
    "offsets past the end: nothing, from where asked, and ended"
 words=$(script output k1 256 0 0 10 | "$w/bg_tool" parse "$w/k1.part" /dev/null)
 is "$(od -An -tx1 "$w/k1.part" | tr -d ' \n')" "00010203040506070809" "bytes from any offset, at most max_bytes"
+
+# --- argv reaches the command as given: nothing in it is shell to the wrapper
+start ka 0 . printf '%s|' '$(touch /workspace/injected)' '; touch /workspace/injected' '"' "'" '*' ''
+drain ka 100 >/dev/null
+is "$(cat "$w/ka.out")" "\$(touch /workspace/injected)|; touch /workspace/injected|\"|'|*||" "argv passes through the wrapper verbatim"
+docker exec "$C" test -e /workspace/injected; ok $((! $?)) "and none of it ran as shell"
 
 # --- the long poll: it returns on new bytes, and on the end
 start k2 0 . sh -c 'echo ready; while [ ! -e /workspace/go ]; do sleep 0.05; done; echo late; sleep 30'
