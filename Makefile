@@ -15,6 +15,8 @@ OBJS = \
 	src/worker_release.o \
 	src/worker_snapshot.o \
 	src/store_snapshot.o \
+	src/store_background.o \
+	src/worker_background.o \
 	src/worker_http.o \
 	src/runner.o \
 	src/store.o \
@@ -28,13 +30,14 @@ OBJS = \
 	src/backends/docker.o \
 	src/backends/docker_background.o \
 	src/backends/kubernetes.o \
-	src/backends/kubernetes_parse.o
+	src/backends/kubernetes_parse.o \
+	src/backends/sandboxd_parse.o
 
 EXTENSION = mesh_exec
 DATA = sql/mesh_exec--0.1.sql
 PGFILEDESC = "mesh_exec - sandboxed execution for AI-agent harnesses"
 
-REGRESS = setup api_errors lifecycle exec_output files durability cancel budgets credentials egress privileges privilege_escalation input_limits ownership containment snapshots
+REGRESS = setup api_errors lifecycle exec_output background files durability cancel budgets credentials egress privileges privilege_escalation input_limits ownership containment snapshots
 REGRESS_OPTS = --inputdir=. --use-existing
 
 PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl libmicrohttpd)

@@ -26,7 +26,7 @@ CREATE TYPE mesh.size_tier AS ENUM ('small', 'standard', 'large', 'xlarge');
 CREATE TYPE mesh.workspace_status AS ENUM
     ('pending', 'acquiring', 'ready', 'releasing', 'released', 'failed');
 CREATE TYPE mesh.exec_status AS ENUM
-    ('running', 'ok', 'timeout', 'cancelled', 'oom', 'budget_exhausted', 'error');
+    ('running', 'ok', 'timeout', 'cancelled', 'oom', 'budget_exhausted', 'error', 'killed');
 -- Why a workspace is in its status, as a code; status_reason is its sentence
 -- (mesh.status_reason_text), or a backend's own words where no code fits.
 CREATE TYPE mesh.status_reason_code AS ENUM
@@ -153,7 +153,14 @@ CREATE TABLE mesh.execs (
     charge_basis   text CHECK (charge_basis IN ('cpu', 'wall')),
     error          text,
     started_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    finished_at    timestamptz
+    finished_at    timestamptz,
+    -- a background command (mesh_exec_start): it runs on between calls, a
+    -- worker follows it, and how far into each stream the worker has read
+    -- from the backend and stored (its offsets in the backend's own count,
+    -- which redaction makes differ from stdout_bytes)
+    background     boolean NOT NULL DEFAULT false,
+    stdout_read    bigint NOT NULL DEFAULT 0,
+    stderr_read    bigint NOT NULL DEFAULT 0
 );
 CREATE INDEX execs_workspace_idx ON mesh.execs (workspace_id, id);
 CREATE INDEX execs_running_idx ON mesh.execs (started_at) WHERE status = 'running';
@@ -893,6 +900,7 @@ BEGIN
      WHERE w.id = p_id RETURNING w.status INTO ws.status;
     UPDATE mesh.run_tokens t SET revoked_at = now(), revoked_reason = 'the run released its workspace'
      WHERE t.run_id = ws.run_id AND t.revoked_at IS NULL;
+    PERFORM mesh.background_execs_end(p_id, 'killed', 'killed: the run released its workspace');
     PERFORM mesh.workspace_event(ws, 'released', jsonb_build_object('outcome', p_outcome));
     RETURN ws.status;
 END
@@ -1022,7 +1030,7 @@ $$;
 -- An exec's row, committed before the command is sent; the workspace was
 -- used.  Only a ready workspace runs commands.
 CREATE FUNCTION mesh.exec_begin(p_workspace_id bigint, p_argv text[], p_dir text, p_env_names text[],
-                                p_stdin_bytes integer, p_timeout_ms bigint)
+                                p_stdin_bytes integer, p_timeout_ms bigint, p_background boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
@@ -1031,8 +1039,9 @@ BEGIN
     -- one statement on the hot path; the refusal looks at the row only when it applies
     WITH w AS (UPDATE mesh.workspaces w SET last_used_at = now()
                 WHERE w.id = p_workspace_id AND w.status = 'ready' RETURNING w.id, w.run_id)
-    INSERT INTO mesh.execs (workspace_id, run_id, argv, dir, env_names, stdin_bytes, timeout_ms)
-    SELECT w.id, w.run_id, p_argv, p_dir, coalesce(p_env_names, '{}'), p_stdin_bytes, p_timeout_ms FROM w
+    INSERT INTO mesh.execs (workspace_id, run_id, argv, dir, env_names, stdin_bytes, timeout_ms, background)
+    SELECT w.id, w.run_id, p_argv, p_dir, coalesce(p_env_names, '{}'), p_stdin_bytes, p_timeout_ms,
+           coalesce(p_background, false) FROM w
     RETURNING id INTO exec_id;
     IF exec_id IS NULL THEN
         PERFORM mesh.raise_bad_move((SELECT w FROM mesh.workspaces w WHERE w.id = p_workspace_id), 'run a command');
@@ -1063,10 +1072,14 @@ BEGIN
                truncated = coalesce(p_truncated, false), wall_seconds = p_wall_seconds, cpu_seconds = p_cpu_seconds,
                charged_seconds = p_charged_seconds, charge_basis = p_charge_basis, error = p_error,
                memory_peak_bytes = p_memory_peak_bytes, finished_at = clock_timestamp()
-         WHERE e.id = p_exec_id RETURNING e.workspace_id)
+         WHERE e.id = p_exec_id AND e.status = 'running' RETURNING e.workspace_id)
     UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + p_charged_seconds, last_used_at = now()
       FROM e WHERE w.id = e.workspace_id RETURNING w.id INTO ws_id;
     IF ws_id IS NULL THEN
+        -- ended already (the release of its workspace ended a background command): kept as it is
+        IF EXISTS (SELECT 1 FROM mesh.execs e WHERE e.id = p_exec_id) THEN
+            RETURN;
+        END IF;
         RAISE EXCEPTION 'mesh: exec % does not exist', p_exec_id USING ERRCODE = 'undefined_object';
     END IF;
     IF p_egress_denials IS NOT NULL THEN
@@ -1078,6 +1091,36 @@ BEGIN
          WHERE w.id = ws_id;
     END IF;
 END
+$$;
+
+-- Background commands of a workspace that still run as far as their rows
+-- say, ended with one status and reason (its release killed them), charged
+-- for the wall time they may have used (at most their timeout).
+CREATE FUNCTION mesh.background_execs_end(p_workspace_id bigint, p_status mesh.exec_status, p_error text)
+RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
+    WITH ended AS (
+        UPDATE mesh.execs e SET status = p_status, error = p_error, finished_at = clock_timestamp(),
+               charge_basis = 'wall',
+               charged_seconds = least(extract(epoch FROM clock_timestamp() - e.started_at), e.timeout_ms / 1000.0)
+         WHERE e.workspace_id = p_workspace_id AND e.status = 'running' AND e.background
+        RETURNING e.workspace_id, e.charged_seconds)
+    UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + c.seconds
+      FROM (SELECT sum(charged_seconds) AS seconds FROM ended) c
+     WHERE w.id = p_workspace_id AND c.seconds IS NOT NULL;
+$$;
+
+-- The background commands worker p_worker of p_nworkers follows: at its start, the ones its
+-- predecessor followed, with how far it had read and stored each stream.
+CREATE FUNCTION mesh.background_execs(p_worker integer, p_nworkers integer)
+RETURNS TABLE (exec_id bigint, run_id text, timeout_ms bigint, started_at timestamptz,
+               stdout_bytes bigint, stderr_bytes bigint, stdout_read bigint, stderr_read bigint)
+LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT e.id, e.run_id, e.timeout_ms, e.started_at, e.stdout_bytes, e.stderr_bytes, e.stdout_read, e.stderr_read
+      FROM mesh.execs e
+     WHERE e.status = 'running' AND e.background
+       AND ((hashtext(e.run_id)::bigint & 4294967295) % p_nworkers) = p_worker
+     ORDER BY e.id;
 $$;
 
 -- The one way execs that no worker will finish are failed: charged for the
@@ -1105,7 +1148,9 @@ BEGIN
                charged_seconds = least(extract(epoch FROM clock_timestamp() - e.started_at), e.timeout_ms / 1000.0)
          WHERE e.status = 'running'
            AND CASE p_cause
+               -- a restarted worker follows its background commands again (mesh.background_execs)
                WHEN 'restart' THEN ((hashtext(e.run_id)::bigint & 4294967295) % p_nworkers) = p_worker
+                                   AND NOT e.background
                ELSE e.started_at + e.timeout_ms * interval '1 millisecond' + interval '1 minute' < clock_timestamp() END
         RETURNING e.id, e.run_id, e.workspace_id, e.charged_seconds),
     charged AS (
@@ -2038,6 +2083,84 @@ RETURNS void LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
      WHERE id = p_exec_id;
 $$;
 
+-- A background command's progress: each stream's length as stored and how far the worker has
+-- read it from the backend, in the transaction that stored the new chunks; beyond p_limit bytes
+-- a stream keeps its tail (whole chunks go from its head, counted as dropped).  A definer's
+-- function: the only other deletion mesh_worker may cause.
+CREATE FUNCTION mesh.exec_output_progress(p_exec_id bigint, p_stdout_bytes bigint, p_stderr_bytes bigint,
+                                          p_stdout_read bigint, p_stderr_read bigint, p_limit bigint)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    s text;
+    total bigint;
+    first_kept bigint;
+BEGIN
+    FOREACH s IN ARRAY ARRAY['stdout', 'stderr'] LOOP
+        total := CASE s WHEN 'stdout' THEN p_stdout_bytes ELSE p_stderr_bytes END;
+        IF total > p_limit THEN
+            DELETE FROM mesh.exec_output o
+             WHERE o.exec_id = p_exec_id AND o.stream = s
+               AND o.start_offset + length(o.data) <= total - p_limit;
+        END IF;
+        SELECT coalesce(min(o.start_offset), total) INTO first_kept
+          FROM mesh.exec_output o WHERE o.exec_id = p_exec_id AND o.stream = s;
+        IF s = 'stdout' THEN
+            UPDATE mesh.execs SET stdout_bytes = p_stdout_bytes, stdout_dropped = first_kept,
+                   stdout_read = p_stdout_read WHERE id = p_exec_id;
+        ELSE
+            UPDATE mesh.execs SET stderr_bytes = p_stderr_bytes, stderr_dropped = first_kept,
+                   stderr_read = p_stderr_read WHERE id = p_exec_id;
+        END IF;
+    END LOOP;
+END;
+$$;
+
+-- What people see of a stored stream (mesh_exec's clamp, for a background command's end): all
+-- of it within p_max bytes, else its first and last kept bytes around the marker
+-- "…[mesh: N bytes omitted]…" (src/exec_output.c builds the same for a command's own answer).
+CREATE FUNCTION mesh.exec_output_clamped(p_exec_id bigint, p_stream text, p_max integer,
+                                         OUT clamped text, OUT truncated boolean)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    e mesh.execs;
+    total bigint;
+    first bigint;
+    head bigint;
+    tail bigint;
+    kept bigint;
+BEGIN
+    SELECT * INTO e FROM mesh.execs WHERE id = p_exec_id;
+    total := CASE p_stream WHEN 'stdout' THEN e.stdout_bytes ELSE e.stderr_bytes END;
+    first := CASE p_stream WHEN 'stdout' THEN e.stdout_dropped ELSE e.stderr_dropped END;
+    kept := total - first;
+    IF total <= p_max AND first = 0 THEN
+        clamped := mesh.output_text(mesh.exec_output_range(p_exec_id, p_stream, 0, total));
+        truncated := false;
+        RETURN;
+    END IF;
+    head := least(p_max / 2, kept);
+    tail := least(p_max - head, kept - head);
+    clamped := mesh.output_text(mesh.exec_output_range(p_exec_id, p_stream, first, first + head))
+               || E'\n\u2026[mesh: ' || (total - head - tail) || E' bytes omitted]\u2026\n'
+               || mesh.output_text(mesh.exec_output_range(p_exec_id, p_stream, total - tail, total));
+    truncated := true;
+END;
+$$;
+
+-- The stored bytes [p_from, p_upto) of one stream.
+CREATE FUNCTION mesh.exec_output_range(p_exec_id bigint, p_stream text, p_from bigint, p_upto bigint)
+RETURNS bytea
+LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT coalesce(string_agg(substring(o.data FROM (greatest(p_from - o.start_offset, 0) + 1)::integer
+                                         FOR (least(p_upto, o.start_offset + length(o.data))
+                                              - greatest(p_from, o.start_offset))::integer),
+                               '' ORDER BY o.start_offset), '')
+      FROM mesh.exec_output o
+     WHERE o.exec_id = p_exec_id AND o.stream = p_stream
+       AND o.start_offset < p_upto AND o.start_offset + length(o.data) > p_from;
+$$;
+
 -- The reaper: output of execs that ended over p_minutes ago goes (a bounded batch per call).
 -- The only deletion mesh_worker may cause, hence a definer's function, not a DELETE grant.
 CREATE FUNCTION mesh.exec_output_expire(p_minutes integer) RETURNS bigint
@@ -2174,6 +2297,30 @@ END;
 $$;
 
 ------------------------------------------------------------------------------
+-- Background commands: started, followed by a worker while they run (their
+-- output stored as it comes, a NOTIFY on mesh_exec_<id> for each step),
+-- waited for, signalled.
+------------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.mesh_exec_start(run_id text, argv text[], dir text DEFAULT NULL,
+                                            stdin bytea DEFAULT NULL, timeout interval DEFAULT NULL,
+                                            env jsonb DEFAULT NULL)
+RETURNS bigint
+    AS 'MODULE_PATHNAME', 'mesh_exec_start' LANGUAGE C;
+
+-- The row mesh_exec returns, once the command has ended; with a timeout that passes first, the
+-- row as it is (status running).
+CREATE FUNCTION @extschema@.mesh_exec_wait(exec_id bigint, timeout interval DEFAULT NULL)
+RETURNS TABLE (exit_code integer, stdout text, stderr text, status text,
+               truncated boolean, exec_id bigint,
+               stdout_bytes bigint, stderr_bytes bigint)
+    AS 'MODULE_PATHNAME', 'mesh_exec_wait' LANGUAGE C ROWS 1;
+
+-- Signal a running command's whole process tree; false (with a notice) when it already ended.
+CREATE FUNCTION @extschema@.mesh_exec_kill(exec_id bigint, signal text DEFAULT 'TERM')
+RETURNS boolean
+    AS 'MODULE_PATHNAME', 'mesh_exec_kill' LANGUAGE C;
+
+------------------------------------------------------------------------------
 -- Privileges: PUBLIC gets nothing; the harness calls the API and reads views;
 -- the admin configures.  Credentials are readable by neither.
 ------------------------------------------------------------------------------
@@ -2188,6 +2335,9 @@ REVOKE ALL ON FUNCTION @extschema@.mesh_release(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_snapshot(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_exec_output(bigint, bigint, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_exec_output_bytes(bigint, text, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_exec_start(text, text[], text, bytea, interval, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_exec_wait(bigint, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_exec_kill(bigint, text) FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA mesh TO mesh_harness, mesh_admin, mesh_worker;
 -- the workers read and write mesh's rows (no DELETE, no DDL), call its functions
@@ -2200,6 +2350,10 @@ GRANT EXECUTE ON FUNCTION @extschema@.mesh_read_file(text, text) TO mesh_harness
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_write_file(text, text, bytea, integer) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_release(text, text) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_snapshot(text) TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec_start(text, text[], text, bytea, interval, jsonb),
+                          @extschema@.mesh_exec_wait(bigint, interval),
+                          @extschema@.mesh_exec_kill(bigint, text)
+      TO mesh_harness, mesh_admin;
 -- stored output: read through views that show only the runs the role may drive
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec_output(bigint, bigint, bigint, bigint),
                           @extschema@.mesh_exec_output_bytes(bigint, text, bigint, bigint),

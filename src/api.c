@@ -18,15 +18,19 @@
 
 #include "access/detoast.h"
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
+#include "storage/condition_variable.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "handoff.h"
 #include "mesh_exec.h"
@@ -52,6 +56,9 @@ PG_FUNCTION_INFO_V1(mesh_read_file);
 PG_FUNCTION_INFO_V1(mesh_write_file);
 PG_FUNCTION_INFO_V1(mesh_release);
 PG_FUNCTION_INFO_V1(mesh_snapshot);
+PG_FUNCTION_INFO_V1(mesh_exec_start);
+PG_FUNCTION_INFO_V1(mesh_exec_wait);
+PG_FUNCTION_INFO_V1(mesh_exec_kill);
 
 /* A required argument: NULL is the caller's error, named, with a hint. */
 static void
@@ -432,34 +439,48 @@ reply_text(const MeshMsg *reply, MeshSpan span)
 	return PointerGetDatum(cstring_to_text_with_len(s, span.len));
 }
 
-/* mesh_exec: run a command in the run's workspace, materializing it first. */
-Datum
-mesh_exec(PG_FUNCTION_ARGS)
+/*
+ * The request of mesh_exec and mesh_exec_start (OP), whose arguments are
+ * the same: (run_id, argv, dir, stdin, timeout, env).  *stdin_data: the
+ * blob to send with it, or NULL.
+ */
+static StringInfo
+exec_request(FunctionCallInfo fcinfo, MeshOp op, bytea **stdin_data)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *run_id = required_id(fcinfo, 0, "run_id");
 	char	   *dir = optional_text(fcinfo, 2);
-	bytea	   *stdin_data = PG_ARGISNULL(3) ? NULL :
-		bounded_bytea_arg(fcinfo, 3, "stdin", "mesh.max_stdin_size", mesh_max_stdin_bytes);
-	long		timeout_ms = timeout_ms_arg(fcinfo, 4);
-	StringInfo	req = begin_request(MESH_OP_EXEC, sizeof(MeshExecRequest));
+	long		timeout_ms;
+	StringInfo	req = begin_request(op, sizeof(MeshExecRequest));
 	MeshExecRequest r = {0};
-	MeshMsg		reply;
-	const MeshExecReply *x;
-	Datum		values[8];
-	bool		nulls[8] = {false};
 	size_t		exec_size;
 
+	*stdin_data = PG_ARGISNULL(3) ? NULL :
+		bounded_bytea_arg(fcinfo, 3, "stdin", "mesh.max_stdin_size", mesh_max_stdin_bytes);
+	timeout_ms = timeout_ms_arg(fcinfo, 4);
 	exec_size = add_argv(fcinfo, req, &r);
 	exec_size += add_env(fcinfo, 5, req, &r);
 	check_exec_size(exec_size);
 	if (dir)
 		check_path(dir, "dir");
 	r.dir = request_text(req, dir);
-	r.has_stdin = stdin_data != NULL;
+	r.has_stdin = *stdin_data != NULL;
 	r.timeout_ms = timeout_ms;
 	r.max_output = mesh_max_output_bytes;
 	mesh_msg_set_fixed(req, &r, sizeof(r));
+	return req;
+}
+
+/* mesh_exec: run a command in the run's workspace, materializing it first. */
+Datum
+mesh_exec(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *run_id = required_id(fcinfo, 0, "run_id");
+	bytea	   *stdin_data;
+	StringInfo	req = exec_request(fcinfo, MESH_OP_EXEC, &stdin_data);
+	MeshMsg		reply;
+	const MeshExecReply *x;
+	Datum		values[8];
+	bool		nulls[8] = {false};
 
 	InitMaterializedSRF(fcinfo, 0);
 	mesh_call(run_id, req,
@@ -477,6 +498,167 @@ mesh_exec(PG_FUNCTION_ARGS)
 	values[7] = Int64GetDatum(x->stderr_bytes);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return (Datum) 0;
+}
+
+/*
+ * mesh_exec_start: start a command in the run's workspace (materializing it
+ * first) and return its exec id as soon as it runs; a worker follows it.
+ */
+Datum
+mesh_exec_start(PG_FUNCTION_ARGS)
+{
+	char	   *run_id = required_id(fcinfo, 0, "run_id");
+	bytea	   *stdin_data;
+	StringInfo	req = exec_request(fcinfo, MESH_OP_EXEC_START, &stdin_data);
+	MeshMsg		reply;
+
+	mesh_call(run_id, req,
+			  stdin_data ? VARDATA_ANY(stdin_data) : NULL,
+			  stdin_data ? VARSIZE_ANY_EXHDR(stdin_data) : 0, &reply);
+	PG_RETURN_INT64(((const MeshExecReply *) mesh_msg_fixed(&reply, sizeof(MeshExecReply)))->exec_id);
+}
+
+static const char exec_row_sql[] =
+"SELECT e.exit_code, e.stdout, e.stderr, e.status::text, e.truncated, e.exec_id, "
+"       e.stdout_bytes, e.stderr_bytes, e.run_id "
+"  FROM mesh.readable_exec($1) e";
+
+/* The exec's row as mesh_exec returns it (and its run), read now; a copy in the caller's context. */
+static HeapTuple
+exec_row(int64 exec_id, TupleDesc *desc)
+{
+	Oid			argtypes[1] = {INT8OID};
+	Datum		args[1] = {Int64GetDatum(exec_id)};
+	HeapTuple	row;
+
+	SPI_connect();
+	if (SPI_execute_with_args(exec_row_sql, 1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "mesh: the row of exec " INT64_FORMAT " could not be read", exec_id);
+	row = SPI_copytuple(SPI_tuptable->vals[0]);
+	*desc = CreateTupleDescCopy(SPI_tuptable->tupdesc);
+	SPI_finish();
+	return row;
+}
+
+/* A column of exec_row's row, as text (NULL: NULL). */
+static char *
+exec_row_text(HeapTuple row, TupleDesc desc, int column)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(row, column, desc, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/*
+ * mesh_exec_wait: the row mesh_exec returns, once the command has ended
+ * (or, with a timeout, when it passes: the row as it is).  Sleeps on the
+ * condition variable the workers broadcast when they record ends, and
+ * looks again at least every second.
+ */
+Datum
+mesh_exec_wait(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int64		exec_id;
+	TimestampTz deadline = 0;
+	HeapTuple	row;
+	TupleDesc	desc;
+	Datum		values[9];
+	bool		nulls[9];
+
+	require_arg(fcinfo, 0, "exec_id", "Pass the id mesh_exec_start returned.");
+	exec_id = PG_GETARG_INT64(0);
+	if (!PG_ARGISNULL(1))
+		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms_arg(fcinfo, 1));
+	InitMaterializedSRF(fcinfo, 0);
+	for (;;)
+	{
+		char	   *status;
+		long		left = 1000;
+
+		ConditionVariablePrepareToSleep(&mesh_shared->exec_ended);
+		row = exec_row(exec_id, &desc);
+		status = exec_row_text(row, desc, 4);
+		if (strcmp(status, "running") != 0)
+			break;
+		if (deadline != 0)
+		{
+			left = Min(left, (long) ((deadline - GetCurrentTimestamp()) / 1000));
+			if (left <= 0)
+				break;
+		}
+		if (IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("mesh_exec_wait cannot see a command end in a %s transaction",
+							XactIsoLevel == XACT_SERIALIZABLE ? "SERIALIZABLE" : "REPEATABLE READ"),
+					 errhint("Call it in a READ COMMITTED transaction (the default), or poll mesh_exec_output.")));
+		(void) ConditionVariableTimedSleep(&mesh_shared->exec_ended, left, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+	heap_deform_tuple(row, desc, values, nulls);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
+}
+
+/* The signals mesh_exec_kill sends, by name without "SIG". */
+static const char *const kill_signals[] = {"TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2"};
+
+/* A signal's name as the backends take it: upper case, without "SIG"; unknown ones refused. */
+static const char *
+signal_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *name = pstrdup(required_text(fcinfo, argno, "signal"));
+
+	for (char *p = name; *p; p++)
+		*p = pg_toupper((unsigned char) *p);
+	if (strncmp(name, "SIG", 3) == 0)
+		name += 3;
+	for (int i = 0; i < lengthof(kill_signals); i++)
+		if (strcmp(name, kill_signals[i]) == 0)
+			return kill_signals[i];
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("signal \"%s\" is not one mesh_exec_kill sends", required_text(fcinfo, argno, "signal")),
+			 errhint("Use TERM (the default), KILL, INT, HUP, QUIT, USR1 or USR2.")));
+	return NULL;				/* keep the compiler quiet */
+}
+
+/*
+ * mesh_exec_kill: signal a running command's whole process tree; false,
+ * with a notice, for one that already ended.
+ */
+Datum
+mesh_exec_kill(PG_FUNCTION_ARGS)
+{
+	int64		exec_id;
+	const char *signal = signal_arg(fcinfo, 1);
+	HeapTuple	row;
+	TupleDesc	desc;
+	char	   *status;
+	char	   *run_id;
+	StringInfo	req = begin_request(MESH_OP_EXEC_KILL, sizeof(MeshKillRequest));
+	MeshKillRequest r = {0};
+	MeshMsg		reply;
+
+	require_arg(fcinfo, 0, "exec_id", "Pass the id mesh_exec_start returned.");
+	exec_id = PG_GETARG_INT64(0);
+	row = exec_row(exec_id, &desc);
+	status = exec_row_text(row, desc, 4);
+	run_id = exec_row_text(row, desc, 9);
+	if (strcmp(status, "running") != 0)
+	{
+		ereport(NOTICE,
+				(errmsg("exec " INT64_FORMAT " already ended (%s): nothing to signal", exec_id, status)));
+		PG_RETURN_BOOL(false);
+	}
+	r.exec_id = exec_id;
+	r.signal = mesh_msg_add_string(req, signal);
+	mesh_msg_set_fixed(req, &r, sizeof(r));
+	mesh_call(run_id, req, NULL, 0, &reply);
+	PG_RETURN_BOOL(((const MeshKillReply *) mesh_msg_fixed(&reply, sizeof(MeshKillReply)))->signalled);
 }
 
 /* A file call's request: the path, and the mode of a write. */

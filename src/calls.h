@@ -24,6 +24,7 @@
 #include "postgres.h"
 
 #include "lib/stringinfo.h"
+#include "utils/timestamp.h"
 
 /* Identifiers (run_id, agent_id, ...) are at most this long (api.c checks). */
 #define MESH_MAX_ID_BYTES 255
@@ -36,10 +37,13 @@ typedef enum MeshOp
 	MESH_OP_WRITE_FILE,
 	MESH_OP_RELEASE,
 	MESH_OP_SNAPSHOT,			/* capture the run's /workspace (mesh_snapshot) */
-	MESH_OP_SWEEP				/* to the reaper: sweep now, reply with what it did */
+	MESH_OP_SWEEP,				/* to the reaper: sweep now, reply with what it did */
+	MESH_OP_EXEC_START,			/* start a background command (mesh_exec_start) */
+	MESH_OP_EXEC_KILL,			/* signal a running command (mesh_exec_kill) */
+	MESH_OP_EXEC_FOLLOW			/* the worker's own: follow a background command again */
 } MeshOp;
 
-#define MESH_OP_COUNT (MESH_OP_SWEEP + 1)
+#define MESH_OP_COUNT (MESH_OP_EXEC_FOLLOW + 1)
 
 typedef enum MeshMsgKind
 {
@@ -103,6 +107,26 @@ typedef struct MeshExecRequest
 	int32		max_output;		/* bytes of each stream kept */
 } MeshExecRequest;
 
+/* mesh_exec_kill: the exec (of the call's run) and the signal's name */
+typedef struct MeshKillRequest
+{
+	int64		exec_id;
+	MeshSpan	signal;
+} MeshKillRequest;
+
+/*
+ * The worker's own call, at its start, for a background command its
+ * predecessor followed: where it had got to (mesh.background_execs).
+ */
+typedef struct MeshFollowRequest
+{
+	int64		exec_id;
+	int64		timeout_ms;
+	TimestampTz started_at;
+	int64		stored[2];		/* stdout, stderr: bytes stored (stdout_bytes) */
+	int64		read[2];		/* ... and read from the backend (stdout_read) */
+} MeshFollowRequest;
+
 /* read and write; a write's content is the call's blob */
 typedef struct MeshFileRequest
 {
@@ -124,6 +148,8 @@ typedef union MeshRequest
 	MeshExecRequest exec;
 	MeshFileRequest file;
 	MeshReleaseRequest release;
+	MeshKillRequest kill;
+	MeshFollowRequest follow;
 } MeshRequest;
 
 /*--------------------------------------------------------------------------
@@ -151,6 +177,12 @@ typedef struct MeshExecReply
 	MeshSpan	stdout_text;
 	MeshSpan	stderr_text;
 } MeshExecReply;
+
+/* mesh_exec_kill: whether a signal went to a running command */
+typedef struct MeshKillReply
+{
+	bool		signalled;
+} MeshKillReply;
 
 typedef struct MeshReadReply
 {

@@ -41,11 +41,12 @@ static const char store_counts_sql[] =
 "SELECT mesh.exec_output_counts($1, $2, $3, $4, $5)";
 
 /*
- * One stream, a chunk at a time: only one chunk's copy (and what storing it
- * allocates) exists at once, whatever the stream's size.
+ * One stream's bytes (which: 0 stdout, 1 stderr) from offset s->dropped on,
+ * a chunk at a time: only one chunk's copy (and what storing it allocates)
+ * exists at once, whatever the stream's size.  In the caller's transaction.
  */
-static void
-store_stream(int64 exec_id, int which, const MeshOutputStream *s)
+void
+exec_output_store_stream(int64 exec_id, int which, const MeshOutputStream *s)
 {
 	MeshParam	p[4] = {mesh_int8_param(exec_id), mesh_text_param(stream_names[which])};
 	MemoryContext chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "mesh output chunk",
@@ -103,7 +104,7 @@ exec_output_store(int64 exec_id, const MeshOutputStream streams[2])
 	{
 		MeshOutputStream kept = within_limit(&streams[i]);
 
-		store_stream(exec_id, i, &kept);
+		exec_output_store_stream(exec_id, i, &kept);
 		counts[1 + 2 * i] = mesh_int8_param(kept.dropped + (int64) kept.len);
 		counts[2 + 2 * i] = mesh_int8_param(kept.dropped);
 	}

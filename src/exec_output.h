@@ -23,6 +23,7 @@ typedef struct MeshOutputStream
 } MeshOutputStream;
 
 extern void exec_output_store(int64 exec_id, const MeshOutputStream streams[2]);
+extern void exec_output_store_stream(int64 exec_id, int which, const MeshOutputStream *s);
 extern void exec_output_clamp(char **data, size_t *len, int64 total, long max_bytes,
 							  bool *truncated);
 

@@ -96,6 +96,7 @@ mesh_shmem_startup(void)
 		pg_atomic_init_u32(&mesh_shared->daemon_state,
 						   mesh_embedded_sandboxd ? MESH_DAEMON_STARTING : MESH_DAEMON_ABSENT);
 		ConditionVariableInit(&mesh_shared->daemon_ready);
+		ConditionVariableInit(&mesh_shared->exec_ended);
 		for (int i = 0; i <= MESH_MAX_WORKERS; i++)
 		{
 			SpinLockInit(&mesh_shared->workers[i].mutex);

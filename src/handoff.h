@@ -84,6 +84,7 @@ typedef struct MeshShared
 	int			broker_procno;	/* the broker's PGPROC number, -1 when not running */
 	pg_atomic_uint32 daemon_state;	/* MeshDaemonState */
 	ConditionVariable daemon_ready; /* broadcast when daemon_state changes */
+	ConditionVariable exec_ended;	/* broadcast when background commands' ends are recorded */
 	MeshWorkerSlot workers[MESH_MAX_WORKERS + 1];	/* workers, then the reaper */
 	MeshStageCounters stages[MESH_OP_COUNT];	/* by MeshOp */
 } MeshShared;

@@ -40,6 +40,7 @@ int			mesh_worker_max_calls = 128;
 int			mesh_reaper_interval_s = 600;
 int			mesh_reaper_sweep_timeout_ms = 60000;
 int			mesh_exec_output_limit_bytes = 64 * 1024 * 1024;
+int			mesh_exec_notify_interval_ms = 50;
 int			mesh_exec_output_retention_min = 7 * 24 * 60;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -103,6 +104,10 @@ define_settings(void)
 							"Bytes of stdout and of stderr stored whole per command (beyond it the tail is kept).",
 							NULL, &mesh_exec_output_limit_bytes, 64 * 1024 * 1024, 1024, 256 * 1024 * 1024,
 							PGC_SIGHUP, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.exec_notify_interval",
+							"Shortest time between two steps of a background command's output (each stored with a NOTIFY).",
+							NULL, &mesh_exec_notify_interval_ms, 50, 0, 60000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("mesh.exec_output_retention",
 							"How long a command's stored output is kept after it ends; 0 keeps it.",
 							NULL, &mesh_exec_output_retention_min, 7 * 24 * 60, 0, INT_MAX,

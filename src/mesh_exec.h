@@ -26,6 +26,7 @@ extern int	mesh_worker_max_calls;
 extern int	mesh_reaper_interval_s;
 extern int	mesh_reaper_sweep_timeout_ms;
 extern int	mesh_exec_output_limit_bytes;
+extern int	mesh_exec_notify_interval_ms;
 extern int	mesh_exec_output_retention_min;
 
 /* bgworker entry points (src/worker.c, src/launcher.c, src/reaper.c, src/broker.c) */

@@ -165,7 +165,9 @@ static const char due_sql[] =
 "    OR (w.status OPERATOR(pg_catalog.=) 'releasing' AND w.release_outcome IS NULL) "
 "    OR (w.status OPERATOR(pg_catalog.=) ANY ('{ready,acquiring,pending}') AND w.external_ref IS NOT NULL "
 "        AND w.created_at < pg_catalog.now() - l.max_run_lifetime) "
-"    OR (w.status OPERATOR(pg_catalog.=) 'ready' AND coalesce(w.last_used_at, w.materialized_at, w.created_at) < pg_catalog.now() - l.idle_timeout) "
+"    OR (w.status OPERATOR(pg_catalog.=) 'ready' AND coalesce(w.last_used_at, w.materialized_at, w.created_at) < pg_catalog.now() - l.idle_timeout "
+"        AND NOT EXISTS (SELECT 1 FROM mesh.execs e WHERE e.workspace_id OPERATOR(pg_catalog.=) w.id "
+"                           AND e.status OPERATOR(pg_catalog.=) 'running')) "
 " ORDER BY w.backend_kind, w.id LIMIT 1000";
 
 /* How many distinct backends appear from row 'from' on (rows sorted by backend). */

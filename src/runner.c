@@ -57,6 +57,27 @@ mesh_parse_kill(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *
 }
 
 MeshStepResult
+mesh_parse_exec_start(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					  void *out, MeshError *err)
+{
+	return be->driver->exec_start_response(be, st, resp, err);
+}
+
+MeshStepResult
+mesh_parse_exec_output(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					   void *out, MeshError *err)
+{
+	return be->driver->exec_output_response(be, st, resp, (MeshExecProgress *) out, err);
+}
+
+MeshStepResult
+mesh_parse_exec_forget(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					   void *out, MeshError *err)
+{
+	return be->driver->exec_forget_response(be, st, resp, err);
+}
+
+MeshStepResult
 mesh_parse_read(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 				void *out, MeshError *err)
 {

@@ -49,6 +49,12 @@ extern MeshStepResult mesh_parse_exec(const MeshBackend *be, MeshOpState *st,
 									  const MeshHttpResponse *resp, void *out, MeshError *err);	/* MeshExecResult */
 extern MeshStepResult mesh_parse_kill(const MeshBackend *be, MeshOpState *st,
 									  const MeshHttpResponse *resp, void *out, MeshError *err);	/* none */
+extern MeshStepResult mesh_parse_exec_start(const MeshBackend *be, MeshOpState *st,
+											const MeshHttpResponse *resp, void *out, MeshError *err);	/* none */
+extern MeshStepResult mesh_parse_exec_output(const MeshBackend *be, MeshOpState *st,
+											 const MeshHttpResponse *resp, void *out, MeshError *err);	/* MeshExecProgress */
+extern MeshStepResult mesh_parse_exec_forget(const MeshBackend *be, MeshOpState *st,
+											 const MeshHttpResponse *resp, void *out, MeshError *err);	/* none */
 extern MeshStepResult mesh_parse_read(const MeshBackend *be, MeshOpState *st,
 									  const MeshHttpResponse *resp, void *out, MeshError *err);	/* MeshFileData */
 extern MeshStepResult mesh_parse_write(const MeshBackend *be, MeshOpState *st,

@@ -35,6 +35,9 @@ static const char *const op_names[MESH_OP_COUNT] = {
 	[MESH_OP_RELEASE] = "release",
 	[MESH_OP_SNAPSHOT] = "snapshot",
 	[MESH_OP_SWEEP] = "sweep",
+	[MESH_OP_EXEC_START] = "exec_start",
+	[MESH_OP_EXEC_KILL] = "exec_kill",
+	[MESH_OP_EXEC_FOLLOW] = "exec_follow",
 };
 
 static const char *const stage_names[MESH_STAGE_COUNT] = {

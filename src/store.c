@@ -27,6 +27,7 @@
 #include "mesh_json.h"
 
 #include "catalog/pg_type.h"
+#include "commands/async.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -51,14 +52,14 @@ const char *const mesh_reason_code_names[] = {
 
 /* The labels of mesh.exec_status, indexed by MeshExecStatus. */
 const char *const mesh_exec_status_names[] = {
-	"running", "ok", "timeout", "cancelled", "oom", "budget_exhausted", "error"
+	"running", "ok", "timeout", "cancelled", "oom", "budget_exhausted", "error", "killed"
 };
 
 StaticAssertDecl(lengthof(mesh_workspace_status_names) == MESH_WS_FAILED + 1,
 				 "mesh_workspace_status_names must match MeshWorkspaceStatus");
 StaticAssertDecl(lengthof(mesh_reason_code_names) == MESH_REASON_RELEASE_STUCK + 1,
 				 "mesh_reason_code_names must match MeshReasonCode");
-StaticAssertDecl(lengthof(mesh_exec_status_names) == MESH_EXEC_ERROR + 1,
+StaticAssertDecl(lengthof(mesh_exec_status_names) == MESH_EXEC_KILLED + 1,
 				 "mesh_exec_status_names must match MeshExecStatus");
 
 /* A workspace status read back as the position of its label (STATUS_INDEX). */
@@ -493,7 +494,7 @@ fetch_delivered(ExecStartArgs *a)
 }
 
 static const char exec_begin_sql[] =
-"SELECT mesh.exec_begin($1, $2, $3, $4, $5, $6) AS exec_id";
+"SELECT mesh.exec_begin($1, $2, $3, $4, $5, $6, $7) AS exec_id";
 
 static const char exec_argv_redacted_sql[] =
 "UPDATE mesh.execs SET argv = $2 WHERE id = $1";
@@ -553,12 +554,12 @@ static void
 exec_start_body(void *arg)
 {
 	ExecStartArgs *a = (ExecStartArgs *) arg;
-	MeshParam	p[6] = {mesh_int8_param(a->ws->id), mesh_text_array_param(a->spec->argv, a->spec->argc),
+	MeshParam	p[7] = {mesh_int8_param(a->ws->id), mesh_text_array_param(a->spec->argv, a->spec->argc),
 		mesh_text_param(a->spec->dir), env_names_param(a->spec),
 		mesh_int4_param((int32) Min(a->spec->stdin_len, (size_t) PG_INT32_MAX)),
-	mesh_int8_param(a->spec->timeout_ms)};
+		mesh_int8_param(a->spec->timeout_ms), mesh_bool_param(a->spec->background)};
 
-	a->exec_id = mesh_col_int64(mesh_sql(exec_begin_sql, 6, p), 0, "exec_id");
+	a->exec_id = mesh_col_int64(mesh_sql(exec_begin_sql, 7, p), 0, "exec_id");
 	if (a->ws->has_grants)
 	{
 		fetch_delivered(a);
@@ -647,6 +648,7 @@ typedef struct ExecFinishArgs
 	int64		exec_id;
 	const MeshParam *params;
 	const MeshOutputStream *output;
+	const char *notify;
 } ExecFinishArgs;
 
 static void
@@ -657,6 +659,8 @@ exec_finish_body(void *arg)
 	(void) mesh_sql(exec_finish_sql, 13, a->params);
 	if (a->output)
 		exec_output_store(a->exec_id, a->output);
+	if (a->notify)
+		Async_Notify(psprintf("mesh_exec_" INT64_FORMAT, a->exec_id), a->notify);
 }
 
 /*
@@ -688,7 +692,7 @@ store_exec_finished(int64 exec_id, const MeshExecRecord *rec, XLogRecPtr *commit
 		mesh_text_param(r ? r->egress_denials : NULL)
 	};
 
-	ExecFinishArgs a = {exec_id, p, rec->output};
+	ExecFinishArgs a = {exec_id, p, rec->output, rec->notify};
 
 	if (!mesh_txn("mesh worker: exec finished", MESH_COMMIT_DEFERRED, exec_finish_body, &a, err))
 		return false;

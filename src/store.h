@@ -109,7 +109,8 @@ typedef enum MeshExecStatus
 	MESH_EXEC_CANCELLED,
 	MESH_EXEC_OOM,
 	MESH_EXEC_BUDGET_EXHAUSTED,
-	MESH_EXEC_ERROR
+	MESH_EXEC_ERROR,
+	MESH_EXEC_KILLED
 } MeshExecStatus;
 
 extern const char *const mesh_exec_status_names[];
@@ -124,6 +125,7 @@ typedef struct MeshExecRecord
 	const char *error;
 	double		charged_seconds;
 	const char *charge_basis;
+	const char *notify;			/* a background command's last NOTIFY payload; NULL: none */
 } MeshExecRecord;
 
 extern Datum store_row_copy(const MeshRows *rows);
@@ -191,6 +193,18 @@ typedef struct MeshLostExec
 	int64		exec_id;
 	char	   *run_id;
 } MeshLostExec;
+
+/* store_background.c: background commands (mesh_exec_start) */
+struct MeshOutputStream;
+extern bool store_exec_progress(int64 exec_id, const struct MeshOutputStream *fresh,
+								const int64 read[2], XLogRecPtr *commit_lsn, ErrorData **err);
+extern bool store_exec_clamped(int64 exec_id, int max_bytes, MeshExecResult *result,
+							   ErrorData **err);
+extern bool store_background_execs(int worker_index, int nworkers, List **follows,
+								   List **run_ids, ErrorData **err);
+extern bool store_run_secrets(const char *run_id, List **secrets, ErrorData **err);
+extern bool store_exec_signalled(const MeshWorkspace *ws, int64 exec_id, const char *signal,
+								 ErrorData **err);
 
 /* store_snapshot.c: project-state snapshots */
 extern void store_snapshot_choose(MeshWorkspace *ws, bool can_snapshot);

@@ -87,6 +87,12 @@ static const WorkerOpDef op_defs[] = {
 	worker_small_response_limit},
 	[MESH_OP_SNAPSHOT] = {"the snapshot", OP_SCOPE_ANY_WORKSPACE, start_snapshot, finish_snapshot,
 	worker_small_response_limit},
+	[MESH_OP_EXEC_START] = {"the command", OP_SCOPE_READY_WORKSPACE, start_exec, finish_background,
+	background_response_limit, exec_start_at_load},
+	[MESH_OP_EXEC_KILL] = {"the kill", OP_SCOPE_ANY_WORKSPACE, start_exec_kill, finish_exec_kill,
+	worker_small_response_limit},
+	[MESH_OP_EXEC_FOLLOW] = {"following the command", OP_SCOPE_ANY_WORKSPACE, start_follow,
+	finish_background, background_response_limit},
 };
 
 /* The definition of an operation a worker performs; NULL for any other. */
@@ -331,7 +337,12 @@ request_size(MeshOp op)
 		case MESH_OP_ACQUIRE:
 			return sizeof(MeshAcquireRequest);
 		case MESH_OP_EXEC:
+		case MESH_OP_EXEC_START:
 			return sizeof(MeshExecRequest);
+		case MESH_OP_EXEC_KILL:
+			return sizeof(MeshKillRequest);
+		case MESH_OP_EXEC_FOLLOW:
+			return sizeof(MeshFollowRequest);
 		case MESH_OP_READ_FILE:
 		case MESH_OP_WRITE_FILE:
 			return sizeof(MeshFileRequest);
@@ -447,7 +458,8 @@ free_call(WorkerCall *call)
 	if (call->env)
 		json_decref(call->env);
 	dlist_delete(&call->node);
-	ncalls--;
+	if (!call->uncounted)
+		ncalls--;
 	/* the queue handle lives in the worker's top context: free it with the call */
 	if (call->mqh)
 		shm_mq_detach(call->mqh);
@@ -467,17 +479,30 @@ spawn_internal_release(const char *run_id, const char *reason)
 {
 	StringInfoData msg;
 	MeshReleaseRequest r = {0};
-	WorkerCall *call;
 
 	initStringInfo(&msg);
 	mesh_msg_begin(&msg, MESH_MSG_REQUEST, MESH_OP_RELEASE, sizeof(r));
 	r.reason = mesh_msg_add_string(&msg, reason);
 	mesh_msg_set_fixed(&msg, &r, sizeof(r));
-	call = new_call(MESH_OP_RELEASE, run_id, msg.data, msg.len, true);
-	pfree(msg.data);
+	(void) spawn_internal_call(MESH_OP_RELEASE, run_id, &msg, true);
+}
+
+/*
+ * A call of OP the worker makes to itself for RUN_ID, with nobody waiting
+ * (MSG is copied); COUNTED: among mesh.worker_max_calls, as a caller's.
+ */
+WorkerCall *
+spawn_internal_call(MeshOp op, const char *run_id, StringInfo msg, bool counted)
+{
+	WorkerCall *call = new_call(op, run_id, msg->data, msg->len, true);
+
+	pfree(msg->data);
 	call->caller_gone = true;
+	call->uncounted = !counted;
 	dlist_push_tail(&calls, &call->node);
-	ncalls++;
+	if (counted)
+		ncalls++;
+	return call;
 }
 
 /*--------------------------------------------------------------------------
@@ -759,6 +784,12 @@ send_all(uint64 flush_ns)
 		flush_outbox(call, flush_ns);
 		if (call->step == STEP_FINISHED && (call->outbox == NIL || call->caller_gone))
 			free_call(call);
+		else if (call->follow && (call->outbox == NIL || call->caller_gone) && call->seg)
+		{
+			/* a background command's caller has its id: the call follows the command alone */
+			detach_follower(call);
+			ncalls--;
+		}
 	}
 }
 
@@ -801,6 +832,8 @@ advance_all(void)
 		start_if_due(call);
 		if (call->step == STEP_AWAITING_BROKER && broker_listening(call))
 			call->step = STEP_START;
+		if (call->step == STEP_FOLLOW_PAUSED)
+			follow_when_due(call, GetCurrentTimestamp());
 		if (mesh_run_ready(&call->run))
 		{
 			complete_run(call);
@@ -847,7 +880,7 @@ calls_timeout(void)
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
 		long		left;
 
-		if (call->step != STEP_AWAITING_BROKER)
+		if (call->step != STEP_AWAITING_BROKER && call->step != STEP_FOLLOW_PAUSED)
 			continue;
 		left = Max((long) ((call->wait_until - now + 999) / 1000), 0L);
 		if (timeout < 0 || left < timeout)
@@ -979,6 +1012,7 @@ mesh_worker_main(Datum arg)
 									 psprintf(UINT64_FORMAT, GetSystemIdentifier()));
 	mesh_http_init();
 	recover();
+	spawn_followers();
 	mesh_worker_attach_slot(worker_index);
 	before_shmem_exit(worker_exit, Int32GetDatum(worker_index));
 	ereport(LOG, (errmsg("mesh worker %d started", worker_index)));
@@ -1010,6 +1044,12 @@ mesh_worker_main(Datum arg)
 		runnable = advance_all();
 		/* make the turn's commits durable, then push new requests onto the wire and reply */
 		flush_ns = make_turn_durable();
+		if (exec_ended_this_turn)
+		{
+			/* mesh_exec_wait's callers look again, now that the ends are on disk */
+			exec_ended_this_turn = false;
+			ConditionVariableBroadcast(&mesh_shared->exec_ended);
+		}
 		completed = mesh_http_drive();
 		send_all(flush_ns);
 		/* finished requests mean another pass */

@@ -37,6 +37,9 @@ typedef enum CallStep
 	STEP_AWAITING_BROKER,		/* the token is there: waiting for the broker to listen */
 	STEP_OPERATING,				/* the operation's request is in flight */
 	STEP_KILLING,				/* cancelled exec: kill request in flight */
+	STEP_FOLLOWING,				/* a background command's output request in flight */
+	STEP_FOLLOW_PAUSED,			/* ... the next one waits until wait_until (rate bound) */
+	STEP_FORGETTING,			/* ... its end is stored: the backend may drop its record */
 	STEP_FINISHED				/* reply queued (or caller gone) */
 } CallStep;
 
@@ -67,6 +70,7 @@ typedef struct WorkerCall
 		MeshFileData file;
 		MeshReleaseOutcome release;
 		MeshSnapshotInfo snapshot;
+		MeshExecProgress progress;
 	}			out;
 	int64		exec_id;
 	MeshExecSpec spec;
@@ -84,6 +88,8 @@ typedef struct WorkerCall
 	uint64		http_started;	/* when the request in flight was started */
 	TimestampTz wait_until;		/* STEP_AWAITING_BROKER: go on at the latest then */
 	int64		snapshot_id;	/* the capture in flight (mesh_snapshot) */
+	struct BackgroundFollow *follow;	/* a background command followed (worker_background.c) */
+	bool		uncounted;		/* not among mesh.worker_max_calls (a follower) */
 } WorkerCall;
 
 /* What the worker needs to know about an operation, whichever it is. */
@@ -134,6 +140,7 @@ extern void reply_backend_error(WorkerCall *call, const char *what, const MeshEr
 
 /* worker.c: the calls in progress and their steps */
 extern void spawn_internal_release(const char *run_id, const char *reason);
+extern WorkerCall *spawn_internal_call(MeshOp op, const char *run_id, StringInfo msg, bool counted);
 extern bool run_is_changing(const char *run_id, WorkerCall *except);
 extern void wake_parked(const char *run_id, const MeshError *failed);
 extern bool load_backend(WorkerCall *call);
@@ -162,6 +169,23 @@ extern void finish_exec(WorkerCall *call);
 extern size_t exec_response_limit(WorkerCall *call);
 extern void cancel_exec(WorkerCall *call);
 extern void finish_cancel(WorkerCall *call);
+
+/* worker_exec.c, shared with background commands */
+extern void finish_exec_failed(WorkerCall *call);
+extern MeshExecStatus exec_status(const MeshExecResult *r);
+extern void charge_budget(WorkerCall *call, double charged);
+extern void notice_egress_denials(WorkerCall *call, const char *denials_text);
+
+/* worker_background.c: background commands (start, follow, kill) */
+extern void finish_background(WorkerCall *call);
+extern size_t background_response_limit(WorkerCall *call);
+extern void follow_when_due(WorkerCall *call, TimestampTz now);
+extern void detach_follower(WorkerCall *call);
+extern void spawn_followers(void);
+extern void start_follow(WorkerCall *call);
+extern void start_exec_kill(WorkerCall *call);
+extern void finish_exec_kill(WorkerCall *call);
+extern bool exec_ended_this_turn;
 
 /* worker_files.c: read and write */
 extern void start_read(WorkerCall *call);

@@ -175,6 +175,7 @@ exec_spec_from_request(WorkerCall *call)
 		call->spec.stdin_len = call->blob_len;
 	}
 	call->spec.timeout_ms = (long) r->timeout_ms;
+	call->spec.background = call->op == MESH_OP_EXEC_START;
 	/* the backend keeps what is stored whole, and never less than is shown */
 	call->spec.max_output_bytes = Max(mesh_exec_output_limit_bytes, r->max_output);
 }
@@ -195,7 +196,8 @@ exec_start_at_load(WorkerCall *call)
 
 	if (ws->status != MESH_WS_READY || (ws->has_grants && !ws->token_valid) ||
 		(ws->budget_seconds >= 0 && ws->budget_seconds - ws->compute_seconds <= 0) ||
-		!workspace_has_capability(call, "shell"))
+		!workspace_has_capability(call, "shell") ||
+		(call->op == MESH_OP_EXEC_START && !workspace_has_capability(call, "background")))
 		return false;
 	old = MemoryContextSwitchTo(call->cxt);
 	if (!call->be.driver && !mesh_backend_from_workspace(ws, &call->be))
@@ -231,6 +233,14 @@ start_exec_row(WorkerCall *call)
 					NULL, "Pin this agent to a backend with shell, or use only file calls.");
 		return false;
 	}
+	if (call->op == MESH_OP_EXEC_START && !workspace_has_capability(call, "background"))
+	{
+		reply_error(call, ERRCODE_FEATURE_NOT_SUPPORTED,
+					psprintf("backend \"%s\" cannot keep a command running between calls (it does not declare the background capability)",
+							 call->ws.backend_kind),
+					NULL, "Run the command with mesh_exec, or pin this agent to a backend with background.");
+		return false;
+	}
 	exec_spec_from_request(call);
 	if (!bound_by_budget(call))
 		return false;
@@ -260,8 +270,12 @@ start_exec(WorkerCall *call)
 	built = call->be.driver->exec_request(&call->be, begin_op(call), call->ws.external_ref,
 										  &call->spec, &req, &call->run.err);
 	call->op_started = GetCurrentTimestamp();
-	start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec, &call->out.exec,
-			 exec_response_limit(call));
+	if (call->spec.background)
+		start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec_start, NULL,
+				 worker_small_response_limit(call));
+	else
+		start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec, &call->out.exec,
+				 exec_response_limit(call));
 }
 
 /*
@@ -324,7 +338,7 @@ record_exec_end(WorkerCall *call, MeshExecRecord *rec, MeshOutputStream streams[
  * (its sandbox stopped or released, as when the server restarts and the
  * embedded daemon stops with it), so it was interrupted, not cancelled.
  */
-static MeshExecStatus
+MeshExecStatus
 exec_status(const MeshExecResult *r)
 {
 	if (r->oom_killed)
@@ -346,7 +360,7 @@ seconds_since(TimestampTz start)
 }
 
 /* After a charge: a run at or over its budget stops, and its sandbox goes. */
-static void
+void
 charge_budget(WorkerCall *call, double charged)
 {
 	ErrorData  *err;
@@ -368,7 +382,7 @@ charge_budget(WorkerCall *call, double charged)
  * during the exec, so a connection error in the output is not mistaken for
  * a flaky network (the events hold every detail).
  */
-static void
+void
 notice_egress_denials(WorkerCall *call, const char *denials_text)
 {
 	json_t	   *denials = denials_text ? json_loads(denials_text, 0, NULL) : NULL;
@@ -421,32 +435,47 @@ reply_exec(WorkerCall *call, const MeshExecResult *result, MeshExecStatus status
 	finish_with(call, head, NULL, 0);
 }
 
+/*
+ * The backend did not run the command (or broke off): the exec row says
+ * why, and the caller hears it, unless a stopped workspace can be woken
+ * and the command sent again.
+ */
+void
+finish_exec_failed(WorkerCall *call)
+{
+	MeshExecRecord rec = {0};
+	MeshError	merr = call->run.err;
+	ErrorData  *err;
+	XLogRecPtr	lsn;
+
+	rec.status = MESH_EXEC_ERROR;
+	merr.message = redact_message(call, merr.message);
+	merr.reason = redact_message(call, merr.reason);
+	rec.error = merr.message;
+	if (merr.failure == MESH_FAIL_NOT_RUNNING && !call->woke_once)
+		rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
+	rec.charged_seconds = seconds_since(call->op_started);
+	rec.charge_basis = "wall";
+	if (!store_exec_finished(call->exec_id, &rec, &lsn, &err))
+		FreeErrorData(err);
+	else
+		worker_want_durable(lsn);
+	if (!wake_and_retry(call, &merr))
+		reply_backend_error(call, NULL, &merr);
+}
+
 void
 finish_exec(WorkerCall *call)
 {
 	MeshExecResult result = call->out.exec;
 	MeshExecRecord rec = {0};
 	MeshOutputStream streams[2];
-	MeshError	merr = call->run.err;
 	ErrorData  *err;
 	XLogRecPtr	lsn;
 
 	if (call->run.result == MESH_STEP_FAILED)
 	{
-		rec.status = MESH_EXEC_ERROR;
-		merr.message = redact_message(call, merr.message);
-		merr.reason = redact_message(call, merr.reason);
-		rec.error = merr.message;
-		if (merr.failure == MESH_FAIL_NOT_RUNNING && !call->woke_once)
-			rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
-		rec.charged_seconds = seconds_since(call->op_started);
-		rec.charge_basis = "wall";
-		if (!store_exec_finished(call->exec_id, &rec, &lsn, &err))
-			FreeErrorData(err);
-		else
-			worker_want_durable(lsn);
-		if (!wake_and_retry(call, &merr))
-			reply_backend_error(call, NULL, &merr);
+		finish_exec_failed(call);
 		return;
 	}
 	keep_output(call, &result, streams);

@@ -15,12 +15,14 @@
 #include "credentials.h"
 #include "worker.h"
 
+/* The release is recorded (its background commands' rows ended with it): tell the caller. */
 static void
 reply_outcome(WorkerCall *call, const char *outcome)
 {
 	StringInfo	head = begin_reply(call, sizeof(MeshReleaseReply));
 	MeshReleaseReply r;
 
+	exec_ended_this_turn = true;	/* mesh_exec_wait's callers look again */
 	r.outcome = mesh_msg_add_string(head, outcome);
 	mesh_msg_set_fixed(head, &r, sizeof(r));
 	finish_with(call, head, NULL, 0);

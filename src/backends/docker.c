@@ -1189,7 +1189,8 @@ docker_exec_start_response(const MeshBackend *be, MeshOpState *st, const MeshHtt
  * One exec of the output script (docker_background.c), attached: it waits
  * in the container up to wait_ms, so its start may take that much longer.
  * The spool keeps the bytes before ask->*_kept (docs/backends.md): it lives
- * in the container's scratch volume, on the workspace's own storage.
+ * in the container's scratch volume, on the engine's storage like the
+ * workspace's own files.
  */
 static bool
 docker_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *ref,

@@ -4,8 +4,9 @@
  *	  Driver for a Kubernetes cluster: one workspace is one Pod (core/v1).
  *
  * The pod runs mesh-sandboxd in single-workspace mode (deploy/kubernetes/),
- * so everything inside the workspace is the sandboxd protocol: exec, files
- * and kill are the sandboxd driver's own requests, sent through the API
+ * so everything inside the workspace is the sandboxd protocol: exec, files,
+ * kill and background execs' output are the sandboxd driver's own requests,
+ * sent through the API
  * server's pods/{name}:{port}/proxy subresource over HTTPS and answered by
  * the daemon in the pod.  This driver adds the pod's life around them:
  * create, wait for Ready (a watch, in windows of one second), adopt or
@@ -240,8 +241,9 @@ k8s_needs_credential(json_t *config)
 /*
  * What a pod gives: the daemon's shell and its in-pod egress enforcement
  * (a daemon that cannot enforce refuses, so this fails closed), the pod's
- * requests/limits, and ids the driver chooses.  No hibernation (a deleted
- * pod keeps nothing) and no snapshots.  Acquire refines from the daemon.
+ * requests/limits, ids the driver chooses, and background execs (the pod
+ * runs the same daemon).  No hibernation (a deleted pod keeps nothing) and
+ * no snapshots.  Acquire refines from the daemon.
  */
 static void
 k8s_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
@@ -251,6 +253,7 @@ k8s_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	caps->resource_limits = true;
 	caps->egress_control = true;
 	caps->caller_chosen_id = true;
+	caps->background = true;
 }
 
 /* Pod names are DNS subdomains; the install id (digits) keeps installs apart. */
@@ -864,7 +867,8 @@ k8s_acquire_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 }
 
 /*--------------------------------------------------------------------------
- * Exec, kill, files: the sandboxd driver's requests, through pods/proxy
+ * Exec, kill, background output, files: the sandboxd driver's requests,
+ * through pods/proxy
  *--------------------------------------------------------------------------
  */
 
@@ -914,19 +918,97 @@ k8s_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref, const 
 	return built;
 }
 
+/* Whether the API server answered 404 through the proxy: the workspace's pod is gone. */
+static bool
+pod_gone(const MeshHttpResponse *resp)
+{
+	K8sStatus	status;
+
+	return from_api_server(resp, &status) && status.code == 404;
+}
+
 /* A pod that is gone has nothing left to kill. */
 static MeshStepResult
 k8s_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 				  MeshError *err)
 {
 	MeshBackend inner = daemon_parser(be);
-	K8sStatus	status;
 
-	if (from_api_server(resp, &status) && status.code == 404)
+	if (pod_gone(resp))
 		return MESH_STEP_DONE;
 	if (proxied_failure(be, resp, err))
 		return MESH_STEP_FAILED;
 	return mesh_sandboxd_driver.kill_response(&inner, st, resp, err);
+}
+
+/* The daemon took the background exec (or the pod could not be reached). */
+static MeshStepResult
+k8s_exec_start_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+						MeshError *err)
+{
+	MeshBackend inner = daemon_parser(be);
+
+	if (proxied_failure(be, resp, err))
+		return MESH_STEP_FAILED;
+	return mesh_sandboxd_driver.exec_start_response(&inner, st, resp, err);
+}
+
+static bool
+k8s_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+						const char *exec_key, const MeshOutputAsk *ask, MeshHttpRequest *req,
+						MeshError *err)
+{
+	MeshBackend inner = pod_daemon(be, ref);
+	bool		built = mesh_sandboxd_driver.exec_output_request(&inner, st, ref, exec_key, ask,
+																 req, err);
+
+	pod_daemon_done(be, &inner, ref, req);
+	return built;
+}
+
+/* A pod that is gone took its background execs with it: not running. */
+static MeshStepResult
+k8s_exec_output_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+						 MeshExecProgress *progress, MeshError *err)
+{
+	MeshBackend inner = daemon_parser(be);
+
+	if (pod_gone(resp))
+	{
+		mesh_error_set(err, MESH_FAIL_NOT_RUNNING,
+					   "backend \"%s\" (Kubernetes): the workspace's pod is gone, and its background exec with it",
+					   be->name);
+		return MESH_STEP_FAILED;
+	}
+	if (proxied_failure(be, resp, err))
+		return MESH_STEP_FAILED;
+	return mesh_sandboxd_driver.exec_output_response(&inner, st, resp, progress, err);
+}
+
+static bool
+k8s_exec_forget_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+						const char *exec_key, MeshHttpRequest *req, MeshError *err)
+{
+	MeshBackend inner = pod_daemon(be, ref);
+	bool		built = mesh_sandboxd_driver.exec_forget_request(&inner, st, ref, exec_key, req,
+																 err);
+
+	pod_daemon_done(be, &inner, ref, req);
+	return built;
+}
+
+/* A pod that is gone has no record left to forget. */
+static MeshStepResult
+k8s_exec_forget_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+						 MeshError *err)
+{
+	MeshBackend inner = daemon_parser(be);
+
+	if (pod_gone(resp))
+		return MESH_STEP_DONE;
+	if (proxied_failure(be, resp, err))
+		return MESH_STEP_FAILED;
+	return mesh_sandboxd_driver.exec_forget_response(&inner, st, resp, err);
 }
 
 static bool
@@ -1070,6 +1152,11 @@ const MeshDriver mesh_kubernetes_driver = {
 	.exec_response = k8s_exec_response,
 	.kill_request = k8s_kill_request,
 	.kill_response = k8s_kill_response,
+	.exec_start_response = k8s_exec_start_response,
+	.exec_output_request = k8s_exec_output_request,
+	.exec_output_response = k8s_exec_output_response,
+	.exec_forget_request = k8s_exec_forget_request,
+	.exec_forget_response = k8s_exec_forget_response,
 	.read_request = k8s_read_request,
 	.read_response = k8s_read_response,
 	.write_request = k8s_write_request,

@@ -9,7 +9,9 @@
  *	  {"embedded": true}					the daemon the extension supervises
  *	  optional: "release": "destroy" | "hibernate", "request_timeout_ms"
  *
- * Pure request builders and response parsers: no I/O happens here.
+ * Pure request builders and response parsers: no I/O happens here.  The
+ * framed answers (an exec's output "tail", a background exec's output) are
+ * read by sandboxd_parse.c, which the fuzzer drives.
  *
  *-------------------------------------------------------------------------
  */
@@ -20,6 +22,7 @@
 #include "lib/stringinfo.h"
 
 #include "backends/backend.h"
+#include "backends/sandboxd_parse.h"
 
 #define SANDBOXD_EMBEDDED_SOCKET "mesh_sandboxd/sandboxd.sock"
 #define SANDBOXD_DEFAULT_REQUEST_TIMEOUT_MS 60000
@@ -111,6 +114,7 @@ sandboxd_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	caps->caller_chosen_id = true;
 	caps->egress_control = egress == NULL || json_is_true(egress);
 	caps->snapshot = snapshot_declared(be);
+	caps->background = true;
 }
 
 static char *
@@ -214,7 +218,10 @@ static void
 refine_capabilities(json_t *reported, MeshCapabilities *caps)
 {
 	if (!json_is_object(reported))
+	{
+		caps->background = false;
 		return;
+	}
 #define REFINE(field) \
 	if (json_is_boolean(json_object_get(reported, #field))) \
 		caps->field = json_is_true(json_object_get(reported, #field))
@@ -228,6 +235,8 @@ refine_capabilities(json_t *reported, MeshCapabilities *caps)
 	REFINE(caller_chosen_id);
 	REFINE(seccomp);
 #undef REFINE
+	/* a daemon that does not say it runs background execs predates them */
+	caps->background = json_is_true(json_object_get(reported, "background"));
 }
 
 /* The host reports what it enforces at acquisition; record that. */
@@ -270,13 +279,17 @@ sandboxd_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 	json_object_set_new(body, "exec_key", json_string(spec->exec_key));
 	json_object_set_new(body, "max_output_bytes", json_integer(spec->max_output_bytes));
 	json_object_set_new(body, "output", json_string("tail"));
+	if (spec->background)
+		json_object_set_new(body, "background", json_true());
 	/* stdin is encoded once, into the body itself */
 	if (spec->stdin_data)
 		mesh_http_json_body_b64(req, body, "stdin_b64", spec->stdin_data, spec->stdin_len);
 	else
 		mesh_http_json_body(req, body);
-	/* the transport deadline must outlast the command's own timeout */
-	req->timeout_ms += spec->timeout_ms;
+	/* the transport deadline must outlast the command's own timeout (a background
+	 * exec answers once the command started) */
+	if (!spec->background)
+		req->timeout_ms += spec->timeout_ms;
 	return true;
 }
 
@@ -295,49 +308,21 @@ decode_stream(json_t *doc, const char *field, char **data, size_t *len)
 }
 
 /*
- * The document of an exec answer: the body's first line when the daemon sent
- * the output raw after it (output "tail", what this driver asks for), else
- * the whole body.  *json_len says how much of the body it was.
- */
-static json_t *
-parse_exec_document(const MeshHttpResponse *resp, const MeshBackend *be, size_t *json_len,
-					MeshError *err)
-{
-	const char *newline = resp->body ? memchr(resp->body, '\n', resp->body_len) : NULL;
-	MeshHttpResponse line = *resp;
-
-	if (newline)
-		line.body_len = newline - resp->body;
-	*json_len = line.body_len;
-	return parse_body(&line, be, err);
-}
-
-/*
- * Both streams of an exec: the raw bytes after the document, where the
- * daemon put them (stdout_kept, then stderr_kept bytes; the result points
- * into the response body, which must outlive it), or base64 inside the
- * document from a daemon that answers the older way.  False when the
- * framing is wrong.
+ * Both streams of an exec answer: the raw bytes after the document, where
+ * the daemon put them (output "tail", what this driver asks for; the result
+ * points into the response body, which must outlive it), or base64 inside
+ * the document from a daemon that answers the older way.
  */
 static bool
-exec_streams(const MeshHttpResponse *resp, json_t *doc, size_t json_len, MeshExecResult *result)
+exec_streams(const SandboxdFrame *frame, MeshExecResult *result)
 {
-	json_t	   *out = json_object_get(doc, "stdout_kept");
-	json_t	   *errs = json_object_get(doc, "stderr_kept");
-	char	   *raw = (char *) resp->body + json_len + 1;
-
-	if (out == NULL && errs == NULL)
-		return decode_stream(doc, "stdout_b64", &result->stdout_data, &result->stdout_len) &&
-			decode_stream(doc, "stderr_b64", &result->stderr_data, &result->stderr_len);
-	if (!json_is_integer(out) || !json_is_integer(errs) ||
-		json_integer_value(out) < 0 || json_integer_value(errs) < 0 ||
-		json_len >= resp->body_len ||
-		(uint64) json_integer_value(out) + (uint64) json_integer_value(errs) != resp->body_len - json_len - 1)
-		return false;
-	result->stdout_data = raw;
-	result->stdout_len = (size_t) json_integer_value(out);
-	result->stderr_data = raw + result->stdout_len;
-	result->stderr_len = (size_t) json_integer_value(errs);
+	if (!frame->raw)
+		return decode_stream(frame->doc, "stdout_b64", &result->stdout_data, &result->stdout_len) &&
+			decode_stream(frame->doc, "stderr_b64", &result->stderr_data, &result->stderr_len);
+	result->stdout_data = (char *) frame->stdout_data;
+	result->stdout_len = frame->stdout_len;
+	result->stderr_data = (char *) frame->stderr_data;
+	result->stderr_len = frame->stderr_len;
 	return true;
 }
 
@@ -409,35 +394,21 @@ spawn_refused(json_t *doc, MeshError *err)
 	return true;
 }
 
-static MeshStepResult
-sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
-					   MeshExecResult *result, MeshError *err)
+/*
+ * The end of an exec from the daemon's document: exit status, flags,
+ * metering, peak memory, egress denials, and the totals (at least the kept
+ * lengths already in RESULT).  The one reader of end fields, for a
+ * foreground exec's answer and a background exec's last output alike.
+ * False when the document has no exit code.
+ */
+static bool
+exec_result_from_doc(json_t *doc, MeshExecResult *result)
 {
-	json_t	   *doc;
-	json_t	   *cpu;
-	json_t	   *peak;
-	size_t		json_len;
+	json_t	   *cpu = json_object_get(doc, "cpu_ms");
+	json_t	   *peak = json_object_get(doc, "memory_peak_bytes");
 
-	if (!mesh_http_error_from_json(resp, be->name, err))
-		return MESH_STEP_FAILED;
-	doc = parse_exec_document(resp, be, &json_len, err);
-	if (doc == NULL)
-		return MESH_STEP_FAILED;
-	if (spawn_refused(doc, err))
-	{
-		json_decref(doc);
-		return MESH_STEP_FAILED;
-	}
-	memset(result, 0, sizeof(*result));
-	if (!json_is_integer(json_object_get(doc, "exit_code")) ||
-		!exec_streams(resp, doc, json_len, result))
-	{
-		json_decref(doc);
-		mesh_error_set(err, MESH_FAIL_PROTOCOL,
-					   "backend \"%s\" answered an exec without exit_code, or with output not as its answer announced it",
-					   be->name);
-		return MESH_STEP_FAILED;
-	}
+	if (!json_is_integer(json_object_get(doc, "exit_code")))
+		return false;
 	result->exit_code = (int) json_integer_value(json_object_get(doc, "exit_code"));
 	result->stdout_total = stream_total(doc, "stdout_bytes", result->stdout_len);
 	result->stderr_total = stream_total(doc, "stderr_bytes", result->stderr_len);
@@ -446,16 +417,161 @@ sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 	result->oom_killed = json_is_true(json_object_get(doc, "oom_killed"));
 	result->killed = json_is_true(json_object_get(doc, "killed"));
 	result->wall_seconds = json_number_value(json_object_get(doc, "wall_ms")) / 1000.0;
-	cpu = json_object_get(doc, "cpu_ms");
 	result->cpu_metered = json_is_number(cpu);
 	result->cpu_seconds = result->cpu_metered ? json_number_value(cpu) / 1000.0 : 0;
 	/* null or absent where the host has no memory controller */
-	peak = json_object_get(doc, "memory_peak_bytes");
 	result->memory_peak_known = json_is_integer(peak) && json_integer_value(peak) >= 0;
 	result->memory_peak_bytes = result->memory_peak_known ? json_integer_value(peak) : 0;
 	result->egress_denials = parse_denials(json_object_get(doc, "egress_denials"));
-	json_decref(doc);
-	return MESH_STEP_DONE;
+	return true;
+}
+
+static MeshStepResult
+sandboxd_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					   MeshExecResult *result, MeshError *err)
+{
+	SandboxdFrame frame;
+	bool		ok;
+
+	if (!mesh_http_error_from_json(resp, be->name, err))
+		return MESH_STEP_FAILED;
+	if (!sandboxd_frame_read(resp->body, resp->body_len, &frame))
+	{
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" answered an exec with a body that is not a JSON object followed by the output it announced",
+					   be->name);
+		return MESH_STEP_FAILED;
+	}
+	if (spawn_refused(frame.doc, err))
+	{
+		json_decref(frame.doc);
+		return MESH_STEP_FAILED;
+	}
+	memset(result, 0, sizeof(*result));
+	ok = exec_streams(&frame, result) && exec_result_from_doc(frame.doc, result);
+	json_decref(frame.doc);
+	if (!ok)
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" answered an exec without exit_code, or with output not as its answer announced it",
+					   be->name);
+	return mesh_step(ok);
+}
+
+/* The daemon took a background exec: 202, nothing else (an older daemon would have run it
+ * in the foreground and answered 200 at its end). */
+static MeshStepResult
+sandboxd_exec_start_response(const MeshBackend *be, MeshOpState *st,
+							 const MeshHttpResponse *resp, MeshError *err)
+{
+	if (!mesh_http_error_from_json(resp, be->name, err))
+		return MESH_STEP_FAILED;
+	if (resp->status == 202)
+		return MESH_STEP_DONE;
+	mesh_error_set(err, MESH_FAIL_PROTOCOL,
+				   "backend \"%s\" answered a background exec with HTTP %ld instead of 202 (a daemon without background execs?)",
+				   be->name, resp->status);
+	return MESH_STEP_FAILED;
+}
+
+/* How long past its wait_ms a GET of output may take on the wire. */
+#define SANDBOXD_OUTPUT_MARGIN_MS 10000
+
+/* The bytes before the *_kept offsets are the caller's for good: the daemon drops them. */
+static bool
+sandboxd_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+							 const char *exec_key, const MeshOutputAsk *ask,
+							 MeshHttpRequest *req, MeshError *err)
+{
+	sandboxd_begin(be, req, "GET",
+				   psprintf("/v1/workspaces/%s/execs/%s/output?stdout_from=%lld&stderr_from=%lld&stdout_ack=%lld&stderr_ack=%lld&wait_ms=%ld&max_bytes=%zu",
+							ref, mesh_url_encode(exec_key), (long long) ask->stdout_from,
+							(long long) ask->stderr_from, (long long) ask->stdout_kept,
+							(long long) ask->stderr_kept, ask->wait_ms, ask->max_bytes));
+	req->timeout_ms = Max(req->timeout_ms, ask->wait_ms + SANDBOXD_OUTPUT_MARGIN_MS);
+	return true;
+}
+
+/*
+ * A background exec's output from the offsets asked for.  The bytes point
+ * into the response body.  An end the daemon could not carry (the sandbox
+ * went away under it, the agent broke off) fails the operation with the
+ * daemon's message.
+ */
+static MeshStepResult
+sandboxd_exec_output_response(const MeshBackend *be, MeshOpState *st,
+							  const MeshHttpResponse *resp, MeshExecProgress *progress,
+							  MeshError *err)
+{
+	SandboxdFrame frame;
+	SandboxdProgress p;
+	bool		ok;
+
+	if (!mesh_http_error_from_json(resp, be->name, err))
+		return MESH_STEP_FAILED;
+	if (!sandboxd_frame_read(resp->body, resp->body_len, &frame) ||
+		!sandboxd_progress_read(&frame, &p))
+	{
+		if (frame.doc)
+			json_decref(frame.doc);
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" answered a background exec's output not framed as the protocol says",
+					   be->name);
+		return MESH_STEP_FAILED;
+	}
+	if (p.error_code)
+	{
+		mesh_error_set(err, strcmp(p.error_code, "workspace_not_running") == 0
+					   ? MESH_FAIL_NOT_RUNNING : MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" could not carry the background exec to its end: %s%s%s",
+					   be->name, p.error_code, p.error_message[0] ? ": " : "", p.error_message);
+		err->reason = pstrdup(p.error_message[0] ? p.error_message : p.error_code);
+		json_decref(frame.doc);
+		return MESH_STEP_FAILED;
+	}
+	memset(progress, 0, sizeof(*progress));
+	progress->stdout_data = frame.stdout_data;
+	progress->stdout_len = frame.stdout_len;
+	progress->stdout_from = p.stdout_from;
+	progress->stderr_data = frame.stderr_data;
+	progress->stderr_len = frame.stderr_len;
+	progress->stderr_from = p.stderr_from;
+	progress->ended = !p.running &&
+		p.stdout_from + (int64_t) frame.stdout_len == p.stdout_total &&
+		p.stderr_from + (int64_t) frame.stderr_len == p.stderr_total;
+	ok = p.running || exec_result_from_doc(frame.doc, &progress->result);
+	json_decref(frame.doc);
+	if (!ok)
+		mesh_error_set(err, MESH_FAIL_PROTOCOL,
+					   "backend \"%s\" answered a background exec's end without exit_code",
+					   be->name);
+	return mesh_step(ok);
+}
+
+static bool
+sandboxd_exec_forget_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+							 const char *exec_key, MeshHttpRequest *req, MeshError *err)
+{
+	sandboxd_begin(be, req, "DELETE",
+				   psprintf("/v1/workspaces/%s/execs/%s", ref, mesh_url_encode(exec_key)));
+	req->timeout_ms = Min(req->timeout_ms, 10000);
+	return true;
+}
+
+/* The answer to a delete: what is already gone (404) counts as deleted. */
+static MeshStepResult
+deleted_or_gone(const MeshBackend *be, const MeshHttpResponse *resp, MeshError *err)
+{
+	if (resp->transport_error == NULL && resp->status == 404)
+		return MESH_STEP_DONE;
+	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
+}
+
+/* A record that is already gone (released, expired, a restarted daemon) is forgotten. */
+static MeshStepResult
+sandboxd_exec_forget_response(const MeshBackend *be, MeshOpState *st,
+							  const MeshHttpResponse *resp, MeshError *err)
+{
+	return deleted_or_gone(be, resp, err);
 }
 
 static bool
@@ -710,9 +826,7 @@ static MeshStepResult
 sandboxd_snapshot_delete_response(const MeshBackend *be, MeshOpState *st,
 								  const MeshHttpResponse *resp, MeshError *err)
 {
-	if (resp->transport_error == NULL && resp->status == 404)
-		return MESH_STEP_DONE;
-	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
+	return deleted_or_gone(be, resp, err);
 }
 
 static bool
@@ -773,6 +887,11 @@ const MeshDriver mesh_sandboxd_driver = {
 	.exec_response = sandboxd_exec_response,
 	.kill_request = sandboxd_kill_request,
 	.kill_response = sandboxd_kill_response,
+	.exec_start_response = sandboxd_exec_start_response,
+	.exec_output_request = sandboxd_exec_output_request,
+	.exec_output_response = sandboxd_exec_output_response,
+	.exec_forget_request = sandboxd_exec_forget_request,
+	.exec_forget_response = sandboxd_exec_forget_response,
 	.read_request = sandboxd_read_request,
 	.read_response = sandboxd_read_response,
 	.write_request = sandboxd_write_request,

@@ -8,7 +8,8 @@
  * starts can regain anything. It is not dumpable. Its descriptors and protocol: agent_proto.h.
  *
  * Process chain of one exec (agent_proto.h has the messages; the exec's socket ending or
- * carrying anything from the daemon SIGKILLs its init):
+ * carrying anything but a forwarded signal's number SIGKILLs its init; a forwarded signal goes
+ * to init, which sends it to every process of its namespace):
  *
  *   agent --clone(VM|NEWPID|PIDFD)--> init: pid 1 of a fresh pid namespace; joins the exec's
  *     cpuacct group, wires stdio, enters the working directory, drops the last capability
@@ -148,10 +149,50 @@ static void exec_with_path(struct agent_exec *ex)
     errno = best_errno;
 }
 
+/* init's handler of a forwarded signal (agent_signal_forwarded): as pid 1 of the exec's
+ * namespace it passes the signal on to every other process there, children and double-forked
+ * ones alike. */
+static void forward_to_namespace(int sig)
+{
+    int saved = errno;
+    kill(-1, sig);
+    errno = saved;
+}
+
+/* In init, before the command starts: handles the forwarded signals (pid 1 of a namespace
+ * receives from its parent only the signals it handles) and blocks them until the command runs,
+ * so the command inherits no window where one is lost. */
+static void forwarding_begin(void)
+{
+    struct sigaction sa = {.sa_handler = forward_to_namespace};
+    sigset_t forwarded;
+    sigemptyset(&forwarded);
+    for (int sig = 1; sig < 32; sig++)
+        if (agent_signal_forwarded(sig)) {
+            sigaddset(&forwarded, sig);
+            sigaction(sig, &sa, NULL);
+        }
+    sigprocmask(SIG_SETMASK, &forwarded, NULL);
+}
+
+/* In the command before its execve (DEFAULTS: it gets the default dispositions back), and in
+ * init once the command runs: unblocks every signal. */
+static void forwarding_end(bool defaults)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    if (defaults)
+        for (int sig = 1; sig < 32; sig++)
+            if (agent_signal_forwarded(sig))
+                signal(sig, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
 /* The command: joins the exec's memory group (inherited as fd 3) and execs, or reports 127. */
 static int command_stage(void *arg)
 {
     struct agent_exec *ex = arg;
+    forwarding_end(true);
     if (ex->memory_fd >= 0 && (write(3, "0", 1) != 1 || close(3) != 0)) {
         init_report("cannot join the workspace memory group", errno);
         _exit(127);
@@ -168,7 +209,6 @@ static int command_stage(void *arg)
 static int init_stage(void *arg)
 {
     struct agent_exec *ex = arg;
-    sigset_t none;
     int status;
     if (ex->cpu_fd >= 0 && write(ex->cpu_fd, "0", 1) != 1)
         _exit(127);
@@ -178,8 +218,7 @@ static int init_stage(void *arg)
     if (ex->memory_fd >= 0 && dup2(ex->memory_fd, 3) != 3)
         _exit(127);
     close_range(ex->memory_fd >= 0 ? 4 : 3, ~0U, 0);
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    forwarding_begin();
     setsid();
     if (chdir("/workspace") != 0 || chdir(ex->p.dir) != 0) {
         ex->spawn_errno = errno;
@@ -198,6 +237,7 @@ static int init_stage(void *arg)
         init_report(ex->p.argv[0], errno);
         _exit(127);
     }
+    forwarding_end(false);
     close(0);
     for (;;) {
         pid_t pid = waitpid(-1, &status, __WALL);
@@ -370,11 +410,19 @@ static void start_exec(void)
     }
 }
 
-/* The daemon wrote to the exec's socket or closed it: SIGKILL its init, which ends the tree
- * (the kernel kills every process of the exec's pid namespace with it). */
-static void kill_exec(struct agent_exec *ex)
+/* The daemon wrote to the exec's socket or closed it: a forwarded signal's number goes to its
+ * init (which sends it on to the whole namespace); anything else, or the socket's end,
+ * SIGKILLs the init, which ends the tree (the kernel kills every process of the exec's pid
+ * namespace with it). */
+static void exec_socket_readable(struct agent_exec *ex)
 {
-    char byte;
+    unsigned char byte;
+    ssize_t n;
+    while ((n = recv(ex->fds[AGENT_FD_REPLY], &byte, 1, MSG_DONTWAIT)) > 0 &&
+           agent_signal_forwarded(byte))
+        syscall(SYS_pidfd_send_signal, ex->init_pidfd, (int)byte, NULL, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
     while (recv(ex->fds[AGENT_FD_REPLY], &byte, 1, MSG_DONTWAIT) > 0)
         ;
     syscall(SYS_pidfd_send_signal, ex->init_pidfd, SIGKILL, NULL, 0);
@@ -431,7 +479,7 @@ static void serve(void)
             continue;
         for (size_t i = n; i > 0; i--) {   /* backwards: finishing moves the last one into i-1 */
             if (fds[2 * i].revents && !running[i - 1]->killed)
-                kill_exec(running[i - 1]);
+                exec_socket_readable(running[i - 1]);
             if (fds[2 * i - 1].revents)
                 finish_exec(i - 1);
         }

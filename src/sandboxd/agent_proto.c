@@ -5,6 +5,7 @@
  * test/fuzz/fuzz_agent.c feeds them arbitrary bytes.
  */
 #include "agent_proto.h"
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,4 +81,12 @@ const char *agent_step_name(uint32_t step)
     static const char *names[AGENT_STEP_COUNT] = {"none", "request", "payload", "memory",
                                                   "clone(init)"};
     return step < AGENT_STEP_COUNT ? names[step] : "unknown";
+}
+
+/* Whether SIG is one a kill call may send to a whole exec tree instead of SIGKILL: the signals
+ * a command may catch to end cleanly. The same list on both sides of the exec's socket. */
+bool agent_signal_forwarded(int sig)
+{
+    return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT || sig == SIGUSR1 ||
+           sig == SIGUSR2;
 }

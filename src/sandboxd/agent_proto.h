@@ -16,8 +16,12 @@
  * directory, argv and envp as NUL-terminated strings, in that order. The agent answers on the
  * exec's socket once, when the exec's init is reaped (AGENT_DONE) or when the exec could not
  * be started (AGENT_FAILED); the socket closing before that means the agent is gone. The
- * daemon ends an exec (timeout, kill call, release) by writing anything to the exec's socket,
- * or by closing it: the agent then SIGKILLs the exec's init, which ends the whole tree.
+ * daemon ends an exec (timeout, kill call, release) by writing AGENT_KILL_BYTE (or any byte that
+ * is not a forwarded signal) to the exec's socket, or by closing it: the agent then SIGKILLs
+ * the exec's init, which ends the whole tree. A byte holding the number of a forwarded signal
+ * (agent_signal_forwarded: TERM, INT, HUP, QUIT, USR1, USR2) is a kill call's gentler signal:
+ * the agent sends it to the exec's init, which sends it on to every process of the exec's pid
+ * namespace (kill(-1, sig)); the command may then exit by itself.
  */
 #ifndef MESH_AGENT_PROTO_H
 #define MESH_AGENT_PROTO_H
@@ -33,6 +37,7 @@
 #define AGENT_MAX_ARGS (1u << 20)         /* strings in one payload, argv and envp together */
 #define AGENT_MAX_PAYLOAD (256u << 20)    /* bytes in one payload */
 #define AGENT_INLINE_MAX (32u << 10)      /* bytes of payload sent inside the request */
+#define AGENT_KILL_BYTE 'K'               /* written to an exec's socket: SIGKILL its tree */
 
 enum agent_request_flags {
     AGENT_INLINE = 1,                     /* the payload follows the request, no memfd */
@@ -88,5 +93,6 @@ bool agent_payload_parse(char *bytes, size_t len, uint32_t argc, uint32_t envc,
                          struct agent_payload *out);
 bool agent_reply_valid(const struct agent_reply *reply, size_t len);
 const char *agent_step_name(uint32_t step);
+bool agent_signal_forwarded(int sig);
 
 #endif

@@ -56,6 +56,7 @@ void caps_detect(void)
     g_caps.snapshot = snapshot_detect();        /* overlay mounts in a user namespace */
     g_caps.hibernate = true;
     g_caps.caller_chosen_id = true;
+    g_caps.background = true;                   /* background execs (background.c) */
     log_event("capabilities: shell=%d resource_limits=%d compute_metering=%d egress_control=%d "
               "disk_limits=%d seccomp=%d snapshot=%d", g_caps.shell, g_caps.resource_limits,
               g_caps.compute_metering, g_caps.egress_control, g_caps.disk_limits, g_caps.seccomp,
@@ -73,14 +74,16 @@ json_t *caps_to_json(void)
                             json_pack("{s:I,s:f,s:I}", "memory_mb", (json_int_t)t[i].memory_mb,
                                       "cpus", t[i].cpus, "pids", (json_int_t)t[i].pids));
     return json_pack(
-        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I,s:I}}", "protocol",
+        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I,s:I,s:I}}",
+        "protocol",
         MESH_PROTOCOL_VERSION, "capabilities", "shell", g_caps.shell, "resource_limits",
         g_caps.resource_limits, "compute_metering", g_caps.compute_metering, "egress_control",
         g_caps.egress_control, "disk_limits", g_caps.disk_limits, "snapshot", g_caps.snapshot,
         "hibernate", g_caps.hibernate, "caller_chosen_id", g_caps.caller_chosen_id, "seccomp",
-        g_caps.seccomp, "tiers", tier_obj, "limits",
+        g_caps.seccomp, "background", g_caps.background, "tiers", tier_obj, "limits",
         "max_body_bytes", (json_int_t)g_config.max_body_bytes, "max_file_bytes",
         (json_int_t)g_config.max_file_bytes, "max_output_bytes",
         (json_int_t)g_config.max_output_bytes, "max_kept_output_bytes",
-        (json_int_t)g_config.max_kept_output_bytes);
+        (json_int_t)g_config.max_kept_output_bytes, "background_buffer_bytes",
+        (json_int_t)g_config.background_buffer_bytes);
 }

@@ -14,6 +14,11 @@
  * The exec's socket closing before the answer means the agent is gone, which happens only
  * with the whole sandbox (it is the sandbox's pid 1): the exec is answered at once, never
  * waited for.
+ *
+ * A background exec ("background": true) is answered 202 once the agent has it; a thread of
+ * its own then supervises it exactly like a foreground exec (the same loop, the same end), its
+ * output going to its record (background.c) instead of a capture, read only while the record
+ * has room, so a command nobody fetches from blocks on write instead of losing bytes.
  */
 #include "sandboxd.h"
 #include "agent_proto.h"
@@ -28,6 +33,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <pthread.h>
 
 #define DEFAULT_TIMEOUT_MS 300000
 
@@ -54,6 +60,8 @@ struct exec_run {
     struct workspace *ws;
     char *key;
     int kill_reason;                 /* enum kill_reason, first one wins (atomic) */
+    int signalled;                   /* a kill call sent a forwarded signal (atomic) */
+    struct background *bg;           /* a background exec's record, NULL for a foreground one */
     char **argv, **envp;
     const char *dir;
     int child_stdin, child_stdout, child_stderr;  /* the command's ends, sent to the agent */
@@ -76,6 +84,15 @@ static bool kill_requested(struct exec_run *run)
     return __atomic_load_n(&run->kill_reason, __ATOMIC_SEQ_CST) != KILL_NONE;
 }
 
+/* Has the agent send forwarded signal SIG (agent_proto.h) to every process of the exec's tree;
+ * the command may end by it or not. */
+static void exec_signal_tree(struct exec_run *run, int sig)
+{
+    unsigned char byte = (unsigned char)sig;
+    __atomic_store_n(&run->signalled, 1, __ATOMIC_SEQ_CST);
+    send(run->socket_fd, &byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 /* Has the agent SIGKILL the exec's tree (its init, pid 1 of the exec's namespace): one byte
  * on the exec's socket, which exists from before the exec is registered until after it is
  * unregistered. A request the agent has not read yet is killed as soon as it starts. */
@@ -84,7 +101,8 @@ static void exec_kill_tree(struct exec_run *run, enum kill_reason reason)
     int expected = KILL_NONE;
     __atomic_compare_exchange_n(&run->kill_reason, &expected, reason, false, __ATOMIC_SEQ_CST,
                                 __ATOMIC_SEQ_CST);
-    send(run->socket_fd, "K", 1, MSG_NOSIGNAL | MSG_DONTWAIT);   /* fails: agent and tree gone */
+    send(run->socket_fd, &(char){AGENT_KILL_BYTE}, 1, MSG_NOSIGNAL | MSG_DONTWAIT);   /* fails:
+                                                                     agent and tree gone */
 }
 
 /* ---- output capture ---- */
@@ -246,13 +264,15 @@ static bool capture_finish_raw(struct capture *out, struct capture *errc, json_t
     return raw->bytes != NULL;
 }
 
-/* Reads what is available from the non-blocking FD into CAP (stops at EAGAIN or EOF). */
-static void capture_read(int fd, struct capture *cap)
+/* Reads what is available from the non-blocking FD into CAP (stops at EAGAIN or EOF). False
+ * at the pipe's end. */
+static bool capture_read(int fd, struct capture *cap)
 {
     unsigned char buf[65536];
     ssize_t n;
     while ((n = read(fd, buf, sizeof buf)) > 0)
         capture_append(cap, buf, (size_t)n);
+    return n != 0;
 }
 
 /* ---- request parsing ---- */
@@ -270,6 +290,7 @@ struct exec_request {
     char key_buf[32];
     size_t max_output;
     bool output_tail;                /* keep only the last max_output bytes, no marker */
+    bool background;                 /* answer at once; the output goes to a record */
 };
 
 /* Frees what exec_parse allocated. */
@@ -375,8 +396,14 @@ static bool exec_parse(struct workspace *ws, json_t *body, struct exec_request *
         !parse_exec_key(body, req, err) ||
         !json_get_uint(body, "max_output_bytes", &max_output, err) ||
         !json_get_string(body, "output", &output, err) ||
+        !json_get_bool(body, "background", &req->background, err) ||
         !build_env(req, env, egress_wanted(ws), err))
         return false;
+    if (req->background && !req->key) {
+        api_error_set(err, 400, "bad_request", "field \"exec_key\" is required with "
+                      "\"background\": it names the exec from then on");
+        return false;
+    }
     if (!*req->dir)
         req->dir = ".";
     if (output && strcmp(output, "tail") != 0 && strcmp(output, "head_tail") != 0) {
@@ -458,7 +485,8 @@ static bool exec_own_groups_end(struct workspace *ws, struct exec_run *run)
     return oom;
 }
 
-/* Adds RUN to the workspace's running execs; exec_key_in_use if its key is taken. */
+/* Adds RUN to the workspace's running execs (and a background exec's record to its records);
+ * exec_key_in_use if its key names a running exec or a record not yet forgotten. */
 static bool exec_register(struct workspace *ws, struct exec_run *run, struct api_error *err)
 {
     bool ok = true;
@@ -466,16 +494,20 @@ static bool exec_register(struct workspace *ws, struct exec_run *run, struct api
     for (struct exec_run *r = ws->execs; r && run->key; r = r->next)
         if (r->key && strcmp(r->key, run->key) == 0)
             ok = false;
+    if (run->key && background_key_taken_locked(ws, run->key))
+        ok = false;
     if (ws->state != WS_RUNNING || ws->removed) {
         api_error_set(err, 409, "workspace_not_running", "workspace \"%s\" is not running",
                       ws->id);
         ok = false;
     } else if (!ok) {
-        api_error_set(err, 409, "exec_key_in_use", "an exec with key \"%s\" is running",
-                      run->key);
+        api_error_set(err, 409, "exec_key_in_use", "an exec with key \"%s\" is running, or "
+                      "a background one with it is not forgotten yet", run->key);
     } else {
         run->next = ws->execs;
         ws->execs = run;
+        if (run->bg)
+            background_link_locked(ws, run->bg);
     }
     pthread_mutex_unlock(&ws->lock);
     return ok;
@@ -652,46 +684,89 @@ static void exec_take_answer(struct exec_run *run)
     }
 }
 
-/* Pumps stdin, collects stdout/stderr and enforces the timeout until the agent's answer
- * (after AGENT_DONE everything in the exec's namespace is gone and the pipes hold the final
- * bytes), or until the agent is gone. */
-static void exec_supervise(struct exec_run *run, struct exec_request *req, int stdin_w, int out_r,
-                           int err_r, struct capture *out, struct capture *errc)
+/* One exec from its request to its answer: what a foreground request and a background
+ * exec's supervisor thread share. */
+struct exec_job {
+    struct workspace *ws;            /* a background job holds a reference of its own */
+    struct exec_run *run;
+    struct exec_request req;
+    int stdin_w, out_r, err_r;       /* the daemon's ends of the command's pipes, -1 once closed */
+    int send_errno;                  /* the agent could not take the exec: why */
+    double start;                    /* monotonic ms */
+    struct egress *eg;               /* the proxy whose refusals count from denial_seq on */
+    uint64_t denial_seq;
+    bool registered;
+};
+
+/* Where a running exec's output goes: the two captures of a foreground exec's answer, or a
+ * background exec's record, which holds bytes until its client acknowledges them. */
+struct exec_sink {
+    struct capture *streams;         /* [2]: stdout, stderr; NULL for a background exec */
+    struct background *bg;
+};
+
+/* Whether STREAM's pipe may be read now: a record full up waits for its client. */
+static bool sink_room(struct exec_sink *sink, int stream)
 {
-    double deadline = monotonic_ms() + (double)req->timeout_ms;
+    return !sink->bg || background_room(sink->bg, stream);
+}
+
+/* Reads what FD has for STREAM (past a record's cap once the exec ENDED); false at the pipe's
+ * end (or when FD is closed already). */
+static bool sink_read(struct exec_sink *sink, int stream, int fd, bool ended)
+{
+    if (fd < 0)
+        return false;
+    return sink->bg ? background_read(sink->bg, stream, fd, ended)
+                    : capture_read(fd, &sink->streams[stream]);
+}
+
+/* Pumps stdin, collects stdout/stderr into SINK and enforces the timeout until the agent's
+ * answer (after AGENT_DONE everything in the exec's namespace is gone and the pipes hold the
+ * final bytes), or until the agent is gone. A pipe at its end is closed (never polled again). */
+static void exec_supervise(struct exec_job *job, struct exec_sink *sink)
+{
+    struct exec_run *run = job->run;
+    struct exec_request *req = &job->req;
+    double deadline = job->start + (double)req->timeout_ms;
     size_t stdin_done = 0;
     bool timed_out = false;
     while (run->outcome == OUTCOME_PENDING) {
-        struct pollfd p[4] = {{.fd = run->socket_fd, .events = POLLIN},
-                              {.fd = out_r, .events = POLLIN},
-                              {.fd = err_r, .events = POLLIN},
-                              {.fd = stdin_w, .events = POLLOUT}};
+        struct pollfd p[5] = {{.fd = run->socket_fd, .events = POLLIN},
+                              {.fd = sink_room(sink, 0) ? job->out_r : -1, .events = POLLIN},
+                              {.fd = sink_room(sink, 1) ? job->err_r : -1, .events = POLLIN},
+                              {.fd = job->stdin_w, .events = POLLOUT},
+                              {.fd = sink->bg ? background_wake_fd(sink->bg) : -1,
+                               .events = POLLIN}};
         double left = deadline - monotonic_ms();
         int wait_ms = timed_out ? 1000 : left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left + 1;
-        int n = poll(p, stdin_w >= 0 ? 4 : 3, wait_ms);
+        int n = poll(p, 5, wait_ms);
         if (n == 0 && !timed_out && monotonic_ms() >= deadline) {
             timed_out = true;
             exec_kill_tree(run, KILL_TIMEOUT);
         } else if (n == 0 && timed_out && monotonic_ms() >= deadline + 5000) {
             run->outcome = OUTCOME_NO_ANSWER;   /* killed, yet never reported: give up */
         }
-        if (p[1].revents)
-            capture_read(out_r, out);
-        if (p[2].revents)
-            capture_read(err_r, errc);
-        if (stdin_w >= 0 && p[3].revents) {
-            ssize_t w = write(stdin_w, req->stdin_data + stdin_done, req->stdin_len - stdin_done);
+        if (p[1].revents && !sink_read(sink, 0, job->out_r, false))
+            close_fd(&job->out_r);
+        if (p[2].revents && !sink_read(sink, 1, job->err_r, false))
+            close_fd(&job->err_r);
+        if (p[3].revents) {
+            ssize_t w = write(job->stdin_w, req->stdin_data + stdin_done,
+                              req->stdin_len - stdin_done);
             if (w > 0)
                 stdin_done += (size_t)w;
             if (stdin_done == req->stdin_len || (p[3].revents & (POLLERR | POLLNVAL)))
-                close_fd(&stdin_w);
+                close_fd(&job->stdin_w);
         }
+        if (p[4].revents)
+            background_wake_clear(sink->bg);
         if (p[0].revents)
             exec_take_answer(run);
     }
-    capture_read(out_r, out);
-    capture_read(err_r, errc);
-    close_fd(&stdin_w);
+    sink_read(sink, 0, job->out_r, true);
+    sink_read(sink, 1, job->err_r, true);
+    close_fd(&job->stdin_w);
 }
 
 /* Total bytes execve copies for argv and envp (strings with their NULs, plus pointers). */
@@ -732,16 +807,15 @@ static json_t *spawn_error_json(struct exec_run *run)
 }
 
 /*
- * Turns the finished run into the protocol's exec response: the output in
- * it as base64, or (RAW, output "tail") beside it as raw bytes.  A run the
- * agent never started (killed before it could) reads as killed with 137.
- * NULL with ERR set when out of memory.
+ * The end fields of a finished run (exit status, flags, metering, totals; docs/protocol.md),
+ * shared by a foreground exec's answer and a background exec's record. A run the agent never
+ * started (killed before it could) reads as killed with 137; killed is true when a kill call,
+ * release or drain ended it, or a kill call's signal did.
  */
-static json_t *exec_response(struct exec_run *run, struct capture *out, struct capture *errc,
-                             double wall_ms, bool oom_killed, long long peak_bytes,
-                             struct exec_output *raw, struct api_error *err)
+static json_t *exec_end_fields(struct exec_run *run, uint64_t stdout_total, uint64_t stderr_total,
+                               double wall_ms, bool oom_killed, long long peak_bytes)
 {
-    bool truncated = false, reaped = run->outcome == OUTCOME_DONE;
+    bool reaped = run->outcome == OUTCOME_DONE;
     const struct agent_reply *a = &run->answer;
     int reason = __atomic_load_n(&run->kill_reason, __ATOMIC_SEQ_CST);
     int exit_code = 137, signal_number = SIGKILL;
@@ -755,16 +829,31 @@ static json_t *exec_response(struct exec_run *run, struct capture *out, struct c
         exit_code = WEXITSTATUS(a->init_status);   /* setup failed before the command */
         signal_number = 0;
     }
+    bool killed = reason == KILL_REQUEST || reason == KILL_RELEASE ||
+                  (__atomic_load_n(&run->signalled, __ATOMIC_SEQ_CST) && signal_number != 0);
     double cpu_ms = run->cpu_ns >= 0 ? (double)run->cpu_ns / 1e6 : (double)a->cpu_us / 1e3;
     json_t *resp = json_pack(
-        "{s:i,s:o,s:I,s:I,s:f,s:o,s:b,s:b,s:b}", "exit_code", exit_code, "signal",
+        "{s:i,s:o,s:I,s:I,s:f,s:o,s:b,s:b,s:b,s:o}", "exit_code", exit_code, "signal",
         signal_number ? json_integer(signal_number) : json_null(), "stdout_bytes",
-        (json_int_t)out->total, "stderr_bytes", (json_int_t)errc->total, "wall_ms",
+        (json_int_t)stdout_total, "stderr_bytes", (json_int_t)stderr_total, "wall_ms",
         (double)(long long)(wall_ms * 1000) / 1000, "cpu_ms",
         json_number_or_null(g_caps.compute_metering && reaped,
                             (double)(long long)(cpu_ms * 1000) / 1000),
-        "timed_out", reason == KILL_TIMEOUT, "oom_killed", oom_killed, "killed",
-        reason == KILL_REQUEST || reason == KILL_RELEASE);
+        "timed_out", reason == KILL_TIMEOUT, "oom_killed", oom_killed, "killed", killed,
+        "memory_peak_bytes", peak_bytes >= 0 ? json_integer(peak_bytes) : json_null());
+    if (resp && reaped && a->spawn_errno)
+        json_object_set_new(resp, "spawn_error", spawn_error_json(run));
+    return resp;
+}
+
+/*
+ * Adds a foreground exec's output to its answer RESP: as base64 inside it, or (RAW, output
+ * "tail") beside it as raw bytes; frees the captures. NULL with ERR when out of memory.
+ */
+static json_t *exec_add_output(json_t *resp, struct capture *out, struct capture *errc,
+                               struct exec_output *raw, struct api_error *err)
+{
+    bool truncated = false;
     if (resp && raw) {
         if (!capture_finish_raw(out, errc, resp, raw, &truncated)) {
             json_decref(resp);
@@ -785,10 +874,6 @@ static json_t *exec_response(struct exec_run *run, struct capture *out, struct c
         return NULL;
     }
     json_object_set_new(resp, "truncated", json_boolean(truncated));
-    json_object_set_new(resp, "memory_peak_bytes",
-                        peak_bytes >= 0 ? json_integer(peak_bytes) : json_null());
-    if (reaped && a->spawn_errno)
-        json_object_set_new(resp, "spawn_error", spawn_error_json(run));
     return resp;
 }
 
@@ -834,129 +919,260 @@ static void exec_failure(struct workspace *ws, struct exec_run *run, int send_er
     }
 }
 
-/* Sends the exec to the agent and supervises it; returns the response or sets ERR. */
-static json_t *exec_spawn_and_wait(struct workspace *ws, struct exec_run *run,
-                                   struct exec_request *req, struct exec_output *raw,
-                                   struct api_error *err)
+/* The pipes and the message to the agent. False with ERR when the pipes cannot be made; a
+ * message the agent cannot take leaves job->send_errno for exec_conclude. */
+static bool exec_launch(struct exec_job *job, struct api_error *err)
 {
-    int stdin_w = -1, out_r = -1, err_r = -1, send_errno = 0;
-    struct capture out, errc;
-    json_t *resp = NULL;
-    double start = monotonic_ms();
-    if (!open_stdio(run, req->has_stdin, &stdin_w, &out_r, &err_r)) {
+    job->start = monotonic_ms();
+    if (!open_stdio(job->run, job->req.has_stdin, &job->stdin_w, &job->out_r, &job->err_r)) {
         api_error_from_errno(err, errno, "cannot start the exec");
-    } else {
-        capture_init(&out, req->max_output, req->output_tail);
-        capture_init(&errc, req->max_output, req->output_tail);
-        if (exec_send(ws, run))
-            exec_supervise(run, req, stdin_w, out_r, err_r, &out, &errc);
-        else
-            send_errno = errno;
-        stdin_w = -1;
-        double wall = monotonic_ms() - start;
-        /* the sandbox OOM-killed under the command ends it like a kill: oom_killed, 137 */
-        bool holder_oom =
-            run->outcome == OUTCOME_AGENT_LOST && cgroup_available(CG_MEMORY) &&
-            cgroup_workspace_oom_kills(ws->cgroup_fds) > run->holder_oom_kills_before &&
-            holder_ends_within(ws, 2000);
-        bool ended = run->outcome == OUTCOME_DONE || holder_oom ||
-                     (run->outcome != OUTCOME_PENDING && kill_requested(run));
-        if (ended) {
-            bool oom = exec_own_groups_end(ws, run);
-            log_exec_end(ws, run, oom, wall);
-            resp = exec_response(run, &out, &errc, wall, oom, cgroup_peak_bytes(ws->cgroup_fds),
-                                 req->output_tail ? raw : NULL, err);
-        } else {
-            exec_failure(ws, run, send_errno, err);
-            free(capture_finish(&out, &(bool){false}));
-            free(capture_finish(&errc, &(bool){false}));
-        }
+        return false;
     }
-    close_fd(&stdin_w);
-    close_fd(&out_r);
-    close_fd(&err_r);
+    if (!exec_send(job->ws, job->run))
+        job->send_errno = errno;
+    return true;
+}
+
+/* Supervises a launched exec to its end; returns its end fields (with the output for a
+ * foreground SINK, raw into RAW for output "tail"), or NULL with ERR when the agent did not
+ * carry it to its end. */
+static json_t *exec_conclude(struct exec_job *job, struct exec_sink *sink,
+                             struct exec_output *raw, struct api_error *err)
+{
+    struct workspace *ws = job->ws;
+    struct exec_run *run = job->run;
+    json_t *resp = NULL;
+    if (job->send_errno == 0)
+        exec_supervise(job, sink);
+    double wall = monotonic_ms() - job->start;
+    /* the sandbox OOM-killed under the command ends it like a kill: oom_killed, 137 */
+    bool holder_oom =
+        run->outcome == OUTCOME_AGENT_LOST && cgroup_available(CG_MEMORY) &&
+        cgroup_workspace_oom_kills(ws->cgroup_fds) > run->holder_oom_kills_before &&
+        holder_ends_within(ws, 2000);
+    bool ended = run->outcome == OUTCOME_DONE || holder_oom ||
+                 (run->outcome != OUTCOME_PENDING && kill_requested(run));
+    uint64_t totals[2] = {0, 0};
+    if (sink->streams) {
+        totals[0] = sink->streams[0].total;
+        totals[1] = sink->streams[1].total;
+    }
+    if (ended) {
+        bool oom = exec_own_groups_end(ws, run);
+        log_exec_end(ws, run, oom, wall);
+        resp = exec_end_fields(run, totals[0], totals[1], wall, oom,
+                               cgroup_peak_bytes(ws->cgroup_fds));
+        if (sink->streams)
+            resp = exec_add_output(resp, &sink->streams[0], &sink->streams[1],
+                                   job->req.output_tail ? raw : NULL, err);
+        else if (!resp)
+            api_error_from_errno(err, ENOMEM, "cannot record the exec's end");
+    } else {
+        exec_failure(ws, run, job->send_errno, err);
+    }
+    if (sink->streams && !resp) {
+        capture_free(&sink->streams[0]);
+        capture_free(&sink->streams[1]);
+    }
+    exec_own_groups_end(ws, run);
+    return resp;
+}
+
+/* A new job for BODY in WS, its run made and registered (exec_key_in_use and the like in ERR
+ * otherwise, job->registered false). NULL when the body is invalid or memory runs out. */
+static struct exec_job *exec_job_new(struct workspace *ws, json_t *body, struct api_error *err)
+{
+    struct exec_job *job = calloc(1, sizeof *job);
+    struct exec_run *run = calloc(1, sizeof *run);
+    if (!job || !run) {
+        free(job);
+        free(run);
+        api_error_from_errno(err, ENOMEM, "cannot start the exec");
+        return NULL;
+    }
+    job->ws = ws;
+    job->run = run;
+    job->stdin_w = job->out_r = job->err_r = -1;
+    run->ws = ws;
+    run->child_stdin = run->child_stdout = run->child_stderr = -1;
+    run->memory_group_fd = run->cpu_group_fd = run->slot = -1;
+    run->socket_fd = run->agent_end = -1;
+    run->cpu_ns = -1;
+    bool ok = exec_parse(ws, body, &job->req, err);
+    run->key = ok && job->req.key ? strdup(job->req.key) : NULL;
+    run->argv = job->req.argv;
+    run->envp = job->req.envp;
+    run->dir = job->req.dir;
+    if (ok && job->req.background && !(run->bg = background_new(job->req.key))) {
+        api_error_from_errno(err, ENOMEM, "cannot start the exec");
+        ok = false;
+    }
+    job->eg = egress_mark(ws, &job->denial_seq);
+    int pair[2] = {-1, -1};
+    if (ok && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+        api_error_from_errno(err, errno, "cannot start the exec");
+        ok = false;
+    }
+    run->socket_fd = pair[0];
+    run->agent_end = pair[1];
+    job->registered = ok && exec_register(ws, run, err);
+    if (job->registered)
+        exec_own_groups(ws, run);
+    return job;
+}
+
+/* The end of every exec: its pipes and groups closed, the proxy's refusals while it ran added
+ * to RESP (when it is not an error), a background exec's record given its end (RESP, taken
+ * over), and the run leaves the workspace's running execs, last, so that a release that waited
+ * for it finds its record ended. Frees the job. */
+static void exec_job_end(struct exec_job *job, json_t *resp)
+{
+    struct exec_run *run = job->run;
+    close_fd(&job->stdin_w);
+    close_fd(&job->out_r);
+    close_fd(&job->err_r);
     close_fd(&run->child_stdin);
     close_fd(&run->child_stdout);
     close_fd(&run->child_stderr);
-    exec_own_groups_end(ws, run);
-    return resp;
+    close_fd(&run->memory_group_fd);
+    close_fd(&run->cpu_group_fd);
+    json_t *denials = egress_denials_since(job->eg, job->denial_seq);
+    if (resp && !json_object_get(resp, "error"))
+        json_object_set(resp, "egress_denials", denials);
+    json_decref(denials);
+    if (run->bg && job->registered)
+        background_end(run->bg, resp);
+    else if (run->bg)
+        json_decref(resp);
+    if (job->registered)
+        exec_unregister(job->ws, run);
+    close_fd(&run->socket_fd);
+    close_fd(&run->agent_end);
+    background_put(run->bg);
+    free(run->key);
+    free(run);
+    exec_request_free(&job->req);
+    free(job);
+}
+
+/* A background exec's supervisor thread: the exec to its end, the end into its record. */
+static void *background_supervise(void *arg)
+{
+    struct exec_job *job = arg;
+    struct workspace *ws = job->ws;
+    struct api_error err = {0};
+    struct exec_sink sink = {.bg = job->run->bg};
+    json_t *end = exec_conclude(job, &sink, NULL, &err);
+    if (!end)
+        end = json_pack("{s:{s:s,s:s}}", "error", "code", err.code ? err.code : "internal",
+                        "message", err.message);
+    exec_job_end(job, end);
+    workspace_put(ws);
+    background_supervisor_count(-1);
+    return NULL;
+}
+
+/* Hands a launched background exec to a supervisor thread of its own and answers 202's
+ * document. Without a thread the exec is killed, its record dropped, and ERR says why. */
+static json_t *exec_background_start(struct exec_job *job, struct api_error *err)
+{
+    pthread_t thread;
+    pthread_attr_t attr;
+    json_t *resp = json_pack("{s:s,s:b}", "exec_key", job->req.key, "background", 1);
+    struct workspace *ws = job->ws;
+    workspace_hold(ws);
+    background_supervisor_count(1);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int error = resp ? pthread_create(&thread, &attr, background_supervise, job) : ENOMEM;
+    pthread_attr_destroy(&attr);
+    if (error == 0)
+        return resp;
+    json_decref(resp);
+    exec_kill_tree(job->run, KILL_RELEASE);
+    background_unlink(ws, job->run->bg);
+    background_supervise(job);
+    api_error_from_errno(err, error, "cannot supervise the background exec");
+    return NULL;
 }
 
 /*
  * POST /v1/workspaces/{id}/exec.  With output "tail" the kept output is
  * left in RAW (stdout then stderr), for the body after the JSON document.
+ * A background exec answers its 202 document ("background": true) as soon
+ * as the agent has it.
  */
 json_t *exec_run_request(struct workspace *ws, json_t *body, struct exec_output *raw,
                          struct api_error *err)
 {
-    struct exec_request req;
-    struct exec_run *run;
+    struct capture streams[2];
+    struct exec_sink sink = {.streams = streams};
     json_t *resp = NULL;
-    uint64_t denial_seq = 0;
-    struct egress *eg;
-    if (!exec_parse(ws, body, &req, err)) {
-        exec_request_free(&req);
+    struct exec_job *job = exec_job_new(ws, body, err);
+    if (!job)
         return NULL;
+    if (job->registered && exec_launch(job, err)) {
+        if (job->req.background && job->send_errno == 0)
+            return exec_background_start(job, err);
+        if (job->run->bg)   /* the agent never had it: answered here, no record */
+            background_unlink(ws, job->run->bg);
+        capture_init(&streams[0], job->req.max_output, job->req.output_tail);
+        capture_init(&streams[1], job->req.max_output, job->req.output_tail);
+        resp = exec_conclude(job, &sink, raw, err);
+    } else if (job->registered) {
+        if (job->run->bg)
+            background_unlink(ws, job->run->bg);
+        exec_own_groups_end(ws, job->run);
     }
-    run = calloc(1, sizeof *run);
-    if (!run) {
-        api_error_from_errno(err, ENOMEM, "cannot start the exec");
-        exec_request_free(&req);
-        return NULL;
-    }
-    run->ws = ws;
-    run->key = req.key ? strdup(req.key) : NULL;
-    run->argv = req.argv;
-    run->envp = req.envp;
-    run->dir = req.dir;
-    run->child_stdin = run->child_stdout = run->child_stderr = -1;
-    eg = egress_mark(ws, &denial_seq);
-    run->memory_group_fd = run->cpu_group_fd = run->slot = -1;
-    run->cpu_ns = -1;
-    int pair[2] = {-1, -1};
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
-        api_error_from_errno(err, errno, "cannot start the exec");
-    run->socket_fd = pair[0];
-    run->agent_end = pair[1];
-    if (run->socket_fd >= 0 && exec_register(ws, run, err)) {
-        exec_own_groups(ws, run);
-        resp = exec_spawn_and_wait(ws, run, &req, raw, err);
-        close_fd(&run->memory_group_fd);
-        close_fd(&run->cpu_group_fd);
-        exec_unregister(ws, run);
-    }
-    /* the proxy's refusals while this exec ran (also those of concurrent execs) */
-    json_t *denials = egress_denials_since(eg, denial_seq);
-    if (resp)
-        json_object_set(resp, "egress_denials", denials);
-    json_decref(denials);
-    close_fd(&run->socket_fd);
-    close_fd(&run->agent_end);
-    free(run->key);
-    free(run);
-    exec_request_free(&req);
+    exec_job_end(job, resp);
     return resp;
 }
 
-/* Kill call: SIGKILLs the tree of the running exec with KEY; false when none runs. */
-bool exec_kill_by_key(struct workspace *ws, const char *key)
+/* A kill call's body: {"signal": NAME} of agent_signal_forwarded's signals or KILL (the
+ * default); bad_signal for anything else. */
+bool exec_signal_parse(json_t *body, int *sig, struct api_error *err)
+{
+    static const struct { const char *name; int sig; } names[] = {
+        {"KILL", SIGKILL}, {"TERM", SIGTERM}, {"INT", SIGINT}, {"HUP", SIGHUP},
+        {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
+    const char *name = "KILL";
+    if (body && !json_get_string(body, "signal", &name, err))
+        return false;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(name, names[i].name) == 0) {
+            *sig = names[i].sig;
+            return true;
+        }
+    api_error_set(err, 400, "bad_signal", "signal \"%.64s\" is not one of TERM, INT, HUP, QUIT, "
+                  "USR1, USR2, KILL", name);
+    return false;
+}
+
+/* Kill call: SIGKILLs the tree of the running exec with KEY, or sends it forwarded signal
+ * SIG; false when none runs. */
+bool exec_kill_by_key(struct workspace *ws, const char *key, int sig)
 {
     bool found = false;
     pthread_mutex_lock(&ws->lock);
     for (struct exec_run *r = ws->execs; r; r = r->next)
         if (r->key && strcmp(r->key, key) == 0) {
-            exec_kill_tree(r, KILL_REQUEST);
+            if (sig == SIGKILL)
+                exec_kill_tree(r, KILL_REQUEST);
+            else
+                exec_signal_tree(r, sig);
             found = true;
         }
     pthread_mutex_unlock(&ws->lock);
     return found;
 }
 
-/* Release: SIGKILLs the trees of every running exec of the workspace. */
-void exec_kill_all(struct workspace *ws)
+/* Release and drain: SIGKILLs the trees of every running exec of the workspace (only the
+ * background ones: BACKGROUND_ONLY). */
+void exec_kill_all(struct workspace *ws, bool background_only)
 {
     pthread_mutex_lock(&ws->lock);
     for (struct exec_run *r = ws->execs; r; r = r->next)
-        exec_kill_tree(r, KILL_RELEASE);
+        if (!background_only || r->bg)
+            exec_kill_tree(r, KILL_RELEASE);
     pthread_mutex_unlock(&ws->lock);
 }

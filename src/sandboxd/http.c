@@ -270,23 +270,99 @@ static enum MHD_Result route_exec(struct route *r)
     json_decref(body);
     if (resp && raw.bytes)
         return send_exec_output(r->conn, resp, &raw);
+    if (resp && json_is_true(json_object_get(resp, "background")))
+        return send_json(r->conn, 202, resp);
     return send_result(r->conn, resp, &err);
 }
 
-/* POST /v1/workspaces/{id}/execs/{key}/kill */
+/* POST /v1/workspaces/{id}/execs/{key}/kill [{"signal": NAME}] */
 static enum MHD_Result route_kill(struct route *r)
 {
     struct api_error err = {0};
+    json_t *body = NULL;
+    int sig;
     if (strcmp(r->method, "POST") != 0)
         return fail(r->conn, 405, "method_not_allowed", "use POST");
+    if (!parse_body(r->req, &body, &err))
+        return send_error(r->conn, &err);
+    bool valid = exec_signal_parse(body, &sig, &err);
+    json_decref(body);
+    if (!valid)
+        return send_error(r->conn, &err);
     struct workspace *ws = workspace_get(r->segments[2], &err);
     if (!ws)
         return send_error(r->conn, &err);
-    bool killed = exec_kill_by_key(ws, r->segments[4]);
+    bool killed = exec_kill_by_key(ws, r->segments[4], sig);
     workspace_put(ws);
     if (!killed)
         return fail(r->conn, 404, "exec_not_found", "no running exec with this key");
     return send_json(r->conn, 200, json_pack("{s:b}", "killed", 1));
+}
+
+/* Query argument NAME as a decimal number of at most MAX, FALLBACK when absent; false with
+ * bad_request for anything else. */
+static bool query_number(struct MHD_Connection *conn, const char *name, uint64_t fallback,
+                         uint64_t max, uint64_t *out, struct api_error *err)
+{
+    const char *text = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
+    char *end;
+    *out = fallback;
+    if (!text)
+        return true;
+    errno = 0;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (!*text || *end || *text == '-' || errno != 0 || value > max) {
+        api_error_set(err, 400, "bad_request", "query argument \"%s\" must be a number from 0 "
+                      "to %llu", name, (unsigned long long)max);
+        return false;
+    }
+    *out = value;
+    return true;
+}
+
+/* GET /v1/workspaces/{id}/execs/{key}/output?stdout_from=N&stderr_from=M[&stdout_ack=A]
+ * [&stderr_ack=E]&wait_ms=W&max_bytes=B: a background exec's output from the offsets on, framed
+ * like an exec's output "tail" answer; acknowledged up to the _ack offsets (default: the _from
+ * ones). */
+static enum MHD_Result route_exec_output(struct route *r)
+{
+    struct api_error err = {0};
+    struct output_query q;
+    uint64_t max_bytes;
+    if (strcmp(r->method, "GET") != 0)
+        return fail(r->conn, 405, "method_not_allowed", "use GET");
+    if (!query_number(r->conn, "stdout_from", 0, INT64_MAX, &q.from[0], &err) ||
+        !query_number(r->conn, "stderr_from", 0, INT64_MAX, &q.from[1], &err) ||
+        !query_number(r->conn, "stdout_ack", q.from[0], q.from[0], &q.ack[0], &err) ||
+        !query_number(r->conn, "stderr_ack", q.from[1], q.from[1], &q.ack[1], &err) ||
+        !query_number(r->conn, "wait_ms", 0, 60000, &q.wait_ms, &err) ||
+        !query_number(r->conn, "max_bytes", 1u << 20, 16u << 20, &max_bytes, &err))
+        return send_error(r->conn, &err);
+    q.max_bytes = (size_t)max_bytes;
+    struct workspace *ws = workspace_get(r->segments[2], &err);
+    if (!ws)
+        return send_error(r->conn, &err);
+    struct exec_output raw = {0};
+    json_t *resp = background_output(ws, r->segments[4], &q, &raw, &err);
+    workspace_put(ws);
+    return resp ? send_exec_output(r->conn, resp, &raw) : send_error(r->conn, &err);
+}
+
+/* DELETE /v1/workspaces/{id}/execs/{key}: forgets an ended background exec's record. */
+static enum MHD_Result route_exec_record(struct route *r)
+{
+    struct api_error err = {0};
+    if (strcmp(r->method, "DELETE") != 0)
+        return fail(r->conn, 405, "method_not_allowed", "use DELETE");
+    struct workspace *ws = workspace_get(r->segments[2], &err);
+    if (!ws)
+        return send_error(r->conn, &err);
+    bool forgotten = background_forget(ws, r->segments[4], &err);
+    workspace_put(ws);
+    if (!forgotten)
+        return send_error(r->conn, &err);
+    return send_response(r->conn, 204,
+                         MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT));
 }
 
 /* GET/PUT /v1/workspaces/{id}/files?path=P[&mode=M] */
@@ -362,6 +438,8 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, const char *url, co
     case ROUTE_EXEC: result = route_exec(&r); break;
     case ROUTE_FILES: result = route_files(&r); break;
     case ROUTE_KILL: result = route_kill(&r); break;
+    case ROUTE_EXEC_OUTPUT: result = route_exec_output(&r); break;
+    case ROUTE_EXEC_RECORD: result = route_exec_record(&r); break;
     case ROUTE_REFUSED:
         result = fail(conn, 403, "workspace_refused", "this daemon serves one other workspace");
         break;

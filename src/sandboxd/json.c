@@ -74,6 +74,20 @@ bool json_get_uint(json_t *obj, const char *field, uint64_t *out, struct api_err
     return true;
 }
 
+/* Optional boolean field. */
+bool json_get_bool(json_t *obj, const char *field, bool *out, struct api_error *err)
+{
+    json_t *v = json_object_get(obj, field);
+    if (!v || json_is_null(v))
+        return true;
+    if (!json_is_boolean(v)) {
+        api_error_set(err, 400, "bad_request", "field \"%s\" must be true or false", field);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
 /* Optional object field. */
 bool json_get_object(json_t *obj, const char *field, json_t **out, struct api_error *err)
 {

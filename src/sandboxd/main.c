@@ -1,8 +1,9 @@
 /*
  * main.c - mesh-sandboxd entry point: flags, single-instance lock on the state dir, child
  * subreaper, signal handling (SIGTERM drains and exits; workspaces stay alive for the next
- * start, or are hibernated with --hibernate-on-exit) and the reaper loop, which sleeps until a
- * signal arrives or a watched child exits.
+ * start, or are hibernated with --hibernate-on-exit; background commands end) and the reaper
+ * loop, which sleeps until a signal arrives or a watched child exits, and once a minute forgets
+ * background records that expired.
  */
 #include "sandboxd.h"
 #include <errno.h>
@@ -45,6 +46,8 @@ static void usage(int status)
             "  --max-file-bytes N      file read/write limit (default 67108864)\n"
             "  --max-output-bytes N    per-stream exec output clamp (default 1048576)\n"
             "  --max-kept-output-bytes N  per-stream bytes kept for output \"tail\" (default 268435456)\n"
+            "  --background-buffer-bytes N  per stream of a background exec, bytes held for its\n"
+            "                          client before the command blocks on write (default 4194304)\n"
             "  --bwrap PATH            bubblewrap binary (default /usr/bin/bwrap)\n"
             "  --cgroup-name NAME      cgroup subtree name (default mesh-sandboxd)\n"
             "  --hibernate-on-exit     on SIGTERM kill commands in flight and stop all\n"
@@ -132,6 +135,7 @@ static void parse_flags(int argc, char **argv)
         {"test-resolve", 1, 0, 'T'},   {"protect-path", 1, 0, 'P'},
         {"setup-host", 1, 0, 'S'},     {"disk-bytes", 1, 0, 'D'},
         {"ready-fd", 1, 0, 'y'},       {"single-workspace", 1, 0, '1'},
+        {"background-buffer-bytes", 1, 0, 'g'},
         {0, 0, 0, 0}};
     const char *token_file = NULL, *sandbox_user = NULL;
     int opt;
@@ -139,6 +143,7 @@ static void parse_flags(int argc, char **argv)
     g_config.max_body_bytes = g_config.max_file_bytes = 64u << 20;
     g_config.max_output_bytes = 1u << 20;
     g_config.max_kept_output_bytes = 256u << 20;
+    g_config.background_buffer_bytes = 4u << 20;
     g_config.bwrap_path = "/usr/bin/bwrap";
     g_config.cgroup_name = "mesh-sandboxd";
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
@@ -168,6 +173,11 @@ static void parse_flags(int argc, char **argv)
         case 'O': g_config.max_output_bytes = parse_size(optarg, "--max-output-bytes"); break;
         case 'K':
             g_config.max_kept_output_bytes = parse_size(optarg, "--max-kept-output-bytes");
+            break;
+        case 'g':
+            g_config.background_buffer_bytes = parse_size(optarg, "--background-buffer-bytes");
+            if (g_config.background_buffer_bytes == 0)
+                die("--background-buffer-bytes must be at least 1");
             break;
         case 'w': g_config.bwrap_path = optarg; break;
         case 'c': g_config.cgroup_name = optarg; cgroup_name_given = true; break;
@@ -334,9 +344,15 @@ static int reaper_loop(const sigset_t *handled)
     reaper_add(&r, watch_pipe[0]);
     reap_children();   /* orphans that came before the signalfd */
     for (;;) {
-        if (poll(r.fds, r.count, -1) < 0) {
+        /* once a minute: background records whose end nobody fetched expire */
+        int n = poll(r.fds, r.count, 60000);
+        if (n < 0) {
             if (errno != EINTR)
                 die("cannot wait for signals and children");
+            continue;
+        }
+        if (n == 0) {
+            workspaces_sweep_background();
             continue;
         }
         if (r.fds[1].revents & POLLIN)
@@ -403,8 +419,12 @@ int main(int argc, char **argv)
     int sig = reaper_loop(&handled);
     log_event("%s: draining%s", sig == SIGTERM ? "SIGTERM" : "SIGINT",
               g_config.hibernate_on_exit ? " (commands in flight are killed)" : "");
-    /* hibernating at exit bounds the drain too: no command outlives the daemon */
+    /* background commands end first (nobody could fetch them any more), so long polls on
+     * their output answer; hibernating at exit bounds the drain too: no command outlives the
+     * daemon */
+    workspaces_kill_background();
     http_stop(g_config.hibernate_on_exit ? workspaces_kill_execs : NULL);
+    workspaces_kill_background();   /* any started while the requests drained */
     if (g_config.hibernate_on_exit)
         workspaces_hibernate_all();
     log_event(g_config.hibernate_on_exit ? "stopped; workspaces hibernated"

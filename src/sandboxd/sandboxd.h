@@ -5,8 +5,8 @@
  * dir plus a long-lived bubblewrap "holder", whose process is the workspace's exec agent
  * (agent.c, a binary of its own): every exec is one message to it, and it starts the command
  * inside the sandbox, so a warm exec costs about one process creation. This header is the one
- * place where the daemon's modules (http, route, workspace, sandbox, exec, seccomp, files,
- * egress, cgroup, capabilities, json, log) meet; agent_proto.h is the agent's.
+ * place where the daemon's modules (http, route, workspace, sandbox, exec, background, seccomp,
+ * files, egress, cgroup, capabilities, json, log) meet; agent_proto.h is the agent's.
  *
  * Threads and what they may touch
  * -------------------------------
@@ -39,7 +39,8 @@
  * - log_event writes one stdio call per line (stdio locks the stream).
  * - Lock order: lifecycle, then registry_lock (workspace.c), then workspace lock, then an
  *   egress lock; snap_lock (snapshot.c) before registry_lock, never together with a
- *   lifecycle lock; in_flight_lock (http.c) is taken alone. No lock is held across an exec.
+ *   lifecycle lock; in_flight_lock (http.c) is taken alone; a workspace lock before a background
+ *   record's lock (background.c), never the other way. No lock is held across an exec.
  */
 #ifndef MESH_SANDBOXD_H
 #define MESH_SANDBOXD_H
@@ -83,6 +84,8 @@ struct config {
     size_t max_file_bytes;
     size_t max_output_bytes;
     size_t max_kept_output_bytes;    /* per stream, for output "tail" */
+    size_t background_buffer_bytes;  /* per stream of a background exec: bytes held for its
+                                        client before the command blocks on write */
     struct rlimit inherited_files; /* the open-files limit before the daemon raised its own;
                                       sandbox processes get this one back */
 };
@@ -98,6 +101,7 @@ struct host_caps {
     bool hibernate;
     bool caller_chosen_id;
     bool seccomp;               /* every workspace process runs under the system-call filter */
+    bool background;            /* background execs (always: a protocol feature) */
 };
 
 extern struct config g_config;
@@ -135,6 +139,7 @@ bool errno_is_exhaustion(int error);
 /* ---- JSON helpers (json.c) ---- */
 bool json_get_string(json_t *obj, const char *field, const char **out, struct api_error *err);
 bool json_get_uint(json_t *obj, const char *field, uint64_t *out, struct api_error *err);
+bool json_get_bool(json_t *obj, const char *field, bool *out, struct api_error *err);
 bool json_get_object(json_t *obj, const char *field, json_t **out, struct api_error *err);
 bool json_string_map_valid(json_t *map, const char *field, struct api_error *err);
 bool label_filter_parse(const char *filter, char *key, size_t key_size, const char **value,
@@ -172,6 +177,7 @@ bool host_disk_refused(void);
 enum ws_state { WS_RUNNING, WS_HIBERNATED, WS_STOPPING };
 
 struct exec_run;
+struct background;
 
 /*
  * One workspace. Which thread may touch what:
@@ -187,7 +193,7 @@ struct exec_run;
  *   (workspace_stop waits for execs_done first); read by the lifecycle holder and by an exec
  *   between exec_register and exec_unregister, which pins them. File calls dup root_fd under
  *   lock.
- * - execs, egress, exec_slots, exec_slots_known: under lock; slot_oom_kills[n] and
+ * - execs, backgrounds, egress, exec_slots, exec_slots_known: under lock; slot_oom_kills[n] and
  *   slot_cpu_ns[n] by the exec holding slot n.
  */
 struct workspace {
@@ -219,6 +225,7 @@ struct workspace {
     pthread_cond_t execs_done;        /* signalled (under lock) when execs becomes empty */
     struct workspace *next;           /* registry list */
     struct exec_run *execs;           /* running execs, for kill-by-key and release */
+    struct background *backgrounds;   /* background execs' records (background.c) */
     uint64_t exec_slots;              /* busy per-exec groups (bit n: exec-n) */
     uint64_t exec_slots_known;        /* groups made since the workspace started, whose
                                          counters below are what their last exec left */
@@ -235,6 +242,9 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err);
 json_t *workspace_release(const char *id, json_t *body, struct api_error *err);
 json_t *workspace_list(const char *label_filter, struct api_error *err);
 json_t *workspace_describe(struct workspace *ws);
+void workspace_hold(struct workspace *ws);
+void workspaces_kill_background(void);
+void workspaces_sweep_background(void);
 void workspaces_hibernate_all(void);
 void workspaces_kill_execs(void);
 char *workspace_dir(const char *id);
@@ -275,8 +285,35 @@ struct exec_output {
 };
 json_t *exec_run_request(struct workspace *ws, json_t *body, struct exec_output *raw,
                          struct api_error *err);
-bool exec_kill_by_key(struct workspace *ws, const char *key);
-void exec_kill_all(struct workspace *ws);
+bool exec_kill_by_key(struct workspace *ws, const char *key, int sig);
+void exec_kill_all(struct workspace *ws, bool background_only);
+bool exec_signal_parse(json_t *body, int *sig, struct api_error *err);
+
+/* ---- background execs' records (background.c) ---- */
+/* What GET .../execs/{key}/output asks, per stream (stdout, stderr): where the answer's bytes
+ * start, and before which they are acknowledged (ack <= from); then the wait and the size. */
+struct output_query {
+    uint64_t from[2];
+    uint64_t ack[2];
+    uint64_t wait_ms;
+    size_t max_bytes;
+};
+struct background *background_new(const char *key);
+void background_put(struct background *bg);
+void background_link_locked(struct workspace *ws, struct background *bg);
+void background_unlink(struct workspace *ws, struct background *bg);
+bool background_key_taken_locked(struct workspace *ws, const char *key);
+void background_drop(struct workspace *ws, bool expired_only);
+int background_wake_fd(struct background *bg);
+void background_wake_clear(struct background *bg);
+bool background_room(struct background *bg, int stream);
+bool background_read(struct background *bg, int stream, int fd, bool ended);
+void background_end(struct background *bg, json_t *end);
+void background_supervisor_count(int delta);
+void background_wait_supervisors(void);
+json_t *background_output(struct workspace *ws, const char *key, const struct output_query *q,
+                          struct exec_output *raw, struct api_error *err);
+bool background_forget(struct workspace *ws, const char *key, struct api_error *err);
 
 /* ---- workspace network access (egress.c) ---- */
 #define EGRESS_PORT 3128          /* the proxy's address inside every sandbox: 127.0.0.1:3128 */
@@ -310,7 +347,7 @@ json_t *files_write(struct workspace *ws, const char *path, const char *mode_tex
 enum route_kind {
     /* the list routes first: from ROUTE_WORKSPACE on, a route names one object (fuzz_route) */
     ROUTE_NONE, ROUTE_CAPABILITIES, ROUTE_WORKSPACES, ROUTE_SNAPSHOTS, ROUTE_WORKSPACE, ROUTE_EXEC,
-    ROUTE_FILES, ROUTE_KILL, ROUTE_SNAPSHOT, ROUTE_REFUSED
+    ROUTE_FILES, ROUTE_KILL, ROUTE_EXEC_OUTPUT, ROUTE_EXEC_RECORD, ROUTE_SNAPSHOT, ROUTE_REFUSED
 };
 struct route_path {
     char *text;                              /* the request's own copy of the path */

@@ -125,6 +125,7 @@ static struct workspace *workspace_new(const char *id)
 /* Frees a workspace object once nothing references it. */
 static void workspace_free(struct workspace *ws)
 {
+    background_drop(ws, false);
     sandbox_close_fds(ws);
     cgroup_close_fds(ws->cgroup_fds);
     json_decref(ws->labels);
@@ -177,6 +178,14 @@ struct workspace *workspace_get(const char *id, struct api_error *err)
     if (!ws)
         api_error_set(err, 404, "workspace_not_found", "no workspace with id \"%s\"", id);
     return ws;
+}
+
+/* Another reference to WS, which the caller holds one of (a background exec's supervisor). */
+void workspace_hold(struct workspace *ws)
+{
+    pthread_mutex_lock(&registry_lock);
+    ws->refcount++;
+    pthread_mutex_unlock(&registry_lock);
 }
 
 /* Drops one reference; the last one frees the object. */
@@ -312,7 +321,7 @@ static void workspace_stop(struct workspace *ws)
     pthread_mutex_lock(&ws->lock);
     ws->state = WS_STOPPING;
     pthread_mutex_unlock(&ws->lock);
-    exec_kill_all(ws);
+    exec_kill_all(ws, false);
     /* Execs unregister once their answers are in. Only then may the descriptors they use
      * (the agent's channel) be closed: a closed number can be reused by another workspace's. */
     pthread_mutex_lock(&ws->lock);
@@ -322,6 +331,7 @@ static void workspace_stop(struct workspace *ws)
             log_event("workspace %s: still waiting for killed execs to end", ws->id);
     }
     pthread_mutex_unlock(&ws->lock);
+    background_drop(ws, false);   /* every background exec has ended: its record goes */
     sandbox_stop(ws);
     cgroup_close_fds(ws->cgroup_fds);
     cgroup_workspace_remove(ws->id);
@@ -771,6 +781,28 @@ void workspaces_kill_execs(void)
 {
     pthread_mutex_lock(&registry_lock);
     for (struct workspace *ws = registry; ws; ws = ws->next)
-        exec_kill_all(ws);
+        exec_kill_all(ws, false);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* The drain at exit: background commands cannot outlive the daemon that supervises them (the
+ * agent kills an exec whose socket closes), so they end now, killed, and the drain waits for
+ * their supervisors. */
+void workspaces_kill_background(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (struct workspace *ws = registry; ws; ws = ws->next)
+        exec_kill_all(ws, true);
+    pthread_mutex_unlock(&registry_lock);
+    background_wait_supervisors();
+}
+
+/* The main thread's periodic turn: forgets background records whose end nobody fetched for
+ * 10 minutes, in every workspace (a client that never comes back costs bounded memory). */
+void workspaces_sweep_background(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (struct workspace *ws = registry; ws; ws = ws->next)
+        background_drop(ws, true);
     pthread_mutex_unlock(&registry_lock);
 }

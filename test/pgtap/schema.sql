@@ -9,7 +9,7 @@ SELECT col_not_null('mesh', 'workspaces', 'created_by_actor_id', 'every workspac
 SELECT col_type_is('mesh', 'workspaces', 'status', 'mesh.workspace_status', 'status is a closed state machine');
 SELECT enum_has_labels('mesh', 'workspace_status', ARRAY['pending', 'acquiring', 'ready', 'releasing', 'released', 'failed']);
 SELECT enum_has_labels('mesh', 'size_tier', ARRAY['small', 'standard', 'large', 'xlarge']);
-SELECT enum_has_labels('mesh', 'exec_status', ARRAY['running', 'ok', 'timeout', 'cancelled', 'oom', 'budget_exhausted', 'error']);
+SELECT enum_has_labels('mesh', 'exec_status', ARRAY['running', 'ok', 'timeout', 'cancelled', 'oom', 'budget_exhausted', 'error', 'killed']);
 SELECT has_index('mesh', 'workspaces', 'workspaces_live_idx', 'the reaper finds live workspaces by index');
 SELECT has_index('mesh', 'execs', 'execs_running_idx', 'running execs are found by index');
 

@@ -169,12 +169,17 @@ field() { echo "$1" | jq -r "$2"; }
 # after it land in $SD_DIR/tail.out and $SD_DIR/tail.err, and "rest" in the JSON says how many
 # bytes the body held beyond the JSON line and both streams (0 when well framed)
 exec_tail() {
-    local body="$SD_DIR/tail.body" line n o e
-    exec_json "$1" "$2" > "$body"
+    exec_json "$1" "$2" > "$SD_DIR/tail.body"
+    frame_split "$SD_DIR/tail.body" "$SD_DIR/tail.out" "$SD_DIR/tail.err"
+}
+# frame_split BODY OUT ERR: splits a framed answer (JSON line, "\n", stdout_kept then
+# stderr_kept raw bytes) into OUT and ERR; prints the JSON line with "rest" added
+frame_split() {
+    local body=$1 line n o e
     line=$(head -n 1 "$body"); n=$(head -n 1 "$body" | wc -c)
     o=$(echo "$line" | jq -r '.stdout_kept // 0'); e=$(echo "$line" | jq -r '.stderr_kept // 0')
-    tail -c +$((n + 1)) "$body" | head -c "$o" > "$SD_DIR/tail.out"
-    tail -c +$((n + o + 1)) "$body" | head -c "$e" > "$SD_DIR/tail.err"
+    tail -c +$((n + 1)) "$body" | head -c "$o" > "$2"
+    tail -c +$((n + o + 1)) "$body" | head -c "$e" > "$3"
     echo "$line" | jq -c --argjson rest $(( $(wc -c < "$body") - n - o - e )) '. + {rest: $rest}'
 }
 

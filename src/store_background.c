@@ -1,0 +1,198 @@
+/*-------------------------------------------------------------------------
+ *
+ * store_background.c
+ *	  The rows of background commands (mesh_exec_start): their output
+ *	  stored as it comes, with a NOTIFY per step; where a restarted
+ *	  worker takes them up again; their clamp for people at the end.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "mesh_json.h"
+
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "utils/memutils.h"
+
+#include "calls.h"
+#include "credentials.h"
+#include "exec_output.h"
+#include "mesh_exec.h"
+#include "store.h"
+#include "txn.h"
+
+static const char *const stream_names[2] = {"stdout", "stderr"};
+
+typedef struct ProgressArgs
+{
+	int64		exec_id;
+	const MeshOutputStream *fresh;	/* the new bytes of each stream, at their stored offsets */
+	const int64 *read;				/* backend offsets read and stored, after them */
+} ProgressArgs;
+
+static const char progress_sql[] =
+"SELECT mesh.exec_output_progress($1, $2, $3, $4, $5, $6)";
+
+static void
+progress_body(void *arg)
+{
+	ProgressArgs *a = (ProgressArgs *) arg;
+	int64		total[2];
+	MeshParam	p[6];
+
+	for (int i = 0; i < 2; i++)
+	{
+		const MeshOutputStream *s = &a->fresh[i];
+
+		total[i] = s->dropped + (int64) s->len;
+		if (s->len == 0)
+			continue;
+		exec_output_store_stream(a->exec_id, i, s);
+		/* a listener reads from offset on with mesh_exec_output */
+		Async_Notify(psprintf("mesh_exec_" INT64_FORMAT, a->exec_id),
+					 psprintf("{\"stream\": \"%s\", \"offset\": " INT64_FORMAT
+							  ", \"bytes\": %zu, \"next\": " INT64_FORMAT "}",
+							  stream_names[i], s->dropped, s->len, total[i]));
+	}
+	p[0] = mesh_int8_param(a->exec_id);
+	p[1] = mesh_int8_param(total[0]);
+	p[2] = mesh_int8_param(total[1]);
+	p[3] = mesh_int8_param(a->read[0]);
+	p[4] = mesh_int8_param(a->read[1]);
+	p[5] = mesh_int8_param(mesh_exec_output_limit_bytes);
+	(void) mesh_sql(progress_sql, 6, p);
+}
+
+/*
+ * A background command's new output (FRESH: each stream's new bytes, with
+ * the offset they start at as stored) and how far the backend's streams
+ * have been read (READ), in one transaction that also tells listeners.
+ * Committed without waiting for its flush: the worker flushes to
+ * *commit_lsn before it tells the backend these bytes are kept.
+ */
+bool
+store_exec_progress(int64 exec_id, const MeshOutputStream *fresh, const int64 read[2],
+					XLogRecPtr *commit_lsn, ErrorData **err)
+{
+	ProgressArgs a = {exec_id, fresh, read};
+
+	if (!mesh_txn("mesh worker: exec output", MESH_COMMIT_DEFERRED, progress_body, &a, err))
+		return false;
+	*commit_lsn = mesh_txn_commit_lsn();
+	return true;
+}
+
+static const char clamped_sql[] =
+"SELECT o.clamped AS stdout, o.truncated AS stdout_truncated, "
+"       e.clamped AS stderr, e.truncated AS stderr_truncated "
+"  FROM mesh.exec_output_clamped($1, 'stdout', $2) o, mesh.exec_output_clamped($1, 'stderr', $2) e";
+
+/*
+ * What mesh_exec would have returned of each stream of a background
+ * command, from its stored output (mesh.max_output bytes each, head and
+ * tail around a marker), for its row at the end.
+ */
+bool
+store_exec_clamped(int64 exec_id, int max_bytes, MeshExecResult *result, ErrorData **err)
+{
+	MeshParam	p[2] = {mesh_int8_param(exec_id), mesh_int4_param(max_bytes)};
+	MeshRows   *rows;
+
+	if (!mesh_txn_sql("mesh worker: exec clamp", MESH_COMMIT_DEFERRED, clamped_sql, 2, p, &rows, err))
+		return false;
+	result->stdout_data = mesh_col_text(rows, 0, "stdout");
+	result->stderr_data = mesh_col_text(rows, 0, "stderr");
+	result->stdout_len = strlen(result->stdout_data);
+	result->stderr_len = strlen(result->stderr_data);
+	result->truncated = mesh_col_bool(rows, 0, "stdout_truncated") ||
+		mesh_col_bool(rows, 0, "stderr_truncated");
+	return true;
+}
+
+static const char background_execs_sql[] =
+"SELECT b.exec_id, b.run_id, b.timeout_ms, b.started_at, b.stdout_bytes, b.stderr_bytes, "
+"       b.stdout_read, b.stderr_read "
+"  FROM mesh.background_execs($1, $2) b";
+
+/*
+ * The background commands a worker starting as worker_index of nworkers
+ * follows: its predecessor's, with where it had got to (a list of
+ * MeshFollowRequest; *run_ids, their runs).
+ */
+bool
+store_background_execs(int worker_index, int nworkers, List **follows, List **run_ids,
+					   ErrorData **err)
+{
+	MeshParam	p[2] = {mesh_int4_param(worker_index), mesh_int4_param(nworkers)};
+	MeshRows   *rows;
+
+	*follows = *run_ids = NIL;
+	if (!mesh_txn_sql("mesh worker: background execs", MESH_COMMIT_DEFERRED, background_execs_sql,
+					  2, p, &rows, err))
+		return false;
+	for (uint64 r = 0; r < rows->n; r++)
+	{
+		MeshFollowRequest *f = palloc0(sizeof(MeshFollowRequest));
+		bool		isnull;
+
+		f->exec_id = mesh_col_int64(rows, r, "exec_id");
+		f->timeout_ms = mesh_col_int64(rows, r, "timeout_ms");
+		f->started_at = DatumGetTimestampTz(mesh_col_datum(rows, r, "started_at", TIMESTAMPTZOID,
+														   &isnull));
+		f->stored[0] = mesh_col_int64(rows, r, "stdout_bytes");
+		f->stored[1] = mesh_col_int64(rows, r, "stderr_bytes");
+		f->read[0] = mesh_col_int64(rows, r, "stdout_read");
+		f->read[1] = mesh_col_int64(rows, r, "stderr_read");
+		*follows = lappend(*follows, f);
+		*run_ids = lappend(*run_ids, mesh_col_text(rows, r, "run_id"));
+	}
+	return true;
+}
+
+static const char run_secrets_sql[] =
+"SELECT g.deliver_as AS variable, g.name, s.value FROM mesh.grants g "
+"  JOIN mesh.workspaces w ON w.run_id = g.run_id "
+"  JOIN mesh.secrets s ON s.agent_id = w.agent_id AND s.name = g.name "
+" WHERE g.run_id = $1 AND g.kind = 'secret'";
+
+/*
+ * Every secret value a run's grants name, to redact from the output of a
+ * background command a restarted worker follows again (MeshDelivered,
+ * palloc'd in the caller's context).
+ */
+bool
+store_run_secrets(const char *run_id, List **secrets, ErrorData **err)
+{
+	MeshParam	p = mesh_text_param(run_id);
+	MeshRows   *rows;
+
+	*secrets = NIL;
+	if (!mesh_txn_sql("mesh worker: run secrets", MESH_COMMIT_DEFERRED, run_secrets_sql, 1, &p, &rows, err))
+		return false;
+	for (uint64 r = 0; r < rows->n; r++)
+	{
+		MeshDelivered *d = palloc0(sizeof(MeshDelivered));
+
+		d->variable = mesh_col_text(rows, r, "variable");
+		d->name = mesh_col_text(rows, r, "name");
+		d->value = mesh_col_text(rows, r, "value");
+		*secrets = lappend(*secrets, d);
+	}
+	return true;
+}
+
+static const char kill_event_sql[] =
+"INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
+"VALUES ('exec_signalled', $1, $2, $3, pg_catalog.jsonb_build_object('exec_id', $4, 'signal', $5))";
+
+/* mesh_exec_kill signalled a command: an event. */
+bool
+store_exec_signalled(const MeshWorkspace *ws, int64 exec_id, const char *signal, ErrorData **err)
+{
+	MeshParam	p[5] = {mesh_text_param(ws->run_id), mesh_int8_param(ws->id),
+		mesh_text_param(ws->backend_kind), mesh_int8_param(exec_id), mesh_text_param(signal)};
+
+	return mesh_txn_sql("mesh worker: exec signalled", MESH_COMMIT_DEFERRED, kill_event_sql, 5, p,
+						NULL, err);
+}
