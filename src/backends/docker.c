@@ -614,6 +614,17 @@ script_step(const MeshBackend *be, MeshOpState *st, DockerOp *op, const MeshHttp
 	return MESH_STEP_DONE;
 }
 
+/*
+ * Whether a script's create found its container gone (404) or stopped
+ * (409): for kill and forget there is then nothing left to do.
+ */
+static bool
+container_absent(const DockerOp *op, const MeshHttpResponse *resp)
+{
+	return op->phase == PH_EXEC_CREATE && !resp->transport_error &&
+		(resp->status == 404 || resp->status == 409);
+}
+
 /* A key names a directory of the driver's scratch: a plain name only. */
 static bool
 valid_key(const MeshBackend *be, const char *key, MeshError *err)
@@ -1074,8 +1085,7 @@ docker_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 	DockerOp   *op = st->data;
 	MeshStepResult step;
 
-	if (op->phase == PH_EXEC_CREATE && !resp->transport_error &&
-		(resp->status == 404 || resp->status == 409))
+	if (container_absent(op, resp))
 		return MESH_STEP_DONE;
 	step = script_step(be, st, op, resp, "kill the command", 0, err);
 	if (step == MESH_STEP_NEXT)
@@ -1178,36 +1188,35 @@ docker_exec_start_response(const MeshBackend *be, MeshOpState *st, const MeshHtt
 /*
  * One exec of the output script (docker_background.c), attached: it waits
  * in the container up to wait_ms, so its start may take that much longer.
+ * The spool keeps the bytes before ask->*_kept (docs/backends.md): it lives
+ * in the container's scratch volume, on the engine's storage like the
+ * workspace's own files.
  */
 static bool
 docker_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *ref,
-						   const char *exec_key, const MeshOutputAsk *ask, MeshHttpRequest *req,
-						   MeshError *err)
+						   const char *exec_key, const MeshOutputAsk *ask,
+						   MeshHttpRequest *req, MeshError *err)
 {
 	DockerOp   *op = op_new(st, ref);
 	long		looks;
-	int64_t		stdout_from = ask->stdout_from;
-	int64_t		stderr_from = ask->stderr_from;
-	long		wait_ms = ask->wait_ms;
-	size_t		max_bytes = ask->max_bytes;
 
 	if (!valid_key(be, exec_key, err))
 		return false;
-	if (stdout_from < 0 || stderr_from < 0)
+	if (ask->stdout_from < 0 || ask->stderr_from < 0)
 	{
 		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
 					   "backend \"%s\": output offsets must not be negative", be->name);
 		return false;
 	}
 	op->key = pstrdup(exec_key);
-	op->wait_ms = Max(wait_ms, 0);
+	op->wait_ms = Max(ask->wait_ms, 0);
 	looks = (op->wait_ms + DOCKER_BG_POLL_MS - 1) / DOCKER_BG_POLL_MS;
 	script_request(be, op, docker_bg_output_script,
 				   (const char *[]) {exec_key,
-					   psprintf(INT64_FORMAT, stdout_from),
-					   psprintf(INT64_FORMAT, stderr_from),
+					   psprintf(INT64_FORMAT, ask->stdout_from),
+					   psprintf(INT64_FORMAT, ask->stderr_from),
 					   psprintf("%ld", looks),
-					   psprintf("%zu", Min(max_bytes, (size_t) PG_INT64_MAX)),
+					   psprintf("%zu", Min(ask->max_bytes, (size_t) PG_INT64_MAX)),
 				   NULL}, req);
 	return true;
 }
@@ -1270,6 +1279,7 @@ docker_exec_output_response(const MeshBackend *be, MeshOpState *st, const MeshHt
 	return step == MESH_STEP_DONE ? background_progress(be, op, progress, err) : step;
 }
 
+/* One exec of the forget script: the record goes unless its command still runs. */
 static bool
 docker_exec_forget_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 						   const char *exec_key, MeshHttpRequest *req, MeshError *err)
@@ -1296,8 +1306,7 @@ docker_exec_forget_response(const MeshBackend *be, MeshOpState *st, const MeshHt
 	MeshStepResult step;
 	const char *verdict;
 
-	if (op->phase == PH_EXEC_CREATE && !resp->transport_error &&
-		(resp->status == 404 || resp->status == 409))
+	if (container_absent(op, resp))
 		return MESH_STEP_DONE;
 	step = script_step(be, st, op, resp, "forget a background command", 0, err);
 	if (step != MESH_STEP_DONE)

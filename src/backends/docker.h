@@ -13,11 +13,12 @@
  *
  * A background command's record is the directory /run/mesh/bg/<key>/ in the
  * container's scratch volume: out and err (each stream whole), in (stdin),
- * wrapper (the supervising shell's pid, its start time and the uptime it
- * began at), pid (the command's process group), killed (signals a kill call
- * sent), timeout (the timeout fired) and end, written atomically when the
- * command has ended: "<exit status> <timed out> <killed> <stdout bytes>
- * <stderr bytes> <uptime at start> <uptime at end>".
+ * claimed (the uptime of the claim), wrapper (the supervising shell's pid,
+ * its start time and the uptime it began at), pid (the command's process
+ * group), killed (signals a kill call sent), timeout (the timeout fired)
+ * and end, written atomically when the command has ended: "<exit status>
+ * <timed out> <killed> <stdout bytes> <stderr bytes> <uptime at start>
+ * <uptime at end>".
  *
  *-------------------------------------------------------------------------
  */

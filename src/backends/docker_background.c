@@ -28,21 +28,27 @@
  * Shell functions the scripts that look at a record share: st PID prints
  * the start time of a live process (field 22 of /proc/PID/stat; "sh" has no
  * space in its name), so alive tells the record's own wrapper from a
- * process that took its pid after a container restart.
+ * process that took its pid after a container restart; unstarted: claimed
+ * a minute ago and still no wrapper (a start takes a few requests).
  */
 #define BG_FUNCTIONS \
 "st() { local l; read -r l <\"/proc/$1/stat\" && set -- $l && echo \"${22}\"; } 2>/dev/null\n" \
-"alive() { local p s; read -r p s _ <\"$d/wrapper\" 2>/dev/null && [ \"$(st \"$p\")\" = \"$s\" ]; }\n"
+"alive() { local p s; read -r p s _ <\"$d/wrapper\" 2>/dev/null && [ \"$(st \"$p\")\" = \"$s\" ]; }\n" \
+"unstarted() { local c u; [ ! -f \"$d/wrapper\" ] && read -r c <\"$d/claimed\" && read -r u _ </proc/uptime &&\n" \
+"  [ \"${u%.*}\" -gt $((${c%.*} + 60)) ]; } 2>/dev/null\n"
 
 /*
  * $1 key: make the record, or say the key is taken ("claimed", "used", or
  * "failed" when the scratch volume cannot be written).  Empty streams exist
- * from here on, so readers never meet a missing file.
+ * from here on, so readers never meet a missing file; "claimed" holds the
+ * uptime of the claim, so a record whose wrapper never started (its caller
+ * died between the claim and the start) is found out.
  */
 const char	docker_bg_claim_script[] =
 "d=" DOCKER_BG_DIR "/$1\n"
 "mkdir -p " DOCKER_BG_DIR " 2>/dev/null\n"
-"if mkdir \"$d\" 2>/dev/null; then : >\"$d/out\" && : >\"$d/err\" && echo claimed\n"
+"read -r u _ </proc/uptime\n"
+"if mkdir \"$d\" 2>/dev/null; then : >\"$d/out\" && : >\"$d/err\" && echo \"$u\" >\"$d/claimed\" && echo claimed\n"
 "elif [ -e \"$d\" ]; then echo used\n"
 "else echo failed; fi\n";
 
@@ -102,7 +108,8 @@ const char	docker_bg_wrapper[] =
  * guaranteed set, and a look costs two forks).  Then prints one header
  * line, "mesh-bg <stdout size> <stderr size> <stdout from> <stdout bytes>
  * <stderr from> <stderr bytes> <state>" with state "running", "lost" (the
- * wrapper is gone without an end) or "end" and the end file's fields, and
+ * wrapper is gone without an end, or never started) or "end" and the end
+ * file's fields, and
  * the bytes it announced: stdout's, then stderr's.  A missing record is
  * "mesh-bg missing".  Once ended, sizes count no byte past the totals.
  */
@@ -119,7 +126,7 @@ BG_FUNCTIONS
 "  sleep " DOCKER_BG_POLL "; t=$((t + 1))\n"
 "done\n"
 "h=running\n"
-"if [ -f \"$d/end\" ] || { [ -f \"$d/wrapper\" ] && ! alive; }; then\n"
+"if [ -f \"$d/end\" ] || { [ -f \"$d/wrapper\" ] && ! alive; } || unstarted; then\n"
 "  h=lost\n"
 "  [ -f \"$d/end\" ] && read -r z <\"$d/end\" && h=\"end $z\"\n"
 "fi\n"
