@@ -342,13 +342,35 @@ end_payload(WorkerCall *call, MeshExecStatus status, const MeshExecResult *r)
 					f ? f->stored[0] : 0, f ? f->stored[1] : 0);
 }
 
+/*
+ * Record the command's end (with the last NOTIFY) and charge the run; the
+ * waiters of mesh_exec_wait look again after this turn's flush.
+ */
+static void
+store_end(WorkerCall *call, MeshExecRecord *rec)
+{
+	ErrorData  *err;
+	XLogRecPtr	lsn;
+
+	if (!store_exec_finished(call->exec_id, rec, &lsn, &err))
+	{
+		ereport(LOG,
+				(errmsg("mesh: the end of background exec " INT64_FORMAT " was not recorded: %s",
+						call->exec_id, err->message)));
+		FreeErrorData(err);
+		return;
+	}
+	worker_want_durable(lsn);
+	exec_ended_this_turn = true;
+	charge_budget(call, rec->charged_seconds);
+}
+
 /* The backend's end of the command, recorded as mesh_exec records one. */
 static void
 record_end(WorkerCall *call, MeshExecResult *result)
 {
 	MeshExecRecord rec = {0};
 	ErrorData  *err;
-	XLogRecPtr	lsn;
 
 	if (!store_exec_clamped(call->exec_id, mesh_max_output_bytes, result, &err))
 	{
@@ -370,17 +392,7 @@ record_end(WorkerCall *call, MeshExecResult *result)
 								  call->ws.budget_seconds - call->ws.compute_seconds);
 	rec.charge_basis = result->cpu_metered ? "cpu" : "wall";
 	rec.notify = end_payload(call, rec.status, result);
-	if (!store_exec_finished(call->exec_id, &rec, &lsn, &err))
-	{
-		ereport(LOG,
-				(errmsg("mesh: the end of background exec " INT64_FORMAT " was not recorded: %s",
-						call->exec_id, err->message)));
-		FreeErrorData(err);
-		return;
-	}
-	worker_want_durable(lsn);
-	exec_ended_this_turn = true;
-	charge_budget(call, rec.charged_seconds);
+	store_end(call, &rec);
 }
 
 /* The command could not be followed to its end: its row says why. */
@@ -388,8 +400,6 @@ static void
 record_lost(WorkerCall *call, const char *why)
 {
 	MeshExecRecord rec = {0};
-	ErrorData  *err;
-	XLogRecPtr	lsn;
 
 	rec.status = MESH_EXEC_ERROR;
 	rec.error = why;
@@ -397,14 +407,7 @@ record_lost(WorkerCall *call, const char *why)
 							  call->spec.timeout_ms / 1000.0);
 	rec.charge_basis = "wall";
 	rec.notify = end_payload(call, MESH_EXEC_ERROR, NULL);
-	if (!store_exec_finished(call->exec_id, &rec, &lsn, &err))
-	{
-		FreeErrorData(err);
-		return;
-	}
-	worker_want_durable(lsn);
-	exec_ended_this_turn = true;
-	charge_budget(call, rec.charged_seconds);
+	store_end(call, &rec);
 }
 
 /* The end is stored: the backend may drop the command's record. */
