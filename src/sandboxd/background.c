@@ -132,6 +132,15 @@ void background_unlink(struct workspace *ws, struct background *bg)
     pthread_mutex_unlock(&ws->lock);
 }
 
+/* The workspace's records, ended ones not yet forgotten included (caller holds ws->lock). */
+size_t background_count_locked(struct workspace *ws)
+{
+    size_t n = 0;
+    for (struct background *bg = ws->backgrounds; bg; bg = bg->next)
+        n++;
+    return n;
+}
+
 /* Whether KEY names a record not yet forgotten (caller holds ws->lock). */
 bool background_key_taken_locked(struct workspace *ws, const char *key)
 {

@@ -502,6 +502,12 @@ static bool exec_register(struct workspace *ws, struct exec_run *run, struct api
     } else if (!ok) {
         api_error_set(err, 409, "exec_key_in_use", "an exec with key \"%s\" is running, or "
                       "a background one with it is not forgotten yet", run->key);
+    } else if (run->bg && background_count_locked(ws) >= g_config.max_background_execs) {
+        /* each record may hold --background-buffer-bytes per stream: their number is bounded */
+        api_error_set(err, 429, "too_many_background_execs", "workspace \"%s\" already has %zu "
+                      "background execs (running, or ended and not forgotten; at most %zu)",
+                      ws->id, background_count_locked(ws), g_config.max_background_execs);
+        ok = false;
     } else {
         run->next = ws->execs;
         ws->execs = run;

@@ -48,6 +48,8 @@ static void usage(int status)
             "  --max-kept-output-bytes N  per-stream bytes kept for output \"tail\" (default 268435456)\n"
             "  --background-buffer-bytes N  per stream of a background exec, bytes held for its\n"
             "                          client before the command blocks on write (default 4194304)\n"
+            "  --max-background-execs N  per workspace, background execs running or ended and\n"
+            "                          not forgotten (default 64; more are 429)\n"
             "  --bwrap PATH            bubblewrap binary (default /usr/bin/bwrap)\n"
             "  --cgroup-name NAME      cgroup subtree name (default mesh-sandboxd)\n"
             "  --hibernate-on-exit     on SIGTERM kill commands in flight and stop all\n"
@@ -136,6 +138,7 @@ static void parse_flags(int argc, char **argv)
         {"setup-host", 1, 0, 'S'},     {"disk-bytes", 1, 0, 'D'},
         {"ready-fd", 1, 0, 'y'},       {"single-workspace", 1, 0, '1'},
         {"background-buffer-bytes", 1, 0, 'g'},
+        {"max-background-execs", 1, 0, 'G'},
         {0, 0, 0, 0}};
     const char *token_file = NULL, *sandbox_user = NULL;
     int opt;
@@ -144,6 +147,7 @@ static void parse_flags(int argc, char **argv)
     g_config.max_output_bytes = 1u << 20;
     g_config.max_kept_output_bytes = 256u << 20;
     g_config.background_buffer_bytes = 4u << 20;
+    g_config.max_background_execs = 64;
     g_config.bwrap_path = "/usr/bin/bwrap";
     g_config.cgroup_name = "mesh-sandboxd";
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
@@ -178,6 +182,9 @@ static void parse_flags(int argc, char **argv)
             g_config.background_buffer_bytes = parse_size(optarg, "--background-buffer-bytes");
             if (g_config.background_buffer_bytes == 0)
                 die("--background-buffer-bytes must be at least 1");
+            break;
+        case 'G':
+            g_config.max_background_execs = parse_size(optarg, "--max-background-execs");
             break;
         case 'w': g_config.bwrap_path = optarg; break;
         case 'c': g_config.cgroup_name = optarg; cgroup_name_given = true; break;

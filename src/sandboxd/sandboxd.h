@@ -84,6 +84,7 @@ struct config {
     size_t max_file_bytes;
     size_t max_output_bytes;
     size_t max_kept_output_bytes;    /* per stream, for output "tail" */
+    size_t max_background_execs;     /* per workspace: background records, ended ones included */
     size_t background_buffer_bytes;  /* per stream of a background exec: bytes held for its
                                         client before the command blocks on write */
     struct rlimit inherited_files; /* the open-files limit before the daemon raised its own;
@@ -303,6 +304,7 @@ void background_put(struct background *bg);
 void background_link_locked(struct workspace *ws, struct background *bg);
 void background_unlink(struct workspace *ws, struct background *bg);
 bool background_key_taken_locked(struct workspace *ws, const char *key);
+size_t background_count_locked(struct workspace *ws);
 void background_drop(struct workspace *ws, bool expired_only);
 int background_wake_fd(struct background *bg);
 void background_wake_clear(struct background *bg);

@@ -4,7 +4,7 @@
 # byte-identical reassembly, backpressure instead of loss), killed with a signal that reaches
 # the whole tree, forgotten by DELETE or with their workspace; a restarted daemon knows none.
 . "$(dirname "$0")/lib.sh"
-plan 64
+plan 66
 
 # bg_start WS KEY SCRIPT [EXTRA_JSON] -> the 202 document of sh -c SCRIPT in the background
 bg_start() {
@@ -278,6 +278,23 @@ ok $(( ! $? )) "hibernation kills running background commands"
 new_ws bg
 api GET "/v1/workspaces/bg/execs/hib/output" >/dev/null
 is "$(status)" 404 "and forgets their records"
+
+# --- their number per workspace is bounded ---
+sd_stop TERM
+SD_ARGS+=(--max-background-execs 2)
+sd_launch
+new_ws cap
+bg_start cap c1 'sleep 1921' >/dev/null
+bg_start cap c2 'echo ended' >/dev/null
+bg_end cap c2 >/dev/null
+r=$(bg_start cap c3 'sleep 1921')
+is "$(status) $(err_code "$r")" "429 too_many_background_execs" \
+   "past --max-background-execs a start is refused, ended records not forgotten counted"
+api DELETE /v1/workspaces/cap/execs/c2 >/dev/null
+bg_start cap c3 'echo room' >/dev/null
+is "$(status)" 202 "a forgotten record makes room"
+api DELETE /v1/workspaces/cap >/dev/null
+new_ws bg   # woken after the restart, for what follows
 
 # --- a daemon restart leaves no record ---
 bg_start bg rs 'sleep 1920' >/dev/null
