@@ -243,6 +243,8 @@ failure_sqlerrcode(MeshFailure failure)
 			return ERRCODE_PROGRAM_LIMIT_EXCEEDED;
 		case MESH_FAIL_RELEASE_INCOMPLETE:
 			return ERRCODE_IO_ERROR;
+		case MESH_FAIL_PROTOCOL:
+			return ERRCODE_PROTOCOL_VIOLATION;
 		default:
 			return ERRCODE_INTERNAL_ERROR;
 	}
@@ -265,6 +267,8 @@ failure_hint(MeshFailure failure)
 			return "The workspace's own file modes apply; change them with mesh_exec (chmod), or write the file again.";
 		case MESH_FAIL_NAME_TOO_LONG:
 			return "Each name in a path may have at most 255 bytes, the whole path at most 4095.";
+		case MESH_FAIL_PROTOCOL:
+			return "The backend answered in a way its driver does not understand: check that its version matches this extension's (mesh.backend_catalog names it).";
 		case MESH_FAIL_ARGS_TOO_LONG:
 			return "One argument may have at most 128 kB and all arguments and environment together about 2 MB; pass large data as mesh_exec's stdin or in a file (mesh_write_file).";
 		default:

@@ -5,7 +5,7 @@
 # answer; an answer whose announced lengths do not match the bytes that follow is refused:
 # the call fails with a clear error, the exec row says so, and nothing is stored.
 . "$(dirname "$0")/lib.sh"
-plan 7
+plan 8
 dir=$(mktemp -d /tmp/mesh-framing.XXXXXX); chmod 755 "$dir"
 stand_in "$dir/framing.sock" <<'PY'
 import base64, json
@@ -60,6 +60,7 @@ err=$(psql -X -q -v VERBOSITY=verbose -v ON_ERROR_STOP=1 -c "SET client_min_mess
 echo "$err" | sed 's/^/# /'
 ok "$(echo "$err" | grep -q "^ERROR: .*backend \"$be\"\|^DETAIL: .*backend \"$be\" answered an exec"; echo $?)" \
    "an answer shorter than its announced output fails the call"
+ok "$(echo "$err" | grep -q "^ERROR:  08P01"; echo $?)" "as a protocol violation (08P01), not an internal error"
 is "$(q "SELECT status || ' ' || (error LIKE '%output%') FROM mesh.execs WHERE run_id = '$run' ORDER BY id DESC LIMIT 1")" \
    "error true" "the exec row says why"
 is "$(q "SELECT count(*) FROM mesh.exec_output o JOIN mesh.execs e ON e.id = o.exec_id
