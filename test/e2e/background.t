@@ -5,7 +5,7 @@
 # printed every 100 ms as it comes; 100 MB of output is stored whole; bad input gets clear
 # answers; a worker SIGKILL leaves a truthful row after the restart.
 . "$(dirname "$0")/lib.sh"
-plan 28
+plan 29
 run=bg-$$
 tag=$((7000 + RANDOM % 2000))   # a sleep length no other test uses: its processes are ours
 PY=/usr/bin/python3             # Debian's python, where python3-psycopg2 lives
@@ -160,6 +160,15 @@ wait_for_cmd "[ \"\$(pgrep -fc '^sleep $tag\$')\" -eq 0 ]"
 ok $? "and their processes are gone"
 is "$(q "SELECT stdout LIKE '%Serving HTTP%' FROM mesh_exec_output($id)")" "t" \
    "the output of a released run's command is still there"
+
+# 6a. the run's budget bounds a background command as it bounds mesh_exec
+run4=bg4-$$
+q "SELECT 1 FROM mesh_acquire('$run4', 'bg-agent', 'bea')" >/dev/null
+q "SELECT mesh.run_set_budget('$run4', max_compute_seconds => 2)" >/dev/null
+id7=$(q "SELECT mesh_exec_start('$run4', ARRAY['sleep', '$tag'])" 2>/dev/null)
+is "$(q "SELECT status FROM mesh_exec_wait($id7, '60 seconds')")" "budget_exhausted" \
+   "a background command runs at most what is left of its run's budget"
+q "SELECT mesh_release('$run4')" >/dev/null 2>&1
 
 # 6b. a granted secret is redacted from what is stored, even split across two answers
 canary="bgcanary$RANDOM$RANDOM$RANDOM"
