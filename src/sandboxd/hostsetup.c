@@ -19,7 +19,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,13 +147,15 @@ static bool write_host_file(const char *user, const char *image, size_t disk_byt
 /* --setup-host USER: returns the process exit status. */
 int host_setup(const char *user, size_t disk_bytes, bool cgroup_name_given)
 {
-    struct passwd *pw = getpwnam(user);
+    struct passwd entry, *pw = &entry;
+    char buf[1024];
+    bool known = user_lookup(user, 0, &entry, buf, sizeof buf);
     char *image = NULL;
     if (!g_config.is_root) {
         fprintf(stderr, "mesh-sandboxd: --setup-host must run as root\n");
         return 1;
     }
-    if (!pw || pw->pw_uid == 0) {
+    if (!known || pw->pw_uid == 0) {
         fprintf(stderr, "mesh-sandboxd: --setup-host needs an existing unprivileged user\n");
         return 1;
     }

@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,16 +105,19 @@ static void resolve_sandbox_user(const char *name)
     if (!g_config.is_root) {
         g_config.sandbox_uid = getuid();
         g_config.sandbox_gid = getgid();
-        struct passwd *self = getpwuid(getuid());
-        if (name && (!self || strcmp(name, self->pw_name) != 0))
+        struct passwd self;
+        char buf[1024];
+        if (name && (!user_lookup(NULL, getuid(), &self, buf, sizeof buf) ||
+                     strcmp(name, self.pw_name) != 0))
             die("--sandbox-user can only be the daemon's own user when not root");
         return;
     }
-    struct passwd *pw = getpwnam(name ? name : "nobody");
-    if (!pw || pw->pw_uid == 0)
+    struct passwd pw;
+    char buf[1024];
+    if (!user_lookup(name ? name : "nobody", 0, &pw, buf, sizeof buf) || pw.pw_uid == 0)
         die("--sandbox-user must name an existing unprivileged user");
-    g_config.sandbox_uid = pw->pw_uid;
-    g_config.sandbox_gid = pw->pw_gid;
+    g_config.sandbox_uid = pw.pw_uid;
+    g_config.sandbox_gid = pw.pw_gid;
 }
 
 /* What --setup-host asks for (an install step, not a daemon run). */

@@ -47,6 +47,7 @@
 
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <pwd.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -369,6 +370,7 @@ void http_stop(void (*each_turn)(void));
 extern int g_shutting_down;   /* __atomic_load_n / __atomic_store_n */
 
 /* ---- small utilities (util.c) ---- */
+bool user_lookup(const char *name, uid_t uid, struct passwd *pw, char *buf, size_t len);
 
 /*
  * Children that borrow the daemon's memory (holder and listener spawns) are created with

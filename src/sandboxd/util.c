@@ -283,6 +283,20 @@ bool mkdir_p(const char *path, mode_t mode)
 }
 
 /* Closes a descriptor if open and marks it closed. */
+/*
+ * The passwd entry of NAME (or, NAME NULL, of UID) into *PW, its strings in BUF: the _r forms,
+ * since getpwnam's and getpwuid's static result is shared by every thread. False when none.
+ */
+bool user_lookup(const char *name, uid_t uid, struct passwd *pw, char *buf, size_t len)
+{
+    struct passwd *found = NULL;
+    if (name)
+        getpwnam_r(name, pw, buf, len, &found);
+    else
+        getpwuid_r(uid, pw, buf, len, &found);
+    return found != NULL;
+}
+
 void close_fd(int *fd)
 {
     if (*fd >= 0)

@@ -12,7 +12,6 @@
 #include "sandboxd.h"
 #include <dirent.h>
 #include <errno.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -510,14 +509,14 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
     }
     bool created = ws->fresh, ok = true;
     if (created && host_disk_refused()) {
-        char buf[1024];   /* getpwuid_r: request threads make no call with hidden state */
-        struct passwd pw, *self = NULL;
-        getpwuid_r(geteuid(), &pw, buf, sizeof buf, &self);
+        char buf[1024];
+        struct passwd pw;
+        bool known = user_lookup(NULL, geteuid(), &pw, buf, sizeof buf);
         api_error_set(err, 507, "disk_unbounded",
                       "workspace files would share the filesystem of %s and could fill it; "
                       "give them a filesystem of their own (as root: mesh-sandboxd --setup-host "
                       "%s --state-dir %s --disk-bytes N, see docs/sandboxd.md)",
-                      g_config.protect_path, self ? self->pw_name : "USER", g_config.state_dir);
+                      g_config.protect_path, known ? pw.pw_name : "USER", g_config.state_dir);
         ok = false;
     } else if (created && !workspace_make_dirs(ws)) {
         if (errno == ENOSPC)
