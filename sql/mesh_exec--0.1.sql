@@ -2091,28 +2091,26 @@ CREATE FUNCTION mesh.exec_output_progress(p_exec_id bigint, p_stdout_bytes bigin
                                           p_stdout_read bigint, p_stderr_read bigint, p_limit bigint)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
-DECLARE
-    s text;
-    total bigint;
-    first_kept bigint;
 BEGIN
-    FOREACH s IN ARRAY ARRAY['stdout', 'stderr'] LOOP
-        total := CASE s WHEN 'stdout' THEN p_stdout_bytes ELSE p_stderr_bytes END;
-        IF total > p_limit THEN
-            DELETE FROM mesh.exec_output o
-             WHERE o.exec_id = p_exec_id AND o.stream = s
-               AND o.start_offset + length(o.data) <= total - p_limit;
-        END IF;
-        SELECT coalesce(min(o.start_offset), total) INTO first_kept
-          FROM mesh.exec_output o WHERE o.exec_id = p_exec_id AND o.stream = s;
-        IF s = 'stdout' THEN
-            UPDATE mesh.execs SET stdout_bytes = p_stdout_bytes, stdout_dropped = first_kept,
-                   stdout_read = p_stdout_read WHERE id = p_exec_id;
-        ELSE
-            UPDATE mesh.execs SET stderr_bytes = p_stderr_bytes, stderr_dropped = first_kept,
-                   stderr_read = p_stderr_read WHERE id = p_exec_id;
-        END IF;
-    END LOOP;
+    -- the common case (within the ceiling) is one UPDATE; past it, whole head chunks go first
+    IF p_stdout_bytes > p_limit OR p_stderr_bytes > p_limit THEN
+        DELETE FROM mesh.exec_output o
+         WHERE o.exec_id = p_exec_id
+           AND o.start_offset + length(o.data)
+               <= CASE o.stream WHEN 'stdout' THEN p_stdout_bytes ELSE p_stderr_bytes END - p_limit;
+    END IF;
+    UPDATE mesh.execs e
+       SET stdout_bytes = p_stdout_bytes, stderr_bytes = p_stderr_bytes,
+           stdout_read = p_stdout_read, stderr_read = p_stderr_read,
+           stdout_dropped = CASE WHEN p_stdout_bytes > p_limit
+                                 THEN (SELECT coalesce(min(o.start_offset), p_stdout_bytes) FROM mesh.exec_output o
+                                        WHERE o.exec_id = p_exec_id AND o.stream = 'stdout')
+                                 ELSE e.stdout_dropped END,
+           stderr_dropped = CASE WHEN p_stderr_bytes > p_limit
+                                 THEN (SELECT coalesce(min(o.start_offset), p_stderr_bytes) FROM mesh.exec_output o
+                                        WHERE o.exec_id = p_exec_id AND o.stream = 'stderr')
+                                 ELSE e.stderr_dropped END
+     WHERE e.id = p_exec_id;
 END;
 $$;
 

@@ -412,6 +412,8 @@ typedef struct MeshDriver
 extern const MeshDriver *mesh_driver_lookup(const char *name);
 
 /* Shared helpers for drivers (registry.c), so each driver stays small. */
+extern char *mesh_workspace_ref(const MeshBackend *be, const char *install_id,
+								int64_t workspace_id);
 extern void mesh_http_add_header(MeshHttpRequest *req, const char *fmt,...);
 extern void mesh_http_json_body(MeshHttpRequest *req, json_t *body);
 extern void mesh_http_json_body_b64(MeshHttpRequest *req, json_t *body, const char *field,

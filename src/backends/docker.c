@@ -241,13 +241,6 @@ docker_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	caps->background = true;
 }
 
-/* Container names allow [a-zA-Z0-9_.-]; the install id keeps installs apart. */
-static char *
-docker_workspace_ref(const MeshBackend *be, const char *install_id, int64_t workspace_id)
-{
-	return psprintf("mesh-%s-%lld", install_id, (long long) workspace_id);
-}
-
 static const char *
 config_user(const MeshBackend *be)
 {
@@ -1632,7 +1625,7 @@ const MeshDriver mesh_docker_driver = {
 	.validate_config = docker_validate_config,
 	.needs_credential = docker_needs_credential,
 	.declared_capabilities = docker_declared_capabilities,
-	.workspace_ref = docker_workspace_ref,
+	.workspace_ref = mesh_workspace_ref,
 	.acquire_request = docker_acquire_request,
 	.acquire_response = docker_acquire_response,
 	.exec_request = docker_exec_request,

@@ -256,13 +256,6 @@ k8s_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	caps->background = true;
 }
 
-/* Pod names are DNS subdomains; the install id (digits) keeps installs apart. */
-static char *
-k8s_workspace_ref(const MeshBackend *be, const char *install_id, int64_t workspace_id)
-{
-	return psprintf("mesh-%s-%lld", install_id, (long long) workspace_id);
-}
-
 /*--------------------------------------------------------------------------
  * Requests
  *--------------------------------------------------------------------------
@@ -1145,7 +1138,7 @@ const MeshDriver mesh_kubernetes_driver = {
 	.validate_config = k8s_validate_config,
 	.needs_credential = k8s_needs_credential,
 	.declared_capabilities = k8s_declared_capabilities,
-	.workspace_ref = k8s_workspace_ref,
+	.workspace_ref = mesh_workspace_ref,
 	.acquire_request = k8s_acquire_request,
 	.acquire_response = k8s_acquire_response,
 	.exec_request = k8s_exec_request,

@@ -94,6 +94,17 @@ mesh_capabilities_text(const MeshCapabilities *caps)
 	return copy;
 }
 
+/*
+ * The reference every driver gives a new workspace: "mesh-<install>-<id>"
+ * (the install id is digits), valid as a daemon workspace id, a container
+ * name ([a-zA-Z0-9_.-]) and a pod name (a DNS subdomain) alike.
+ */
+char *
+mesh_workspace_ref(const MeshBackend *be, const char *install_id, int64_t workspace_id)
+{
+	return psprintf("mesh-%s-%lld", install_id, (long long) workspace_id);
+}
+
 /* Append one "Name: value" header; the worker hands them to curl as they are. */
 void
 mesh_http_add_header(MeshHttpRequest *req, const char *fmt,...)

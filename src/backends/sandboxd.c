@@ -117,12 +117,6 @@ sandboxd_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	caps->background = true;
 }
 
-static char *
-sandboxd_workspace_ref(const MeshBackend *be, const char *install_id, int64_t workspace_id)
-{
-	return psprintf("mesh-%s-%lld", install_id, (long long) workspace_id);
-}
-
 /* Start a request: endpoint, auth and deadline common to every call. */
 static void
 sandboxd_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method,
@@ -886,7 +880,7 @@ const MeshDriver mesh_sandboxd_driver = {
 	.validate_config = sandboxd_validate_config,
 	.needs_credential = sandboxd_needs_credential,
 	.declared_capabilities = sandboxd_declared_capabilities,
-	.workspace_ref = sandboxd_workspace_ref,
+	.workspace_ref = mesh_workspace_ref,
 	.acquire_request = sandboxd_acquire_request,
 	.acquire_response = sandboxd_acquire_response,
 	.exec_request = sandboxd_exec_request,
