@@ -349,18 +349,8 @@ end_payload(WorkerCall *call, MeshExecStatus status, const MeshExecResult *r)
 static void
 store_end(WorkerCall *call, MeshExecRecord *rec)
 {
-	ErrorData  *err;
-	XLogRecPtr	lsn;
-
-	if (!store_exec_finished(call->exec_id, rec, &lsn, &err))
-	{
-		ereport(LOG,
-				(errmsg("mesh: the end of background exec " INT64_FORMAT " was not recorded: %s",
-						call->exec_id, err->message)));
-		FreeErrorData(err);
+	if (!record_exec_end_only(call, rec))
 		return;
-	}
-	worker_want_durable(lsn);
 	exec_ended_this_turn = true;
 	charge_budget(call, rec->charged_seconds);
 }

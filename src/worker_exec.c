@@ -436,6 +436,29 @@ reply_exec(WorkerCall *call, const MeshExecResult *result, MeshExecStatus status
 }
 
 /*
+ * Record an exec's end that has no output to store (a failure, a cancel, a
+ * background command's end), durable with the turn; false, logged, when
+ * the transaction failed (the reaper fails the row later).
+ */
+bool
+record_exec_end_only(WorkerCall *call, const MeshExecRecord *rec)
+{
+	ErrorData  *err;
+	XLogRecPtr	lsn;
+
+	if (!store_exec_finished(call->exec_id, rec, &lsn, &err))
+	{
+		ereport(LOG,
+				(errmsg("mesh: the end of exec " INT64_FORMAT " was not recorded: %s",
+						call->exec_id, err->message)));
+		FreeErrorData(err);
+		return false;
+	}
+	worker_want_durable(lsn);
+	return true;
+}
+
+/*
  * The backend did not run the command (or broke off): the exec row says
  * why, and the caller hears it, unless a stopped workspace can be woken
  * and the command sent again.
@@ -445,8 +468,6 @@ finish_exec_failed(WorkerCall *call)
 {
 	MeshExecRecord rec = {0};
 	MeshError	merr = call->run.err;
-	ErrorData  *err;
-	XLogRecPtr	lsn;
 
 	rec.status = MESH_EXEC_ERROR;
 	merr.message = redact_message(call, merr.message);
@@ -456,10 +477,7 @@ finish_exec_failed(WorkerCall *call)
 		rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
 	rec.charged_seconds = seconds_since(call->op_started);
 	rec.charge_basis = "wall";
-	if (!store_exec_finished(call->exec_id, &rec, &lsn, &err))
-		FreeErrorData(err);
-	else
-		worker_want_durable(lsn);
+	(void) record_exec_end_only(call, &rec);
 	if (!wake_and_retry(call, &merr))
 		reply_backend_error(call, NULL, &merr);
 }
@@ -531,8 +549,6 @@ void
 finish_cancel(WorkerCall *call)
 {
 	MeshExecRecord rec = {0};
-	ErrorData  *err;
-	XLogRecPtr	lsn;
 	const char *transport_error = call->run.resp.transport_error;
 
 	rec.status = MESH_EXEC_CANCELLED;
@@ -541,12 +557,7 @@ finish_cancel(WorkerCall *call)
 		: "cancelled by the caller (interrupt or statement_timeout)";
 	rec.charged_seconds = seconds_since(call->op_started);
 	rec.charge_basis = "wall";
-	if (!store_exec_finished(call->exec_id, &rec, &lsn, &err))
-		FreeErrorData(err);
-	else
-	{
-		worker_want_durable(lsn);
+	if (record_exec_end_only(call, &rec))
 		charge_budget(call, rec.charged_seconds);
-	}
 	call->step = STEP_FINISHED;
 }
