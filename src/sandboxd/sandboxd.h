@@ -285,6 +285,26 @@ struct exec_output {
     unsigned char *bytes;
     size_t len;
 };
+
+/* ---- an exec's output streams (capture.c) ---- */
+/*
+ * One output stream, clamped to a byte budget: head and tail with a marker
+ * between them, or (output "tail") only the most recent bytes, as they came.
+ * Both buffers grow as bytes arrive, up to their caps.
+ */
+struct capture {
+    unsigned char *head, *tail;
+    size_t head_cap, head_len;
+    size_t tail_cap, tail_alloc, tail_start, tail_len;  /* ring buffer once full */
+    uint64_t total;
+};
+void capture_init(struct capture *cap, size_t limit, bool tail_only);
+bool capture_read(int fd, struct capture *cap);
+char *capture_finish(struct capture *cap, bool *truncated);
+bool capture_finish_raw(struct capture *out, struct capture *errc, json_t *resp,
+                        struct exec_output *raw, bool *truncated);
+void capture_free(struct capture *cap);
+
 json_t *exec_run_request(struct workspace *ws, json_t *body, struct exec_output *raw,
                          struct api_error *err);
 bool exec_kill_by_key(struct workspace *ws, const char *key, int sig);
