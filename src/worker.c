@@ -8,8 +8,9 @@
  * machine, and overlaps the backend requests of all of them: each call's
  * driver operation is a run of the driver runner (runner.c), whose sockets
  * and timer this loop waits on.  The operations themselves live in
- * worker_acquire.c, worker_exec.c, worker_files.c and worker_release.c,
- * described by the table of operations below (worker.h).  Between requests
+ * worker_acquire.c, worker_exec.c, worker_files.c, worker_release.c,
+ * worker_snapshot.c and worker_background.c, described by the table of
+ * operations below (worker.h); its start and exit in worker_recover.c.  Between requests
  * it commits the row changes in short transactions of its own (store.c): the
  * row before the backend call, the outcome after it.  Each turn of the loop
  * ends with one WAL flush covering what its calls committed, before any of
@@ -893,45 +894,6 @@ calls_timeout(void)
 	return timeout;
 }
 
-/* A kill the worker sends for itself, at its exit or its start. */
-typedef struct ExecKill
-{
-	MeshDriverRun run;
-	int64		exec_id;
-} ExecKill;
-
-/* Ask a backend to kill one exec's command; the answer is awaited by await_kills. */
-static ExecKill *
-start_kill(const MeshBackend *be, const char *ref, int64 exec_id)
-{
-	ExecKill   *kill = palloc0(sizeof(ExecKill));
-	MeshHttpRequest req;
-	MeshOpState *st = mesh_run_begin(&kill->run, be);
-	bool		built = be->driver->kill_request(be, st, ref, psprintf(INT64_FORMAT, exec_id), NULL,
-												 &req, &kill->run.err);
-
-	kill->exec_id = exec_id;
-	mesh_run_start(&kill->run, built, &req, mesh_parse_kill, NULL, worker_small_response_limit(NULL));
-	return kill;
-}
-
-/* Wait for the kills' answers, all in flight together, at most until deadline. */
-static void
-await_kills(List *kills, TimestampTz deadline)
-{
-	ListCell   *lc;
-
-	foreach(lc, kills)
-	{
-		ExecKill   *kill = lfirst(lc);
-
-		if (mesh_run_until(&kill->run, deadline) == MESH_STEP_FAILED)
-			ereport(LOG, (errmsg("mesh worker %d: could not have exec " INT64_FORMAT " killed: %s",
-								 worker_index, kill->exec_id, kill->run.err.message)));
-		mesh_run_end(&kill->run);
-	}
-}
-
 /*
  * The worker is exiting (shutdown, the postmaster's death, or an error):
  * commands it was running for callers must not run on for nobody.  Their
@@ -965,39 +927,6 @@ apply_worker_settings(void)
 	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 }
 
-/*
- * At start: fail the execs this worker's predecessor left running, and ask
- * their backends to kill the commands in case they still run (all at once,
- * for a second at most).
- */
-static void
-recover(void)
-{
-	ErrorData  *err;
-	List	   *interrupted = NIL;
-	List	   *kills = NIL;
-	ListCell   *lc;
-
-	if (!store_recover_after_restart(worker_index, mesh_shared->nworkers, &interrupted, &err))
-	{
-		ereport(LOG,
-				(errmsg("mesh worker %d: recovery skipped: %s", worker_index, err->message)));
-		FreeErrorData(err);
-		return;
-	}
-	foreach(lc, interrupted)
-	{
-		MeshInterruptedExec *ie = lfirst(lc);
-		MeshBackend *be = palloc0(sizeof(MeshBackend));
-
-		if (ie->ref && mesh_backend_make(ie->backend, ie->driver, ie->config, ie->credential, be))
-			kills = lappend(kills, start_kill(be, ie->ref, ie->exec_id));
-	}
-	await_kills(kills, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000));
-	foreach(lc, kills)
-		json_decref(((ExecKill *) lfirst(lc))->run.be->config);
-}
-
 void
 mesh_worker_main(Datum arg)
 {
@@ -1015,7 +944,7 @@ mesh_worker_main(Datum arg)
 	worker_install_id = MemoryContextStrdup(worker_cxt,
 									 psprintf(UINT64_FORMAT, GetSystemIdentifier()));
 	mesh_http_init();
-	recover();
+	worker_recover();
 	spawn_followers();
 	mesh_worker_attach_slot(worker_index);
 	before_shmem_exit(worker_exit, Int32GetDatum(worker_index));

@@ -188,6 +188,12 @@ extern void start_exec_kill(WorkerCall *call);
 extern void finish_exec_kill(WorkerCall *call);
 extern bool exec_ended_this_turn;
 
+/* worker_recover.c: kills the worker sends for itself, recovery at its start */
+typedef struct ExecKill ExecKill;
+extern ExecKill *start_kill(const MeshBackend *be, const char *ref, int64 exec_id);
+extern void await_kills(List *kills, TimestampTz deadline);
+extern void worker_recover(void);
+
 /* worker_files.c: read and write */
 extern void start_read(WorkerCall *call);
 extern void finish_read(WorkerCall *call);
