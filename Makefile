@@ -18,6 +18,7 @@ OBJS = \
 	src/store_background.o \
 	src/worker_background.o \
 	src/worker_recover.o \
+	src/worker_failures.o \
 	src/worker_http.o \
 	src/runner.o \
 	src/store.o \

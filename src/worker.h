@@ -134,8 +134,6 @@ extern void reply_done(WorkerCall *call);
 extern void reply_error(WorkerCall *call, int sqlerrcode, const char *message,
 						const char *detail, const char *hint);
 extern void reply_txn_error(WorkerCall *call, ErrorData *err);
-extern int	failure_sqlerrcode(MeshFailure failure);
-extern const char *failure_hint(MeshFailure failure);
 extern void reply_backend_error(WorkerCall *call, const char *what, const MeshError *err);
 
 /* worker.c: the calls in progress and their steps */
@@ -187,6 +185,10 @@ extern void start_follow(WorkerCall *call);
 extern void start_exec_kill(WorkerCall *call);
 extern void finish_exec_kill(WorkerCall *call);
 extern bool exec_ended_this_turn;
+
+/* worker_failures.c: a backend's failure class in the caller's terms */
+extern int	failure_sqlerrcode(MeshFailure failure);
+extern const char *failure_hint(MeshFailure failure);
 
 /* worker_recover.c: kills the worker sends for itself, recovery at its start */
 typedef struct ExecKill ExecKill;

@@ -94,8 +94,9 @@ new_follow(WorkerCall *call, const int64 stored[2], const int64 kept[2])
 }
 
 /*
- * The command's caller has its exec id: the call lets go of the caller's
- * segment and keeps what it still needs (the run's id) in its own memory.
+ * The command's caller has its exec id and the call is about to let go of
+ * the caller's segment: it keeps what it still needs (the run's id) in its
+ * own memory and forgets what pointed into the segment.
  */
 void
 detach_follower(WorkerCall *call)
@@ -106,12 +107,6 @@ detach_follower(WorkerCall *call)
 	call->spec.stdin_data = NULL;
 	call->blob = NULL;
 	memset(&call->msg, 0, sizeof(call->msg));
-	if (call->mqh)
-		shm_mq_detach(call->mqh);
-	dsm_detach(call->seg);
-	call->mqh = NULL;
-	call->seg = NULL;
-	call->hdr = NULL;
 	call->caller_gone = true;
 	call->uncounted = true;
 }
