@@ -32,6 +32,9 @@ SELECT stdout FROM mesh_exec('demo-run', ARRAY['bash', '-c',
   'id -u; grep CapEff /proc/self/status; ls /root /home 2>&1 | head -2; (echo > /dev/tcp/127.0.0.1/5499) 2>&1 | head -1']);
 -- Contained: the size tier's memory, pids and CPU limits hold, and files cannot fill the server's disk.
 SELECT size, capabilities->>'resource_limits' AS tier_limits, capabilities->>'disk_limits' AS own_disk FROM mesh.workspaces WHERE run_id = 'demo-run';
+-- A background command runs on between calls; its output is stored (and NOTIFYed) as it comes.
+SELECT mesh_exec_start('demo-run', ARRAY['sh', '-c', 'for i in 1 2 3; do echo tick $i; sleep 0.2; done']) AS bg \gset
+SELECT status, stdout FROM mesh_exec_wait(:bg);
 -- Every command is a row.
 SELECT exec_id, argv, status, exit_code, round(wall_seconds::numeric, 4) AS wall_s FROM mesh.exec_log WHERE run_id = 'demo-run';
 -- Release: the run can no longer reach its workspace.
