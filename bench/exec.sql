@@ -2,6 +2,11 @@
 -- cluster.  Each is timed inside the server (clock_timestamp around the call), so a figure
 -- is the whole mesh path (SQL, hand-off, worker, HTTP, sandbox) without the client's round
 -- trip; each sample goes to bench.samples, and bench.summary gives median and p99.
+-- Each iteration commits, as a harness calling in autocommit mode does: one transaction
+-- around the whole loop would hold the xmin horizon back, so that every dead version of
+-- the workspace row (two per exec) stayed for the loop's length and each call walked them.
+-- bench/run.sh runs these sessions with synchronous_commit off (the samples need no
+-- flush; the mesh workers commit as they always do).
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
 CREATE SCHEMA bench;
@@ -19,6 +24,7 @@ BEGIN
       INSERT INTO bench.samples VALUES (figure, extract(epoch FROM clock_timestamp() - t0) * 1000);
     END IF;
     IF rc <> 0 THEN RAISE EXCEPTION 'true exited %', rc; END IF;
+    COMMIT;
   END LOOP;
 END $$;
 
@@ -31,6 +37,7 @@ BEGIN
     t0 := clock_timestamp();
     PERFORM mesh_acquire(format('bench-declare-%s-%s-%s', figure, i, pg_backend_pid()), 'bench', 'bench');
     INSERT INTO bench.samples VALUES (figure, extract(epoch FROM clock_timestamp() - t0) * 1000);
+    COMMIT;
   END LOOP;
 END $$;
 
@@ -48,6 +55,7 @@ BEGIN
     INSERT INTO bench.samples VALUES ('cold_start', extract(epoch FROM clock_timestamp() - t0) * 1000);
     IF rc <> 0 THEN RAISE EXCEPTION 'true exited %', rc; END IF;
     PERFORM mesh_release(run);
+    COMMIT;
   END LOOP;
 END $$;
 

@@ -42,7 +42,7 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 bench_cluster 2
 mkdir -p bench/out
 cc -O2 -Wall -Wextra -Werror -o bench/out/forkexec bench/forkexec.c
-export PGOPTIONS="-c client_min_messages=warning"
+export PGOPTIONS="-c client_min_messages=warning -c synchronous_commit=off"
 psql -X -q -f bench/exec.sql
 q() { psql -X -qAt -v ON_ERROR_STOP=1 "$@"; }
 # field NAME LINE: the value after NAME in a "name value name value" line

@@ -291,6 +291,41 @@ mesh_flush_to(XLogRecPtr lsn)
 	return took;
 }
 
+/*
+ * Hand deferred commits up to lsn to the kernel without waiting for the
+ * disk (nothing for InvalidXLogRecPtr).  What is written survives the crash
+ * of any process, the server's crash restart included (its recovery reads
+ * the WAL files, not the WAL buffers a crash loses); it reaches the disk
+ * with the next flush, the worker's or the WAL writer's, whichever comes
+ * first.  XLogBackgroundFlush is the WAL writer's own step: it writes the
+ * completed pages, or, once they are out, through the latest deferred
+ * commit; now and then (wal_writer_delay, wal_writer_flush_after) it
+ * flushes too.  A few rounds reach lsn; should they not, XLogFlush does.
+ * Returns the nanoseconds it took, which count as transaction time.
+ */
+uint64
+mesh_write_to(XLogRecPtr lsn)
+{
+	uint64		started;
+	uint64		took;
+	int			rounds = 0;
+
+	if (lsn == InvalidXLogRecPtr)
+		return 0;
+	started = mesh_clock_ns();
+	while (GetXLogWriteRecPtr() < lsn)
+	{
+		if (++rounds > 3 || !XLogBackgroundFlush())
+		{
+			XLogFlush(lsn);
+			break;
+		}
+	}
+	took = mesh_clock_ns() - started;
+	mesh_txn_time_ns += took;
+	return took;
+}
+
 /* Where mesh_sql copies rows: the caller's context at mesh_txn. */
 MemoryContext
 mesh_txn_result_cxt(void)

@@ -27,7 +27,9 @@
  * flush: for intent whose loss in a crash loses nothing real, or for rows
  * the worker makes durable later: the pool once per turn of its loop for
  * all its calls (worker_want_durable(mesh_txn_commit_lsn()), flushed by
- * mesh_flush_to before any reply is sent).  A read-only transaction
+ * mesh_flush_to before any reply is sent), or only written to the kernel
+ * (mesh_write_to: an ordinary exec's row, before its request leaves; the
+ * result's flush takes it to disk).  A read-only transaction
  * writes no commit record, so MESH_COMMIT_DURABLE costs it nothing.
  */
 typedef enum MeshCommit
@@ -61,6 +63,7 @@ extern bool mesh_txn_sql(const char *what, MeshCommit commit, const char *sql, i
 extern MeshRows *mesh_sql(const char *sql, int nargs, const MeshParam *params);
 extern XLogRecPtr mesh_txn_commit_lsn(void);
 extern uint64 mesh_flush_to(XLogRecPtr lsn);
+extern uint64 mesh_write_to(XLogRecPtr lsn);
 extern MemoryContext mesh_txn_result_cxt(void);
 extern uint64 mesh_txn_time_ns;
 

@@ -659,8 +659,11 @@ advance_call(WorkerCall *call)
 		reply_txn_error(call, err);
 		return;
 	}
-	/* rows the load's transaction wrote: durable before the caller hears more */
-	worker_want_durable(written);
+	/* rows the load's transaction wrote: an exec's row, kept as its kind of exec needs */
+	if (call->started_at_load)
+		keep_exec_row(call, written);
+	else
+		worker_want_durable(written);
 	if (call->def->scope == OP_SCOPE_ANY_WORKSPACE)
 	{
 		call->def->start(call);
@@ -696,11 +699,14 @@ complete_run(WorkerCall *call)
 
 /*
  * WAL this turn of the loop must make durable before any request or message
- * goes out: every commit the turn deferred (the moves and exec rows that
- * come before a backend call, the results its callers are about to hear
- * of), so one flush covers every call of the turn.
+ * goes out: every commit the turn deferred that must be on disk first (the
+ * moves that come before a backend call, the results its callers are about
+ * to hear of), so one flush covers every call of the turn.  written_wanted:
+ * commits that need only be written before the requests leave (an ordinary
+ * exec's row: the flush of its result takes it to disk).
  */
 static XLogRecPtr durable_wanted = InvalidXLogRecPtr;
+static XLogRecPtr written_wanted = InvalidXLogRecPtr;
 
 /*
  * What the call committed up to lsn must be on disk before the loop sends
@@ -714,18 +720,34 @@ worker_want_durable(XLogRecPtr lsn)
 }
 
 /*
- * Make this turn's commits durable: one flush, whatever the number of
- * calls.  Runs before the turn's requests are put on the wire (they only
- * leave in mesh_http_drive), so a command never runs without its exec row
- * on disk, whatever crashes.  Returns the flush's time, in ns.
+ * What the call committed up to lsn must be written (not yet flushed)
+ * before the loop sends the requests the turn started.
+ */
+void
+worker_want_written(XLogRecPtr lsn)
+{
+	if (lsn > written_wanted)
+		written_wanted = lsn;
+}
+
+/*
+ * Make this turn's commits durable, or written where that is all they need:
+ * one flush and one write at most, whatever the number of calls.  Runs
+ * before the turn's requests are put on the wire (they only leave in
+ * mesh_http_drive), so a command never runs without its exec row in the
+ * WAL files, whatever process crashes.  Returns the time taken, in ns.
  */
 static uint64
 make_turn_durable(void)
 {
-	uint64		flush_ns = mesh_flush_to(durable_wanted);
+	uint64		ns = 0;
 
+	if (written_wanted > durable_wanted)
+		ns += mesh_write_to(written_wanted);
+	ns += mesh_flush_to(durable_wanted);
 	durable_wanted = InvalidXLogRecPtr;
-	return flush_ns;
+	written_wanted = InvalidXLogRecPtr;
+	return ns;
 }
 
 /* Send what the calls queued (the turn made durable) and free the calls that ended. */

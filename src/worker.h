@@ -147,6 +147,7 @@ extern void start_op(WorkerCall *call, CallStep step, bool built, const MeshHttp
 					 MeshResponseParser parse, void *out, size_t max_response);
 extern bool workspace_has_capability(WorkerCall *call, const char *name);
 extern void worker_want_durable(XLogRecPtr lsn);
+extern void worker_want_written(XLogRecPtr lsn);
 extern const char *caller_role(WorkerCall *call);
 
 /* worker_acquire.c: declare, materialize, wake, the run token, tier climb */
@@ -162,6 +163,7 @@ extern void climb_tier(WorkerCall *call);
 
 /* worker_exec.c: exec, cancel, budgets, egress notices, redaction */
 extern bool exec_start_at_load(WorkerCall *call);
+extern void keep_exec_row(WorkerCall *call, XLogRecPtr lsn);
 extern void start_exec(WorkerCall *call);
 extern void finish_exec(WorkerCall *call);
 extern size_t exec_response_limit(WorkerCall *call);

@@ -250,9 +250,26 @@ start_exec_row(WorkerCall *call)
 		reply_txn_error(call, err);
 		return false;
 	}
-	/* the loop makes the exec row durable, then puts the request on the wire */
-	worker_want_durable(exec_row_lsn);
+	keep_exec_row(call, exec_row_lsn);
 	return true;
+}
+
+/*
+ * Before its request leaves, an exec's row must be in the WAL files, where
+ * no process's crash can lose it (the server's crash restart drops only WAL
+ * buffers).  An ordinary exec's row needs no flush of its own: the flush of
+ * its result, before the caller hears of it, takes the row to disk too (or
+ * the WAL writer does, within wal_writer_delay, for a long command).  A
+ * background command's caller hears of it (its id) before any result, so
+ * its row is flushed before its request, as an acquisition's move is.
+ */
+void
+keep_exec_row(WorkerCall *call, XLogRecPtr lsn)
+{
+	if (call->spec.background)
+		worker_want_durable(lsn);
+	else
+		worker_want_written(lsn);
 }
 
 void
