@@ -88,6 +88,9 @@ CREATE TABLE mesh.settings (
     tier_climb_reset_runs integer NOT NULL DEFAULT 3 CHECK (tier_climb_reset_runs > 0)
 );
 INSERT INTO mesh.settings DEFAULT VALUES;
+-- One row, for good: the planner is told so once (never analyzed, it would guess a
+-- thousand rows for every query that joins it, run_limits' users among them).
+ANALYZE mesh.settings;
 
 -- One workspace per run, at most.  Written only by mesh workers.
 CREATE TABLE mesh.workspaces (
@@ -1667,10 +1670,10 @@ CREATE TYPE mesh.snapshot_status AS ENUM ('capturing', 'ready', 'retired', 'recl
 
 -- A project is a key the harness chooses (a repository name, say), never a
 -- path: letters, digits and . _ / @ : + -, no ".." or "//", at most 200.
+-- In C: the CHECKs of mesh.workspaces and mesh.snapshots run it on every update
+-- of a row with a project.
 CREATE FUNCTION mesh.project_name_valid(p text) RETURNS boolean
-LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
-    SELECT p ~ '^[A-Za-z0-9@][A-Za-z0-9._/@:+-]{0,199}$' AND p !~ '\.\.|//'
-$$;
+    AS 'MODULE_PATHNAME', 'mesh_project_name_valid' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 CREATE TABLE mesh.snapshots (
     id              bigserial PRIMARY KEY,

@@ -4,6 +4,10 @@
 -- declaring: project names and snapshots are checked, nothing is called
 SELECT * FROM regress.try($$SELECT mesh_acquire('snap-bad', 'agent-s', 'alice', project => E'repo\nname')$$);
 SELECT * FROM regress.try($$SELECT mesh_acquire('snap-bad', 'agent-s', 'alice', project => 'a/../b')$$);
+-- what a project name may be (mesh.project_name_valid, the CHECK of every row with one)
+SELECT CASE WHEN length(p) > 20 THEN length(p) || ' bytes' ELSE p END AS project, mesh.project_name_valid(p) AS valid
+  FROM unnest(ARRAY['acme/app', '@scope/pkg', 'a/b.c:d+e-f@g_h', 'a..b', 'a//b', '.x', '-x', '/x',
+                    'a b', 'café', '', 'a/.b', repeat('a', 200), repeat('a', 201)]) p;
 SELECT * FROM regress.try($$SELECT mesh_acquire('snap-bad', 'agent-s', 'alice', from_snapshot => 987654)$$);
 SELECT count(*) AS rows_for_refused FROM mesh.workspaces WHERE run_id = 'snap-bad';
 SELECT run_id, status, project, from_snapshot, snapshot_id

@@ -756,3 +756,34 @@ mesh_snapshot(PG_FUNCTION_ARGS)
 	mesh_call(run_id, begin_request(MESH_OP_SNAPSHOT, 0), NULL, 0, &reply);
 	PG_RETURN_DATUM(row_reply(fcinfo, &reply));
 }
+
+/*
+ * mesh.project_name_valid: a project is a key the harness chooses (a
+ * repository name, say), never a path: letters, digits and . _ / @ : + -,
+ * not starting with a punctuation mark other than @, no ".." or "//", at
+ * most 200 bytes.  In C because the CHECKs of mesh.workspaces and
+ * mesh.snapshots run it on every update of a row with a project: a SQL or
+ * PL/pgSQL function there costs a search_path switch (or a plan) per row.
+ */
+PG_FUNCTION_INFO_V1(mesh_project_name_valid);
+
+Datum
+mesh_project_name_valid(PG_FUNCTION_ARGS)
+{
+	text	   *arg = PG_GETARG_TEXT_PP(0);
+	const char *p = VARDATA_ANY(arg);
+	int			len = VARSIZE_ANY_EXHDR(arg);
+
+	if (len < 1 || len > 200 || !(isascii((unsigned char) p[0]) &&
+								   (isalnum((unsigned char) p[0]) || p[0] == '@')))
+		PG_RETURN_BOOL(false);
+	for (int i = 1; i < len; i++)
+	{
+		unsigned char c = (unsigned char) p[i];
+
+		if (!isascii(c) || !(isalnum(c) || strchr("._/@:+-", c) != NULL) ||
+			((c == '.' || c == '/') && p[i - 1] == (char) c))
+			PG_RETURN_BOOL(false);
+	}
+	PG_RETURN_BOOL(true);
+}

@@ -148,6 +148,12 @@ typedef struct LoadArgs
 	bool		then_wrote;
 } LoadArgs;
 
+/*
+ * The run's row with everything a call needs of it.  has_grants and
+ * token_valid are scalar subqueries, not EXISTS: the planner may turn an
+ * EXISTS into a hashed subplan over every live grant or token of the
+ * installation, which a load per call cannot afford once runs are many.
+ */
 static const char load_sql[] =
 "SELECT w.id, w.run_id, w.agent_id, w.created_by_actor_id, " STATUS_INDEX("w.status") " AS status, "
 "       " REASON_INDEX("w.status_reason_code") " AS reason_code, w.status_reason, "
@@ -155,9 +161,10 @@ static const char load_sql[] =
 "       b.name IS NOT NULL AS backend_found, b.enabled AS backend_enabled, b.driver, "
 "       b.config::text AS config, c.credential, w.compute_seconds, "
 "       coalesce(l.max_compute_seconds, -1) AS budget_seconds, w.release_outcome, "
-"       EXISTS (SELECT 1 FROM mesh.grants g WHERE g.run_id = w.run_id AND g.revoked_at IS NULL) AS has_grants, "
-"       EXISTS (SELECT 1 FROM mesh.run_tokens t WHERE t.run_id = w.run_id AND t.revoked_at IS NULL "
-"               AND t.expires_at > pg_catalog.now() + interval '1 minute') AS token_valid, "
+"       (SELECT true FROM mesh.grants g WHERE g.run_id = w.run_id AND g.revoked_at IS NULL "
+"         LIMIT 1) IS NOT NULL AS has_grants, "
+"       (SELECT true FROM mesh.run_tokens t WHERE t.run_id = w.run_id AND t.revoked_at IS NULL "
+"               AND t.expires_at > pg_catalog.now() + interval '1 minute' LIMIT 1) IS NOT NULL AS token_valid, "
 "       w.egress::text AS egress, s.external_ref AS snapshot_ref "
 "  FROM mesh.workspaces w "
 "  JOIN mesh.run_limits l ON l.workspace_id = w.id "

@@ -156,7 +156,14 @@ finish_acquire(WorkerCall *call)
 		wake_parked(call->run_id, &merr);
 		return;
 	}
-	/* deferred: flushed before this turn of the loop sends anything */
+	/*
+	 * Deferred, and written before this turn of the loop sends anything; on
+	 * disk with the turn's flush, the first exec's result's or the WAL
+	 * writer's.  Until then only the host failing could lose the move, and
+	 * the row still names the sandbox (acquiring, with its reference): the
+	 * run's next call acquires again, idempotently, and the backend answers
+	 * with the sandbox it has (docs/design.md, invariant 4).
+	 */
 	if (!store_materialized(&call->ws, &call->out.caps, MESH_COMMIT_DEFERRED, &err))
 	{
 		call->step = STEP_START;
@@ -164,7 +171,7 @@ finish_acquire(WorkerCall *call)
 		wake_parked(call->run_id, NULL);
 		return;
 	}
-	worker_want_durable(mesh_txn_commit_lsn());
+	worker_want_written(mesh_txn_commit_lsn());
 	call->step = STEP_START;
 	wake_parked(call->run_id, NULL);
 }
