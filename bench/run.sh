@@ -223,8 +223,8 @@ stages warm_exec
 q -c "SELECT mesh.call_stages_reset()" -c "CALL bench.acquire($STAGE_ITER, 'stages')" >/dev/null
 stages acquire
 STAGES_NOTE="The stages are disjoint parts of each call's wait, so they add up to at most its total
-(test/e2e/call_stages.t): http spans the call's driver run (an exec's row is made durable
-meanwhile); worker_txn is the call's own transactions and the WAL flush of the loop turn that
+(test/e2e/call_stages.t): http spans the call's driver run (an exec's row is written to the
+WAL files first); worker_txn is the call's own transactions and the WAL flush of the loop turn that
 sends its reply; what they leave of the total is the caller's own set-up of the call and the
 call's wait behind other calls in the worker's loop."
 printf '\n%s\n' "$STAGES_NOTE"

@@ -576,9 +576,10 @@ exec_start_body(void *arg)
 
 /*
  * The exec row, committed before the command is sent.  The commit does not
- * wait for its WAL flush: the worker flushes to *commit_lsn before the
- * request leaves, once for all the calls of a turn of its loop
- * (worker_want_durable), so a command never runs without its row on disk.
+ * wait for its WAL flush: the worker writes (a background command's: flushes)
+ * the WAL to *commit_lsn before the request leaves, once for all the calls of
+ * a turn of its loop (keep_exec_row), so a command never runs without its row
+ * in the WAL files.
  */
 bool
 store_exec_started(MeshWorkspace *ws, const MeshExecSpec *spec, int64 *exec_id,

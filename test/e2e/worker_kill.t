@@ -42,8 +42,9 @@ wait_daemon_ready
 is "$(q "SELECT stdout FROM mesh_exec('$run', ARRAY['echo', 'alive'])")" alive "the run's workspace is usable again"
 q "SELECT mesh_release('$run')" >/dev/null
 
-# Again, the kill as soon as the exec row can be seen: the row is flushed before the request
-# leaves, so whatever the kill interrupts, a command that ran in the sandbox has its row.
+# Again, the kill as soon as the exec row can be seen: the row is in the WAL files before the
+# request leaves (the crash restart this kill causes drops only WAL buffers), so whatever the
+# kill interrupts, a command that ran in the sandbox has its row.
 run2=kill2-$$
 q "SELECT 1 FROM mesh_acquire('$run2', 'agent-k', 'alice')" >/dev/null
 q "SELECT exit_code FROM mesh_exec('$run2', ARRAY['true'])" >/dev/null
