@@ -28,6 +28,22 @@ BEGIN
   END LOOP;
 END $$;
 
+-- N warm `mesh_exec(RUN, true)`, each GAP seconds after the last call ended: a harness's
+-- rhythm (it thinks between commands), where a tight loop hides what an idle host costs.
+CREATE PROCEDURE bench.warm_exec_idle(run text, n int, gap float8)
+LANGUAGE plpgsql AS $$
+DECLARE t0 timestamptz; rc int;
+BEGIN
+  FOR i IN 1..n LOOP
+    PERFORM pg_sleep(gap);
+    t0 := clock_timestamp();
+    SELECT exit_code INTO STRICT rc FROM mesh_exec(run, ARRAY['true']);
+    INSERT INTO bench.samples VALUES ('warm_idle', extract(epoch FROM clock_timestamp() - t0) * 1000);
+    IF rc <> 0 THEN RAISE EXCEPTION 'true exited %', rc; END IF;
+    COMMIT;
+  END LOOP;
+END $$;
+
 -- N `mesh_acquire` of fresh runs that never exec: one hand-off and one row, no backend call.
 CREATE PROCEDURE bench.acquire(n int, figure text DEFAULT 'acquire')
 LANGUAGE plpgsql AS $$

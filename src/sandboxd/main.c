@@ -61,6 +61,9 @@ static void usage(int status)
             "                          USER and (with --disk-bytes) put workspaces on a\n"
             "                          filesystem of their own; then exit\n"
             "  --disk-bytes N          with --setup-host: size of that filesystem\n"
+            "  --no-expedited-rcu      with --setup-host: leave the kernel's RCU grace periods\n"
+            "                          as they are (the first exec after an idle moment then\n"
+            "                          waits 5-20 ms for its cgroup join)\n"
             "  --single-workspace ID   serve only workspace ID (the daemon inside a Kubernetes\n"
             "                          pod: one pod, one workspace)\n");
     exit(status);
@@ -124,6 +127,7 @@ static void resolve_sandbox_user(const char *name)
 static const char *setup_user;
 static size_t setup_disk_bytes;
 static bool cgroup_name_given;
+static bool expedite_rcu = true;
 
 /* Parses argv into g_config. */
 static void parse_flags(int argc, char **argv)
@@ -138,6 +142,7 @@ static void parse_flags(int argc, char **argv)
         {"hibernate-on-exit", 0, 0, 'H'}, {"broker-dir", 1, 0, 'b'},
         {"test-resolve", 1, 0, 'T'},   {"protect-path", 1, 0, 'P'},
         {"setup-host", 1, 0, 'S'},     {"disk-bytes", 1, 0, 'D'},
+        {"no-expedited-rcu", 0, 0, 'E'},
         {"ready-fd", 1, 0, 'y'},       {"single-workspace", 1, 0, '1'},
         {"background-buffer-bytes", 1, 0, 'g'},
         {"max-background-execs", 1, 0, 'G'},
@@ -193,6 +198,7 @@ static void parse_flags(int argc, char **argv)
         case 'P': g_config.protect_path = optarg; break;
         case 'S': setup_user = optarg; break;
         case 'D': setup_disk_bytes = parse_size(optarg, "--disk-bytes"); break;
+        case 'E': expedite_rcu = false; break;
         case 'H': g_config.hibernate_on_exit = true; break;
         case 'y':
             g_config.ready_fd = (int)parse_size(optarg, "--ready-fd");
@@ -400,7 +406,7 @@ int main(int argc, char **argv)
     ensure_std_fds();
     parse_flags(argc, argv);
     if (setup_user)
-        return host_setup(setup_user, setup_disk_bytes, cgroup_name_given);
+        return host_setup(setup_user, setup_disk_bytes, cgroup_name_given, expedite_rcu);
     raise_open_files_limit();
     chmod(g_config.state_dir, 0711);
     lock_state_dir();

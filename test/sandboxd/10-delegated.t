@@ -6,7 +6,7 @@
 # restart re-uses the delegation, and without a bound the daemon refuses to share the disk it
 # was told to protect.
 . "$(dirname "$0")/lib.sh"
-plan 28
+plan 32
 id postgres >/dev/null 2>&1 || { echo "1..0 # skip no postgres user"; exit 0; }
 [ -d /sys/fs/cgroup/memory ] || { echo "1..0 # skip no cgroup v1 memory hierarchy on this host"; exit 0; }
 sd_prepare_as postgres --max-file-bytes 1048576
@@ -15,6 +15,14 @@ SD_CGROUPS+=("$CG")
 "$SANDBOXD" --setup-host postgres --state-dir "$SD_STATE" --cgroup-name "$CG" \
     --disk-bytes $((256 << 20)) > "$SD_DIR/setup.out" 2>&1
 ok $? "--setup-host prepares the host"
+# a cgroup join after an idle moment waits out an RCU grace period unless they are expedited
+if [ -w /sys/kernel/rcu_expedited ]; then
+  is "$(cat /sys/kernel/rcu_expedited) $(jq -r .rcu_expedited "$SD_STATE/host.json")" "1 true" \
+     "--setup-host expedites RCU grace periods, and host.json records it"
+  like "$(cat "$SD_DIR/setup.out")" "expedited RCU grace periods on" "and says so"
+else
+  skip "no writable /sys/kernel/rcu_expedited here" 2
+fi
 is "$(stat -c %U "/sys/fs/cgroup/memory/$CG" "/sys/fs/cgroup/pids/$CG/cgroup.procs" | sort -u)" postgres \
    "the cgroup subtree and its cgroup.procs belong to postgres"
 is "$(jq -r .cgroup_name "$SD_STATE/host.json")" "$CG" "host.json records the subtree for later starts"
@@ -113,4 +121,21 @@ is "$(field "$(api GET /v1/capabilities)" .capabilities.disk_limits)" false "wit
 r=$(api PUT /v1/workspaces/w1)
 is "$(status) $(err_code "$r")" "507 disk_unbounded" "and a new workspace on the protected filesystem is refused"
 like "$(field "$r" .error.message)" "setup-host" "the message says how to set one up"
+
+# --no-expedited-rcu leaves the kernel as it is (a state dir and subtree of its own)
+if [ -w /sys/kernel/rcu_expedited ]; then
+  was=$(cat /sys/kernel/rcu_expedited)
+  echo 0 > /sys/kernel/rcu_expedited
+  other=$(mktemp -d "$SD_DIR/other.XXXXXX"); CG2="$CG-keep"; SD_CGROUPS+=("$CG2")
+  "$SANDBOXD" --setup-host postgres --state-dir "$other" --cgroup-name "$CG2" --no-expedited-rcu \
+      > "$SD_DIR/setup2.out" 2>&1
+  is "$? $(cat /sys/kernel/rcu_expedited) $(jq -r .rcu_expedited "$other/host.json")" "0 0 false" \
+     "--no-expedited-rcu prepares the host and leaves RCU grace periods as they were"
+  sd_stop TERM
+  sd_start_as postgres --state-dir "$other"
+  like "$(cat "$SD_DIR/log")" "RCU grace periods are not expedited" "a daemon started so says what it costs"
+  echo "$was" > /sys/kernel/rcu_expedited
+else
+  skip "no writable /sys/kernel/rcu_expedited here" 2
+fi
 finish
