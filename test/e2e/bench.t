@@ -6,7 +6,7 @@
 # build without it, the line that says so.  Nothing here judges a timing.
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-plan 14
+plan 15
 out=$(mktemp)
 MESH_PORT=$((PGPORT + 1)) PGOPTIONS= bash "$ROOT/bench/run.sh" 4 2 > "$out" 2>&1
 ok $? "bench/run.sh 4 2 ran to the end"
@@ -18,7 +18,7 @@ num='[0-9]+(\.[0-9]+)?'
 row_ok() {
   grep -qE "^$1 .* (ms|/s|/exec) +$num +($num|-) +.* $num +($num|-) +$num"x" " "$out"
 }
-for key in warm_exec sandboxd concurrent concurrent_lat acquire cold_start cpu_per_exec \
+for key in warm_exec warm_idle sandboxd concurrent concurrent_lat acquire cold_start cpu_per_exec \
            cpu_workers fsync_per_exec; do
   row_ok "$key"; ok $? "row $key: numeric median, baseline and ratio"
 done
