@@ -299,8 +299,9 @@ mesh_flush_to(XLogRecPtr lsn)
  * with the next flush, the worker's or the WAL writer's, whichever comes
  * first.  XLogBackgroundFlush is the WAL writer's own step: it writes the
  * completed pages, or, once they are out, through the latest deferred
- * commit; now and then (wal_writer_delay, wal_writer_flush_after) it
- * flushes too.  A few rounds reach lsn; should they not, XLogFlush does.
+ * commit; now and then (this process's wal_writer_delay, which the worker
+ * sets to its longest, or wal_writer_flush_after) it flushes too.  A few
+ * rounds reach lsn; should they not, XLogFlush does.
  * Returns the nanoseconds it took, which count as transaction time.
  */
 uint64

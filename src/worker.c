@@ -900,6 +900,14 @@ apply_worker_settings(void)
 	snprintf(buf, sizeof(buf), "%d", mesh_worker_lock_timeout_ms);
 	SetConfigOption("lock_timeout", buf, PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * This process's own copy of wal_writer_delay paces only the flushes
+	 * XLogBackgroundFlush makes here (mesh_write_to, which wants the write
+	 * alone); the WAL writer keeps the server's.  At the server's 200 ms,
+	 * every exec after a pause of that length would flush its row before its
+	 * request, the flush the design spares it.
+	 */
+	SetConfigOption("wal_writer_delay", "10s", PGC_SIGHUP, PGC_S_OVERRIDE);
 }
 
 void
