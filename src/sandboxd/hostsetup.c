@@ -179,7 +179,7 @@ static bool write_host_file(const char *user, const char *image, size_t disk_byt
         json_object_set_new(doc, "disk_bytes", json_integer((json_int_t)disk_bytes));
     char *text = json_dumps(doc, JSON_COMPACT);
     char *path = xasprintf("%s/host.json", g_config.state_dir);
-    bool ok = write_file_atomic(path, text, strlen(text), 0644);
+    bool ok = write_file_atomic(path, text, strlen(text), 0644, true);
     free(path);
     free(text);
     json_decref(doc);

@@ -418,7 +418,7 @@ pid_t spawn_borrowing(int (*fn)(void *), void *arg);
 double monotonic_ms(void);
 struct timespec realtime_in_ms(long ms);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-bool write_file_atomic(const char *path, const char *data, size_t len, mode_t mode);
+bool write_file_atomic(const char *path, const char *data, size_t len, mode_t mode, bool sync);
 bool remove_tree(const char *path);
 bool mkdir_p(const char *path, mode_t mode);
 void close_fd(int *fd);

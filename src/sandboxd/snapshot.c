@@ -773,7 +773,7 @@ static bool capture_into(const char *id, const char *staging, struct workspace *
         char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
         char *path = xasprintf("%s/meta.json", staging);
         errno = ENOMEM;
-        ok = (text && write_file_atomic(path, text, strlen(text), 0600)) ||
+        ok = (text && write_file_atomic(path, text, strlen(text), 0600, true)) ||
              copy_fail(&cs, errno, "record");
         free(path);
         free(text);

@@ -67,9 +67,10 @@ pid_t spawn_borrowing(int (*fn)(void *), void *arg)
     return pid;
 }
 
-/* Replaces PATH with DATA through a temporary file, fsync and rename, so a crash leaves either
- * the old or the new content (workspace state must survive SIGKILL). */
-bool write_file_atomic(const char *path, const char *data, size_t len, mode_t mode)
+/* Replaces PATH with DATA through a temporary file and a rename, so a crash of any process
+ * leaves either the old or the new content (workspace state must survive SIGKILL); with SYNC
+ * the data is on disk before the rename, so a crash of the host does too. */
+bool write_file_atomic(const char *path, const char *data, size_t len, mode_t mode, bool sync)
 {
     char *tmp = xasprintf("%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
@@ -85,7 +86,7 @@ bool write_file_atomic(const char *path, const char *data, size_t len, mode_t mo
             done += (size_t)n;
     }
     if (fd >= 0) {
-        ok = ok && fsync(fd) == 0;
+        ok = ok && (!sync || fsync(fd) == 0);
         close(fd);
     }
     ok = ok && rename(tmp, path) == 0;
