@@ -1,7 +1,7 @@
 /*
  * bench/forkexec.c: the baselines every mesh_exec figure is compared with.
  *
- *   forkexec [-u UID] [-i FD=FILE] [-o FILE] ITERATIONS [PROCESSES] [-- PROGRAM [ARG...]]
+ *   forkexec [-u UID] [-i FD=FILE] [-o FILE] [-g MS] ITERATIONS [PROCESSES] [-- PROGRAM [ARG...]]
  *
  * Each of PROCESSES processes forks, execs PROGRAM (default /bin/true) and
  * waits, ITERATIONS times; with -u the child becomes UID (and its gid) first,
@@ -16,6 +16,9 @@
  * process involved) per run.  No sandbox, no HTTP: the floor.  Exits 1 when a
  * run of PROGRAM fails.  With -o, every latency (ms, one a line) is also
  * appended to FILE, so that several interleaved rounds can be summed up.
+ * With -g, each run comes MS milliseconds after the last one ended: the
+ * baseline of an exec after an idle moment (caches gone cold, CPUs asleep),
+ * whose rate means nothing.
  */
 #include <fcntl.h>
 #include <grp.h>
@@ -119,6 +122,7 @@ main(int argc, char **argv)
 	char	  **program = default_argv;
 	ChildSetup	setup = {-1, -1, NULL};
 	const char *samples_file = NULL;
+	int			pause_ms = 0;
 	int			iterations;
 	int			processes = 1;
 	size_t		runs;
@@ -136,6 +140,8 @@ main(int argc, char **argv)
 			setup.uid = atoi(argv[arg + 1]);
 		else if (strcmp(argv[arg], "-o") == 0)
 			samples_file = argv[arg + 1];
+		else if (strcmp(argv[arg], "-g") == 0)
+			pause_ms = atoi(argv[arg + 1]);
 		else if (strcmp(argv[arg], "-i") == 0 && eq)
 		{
 			setup.input_fd = atoi(argv[arg + 1]);
@@ -146,7 +152,7 @@ main(int argc, char **argv)
 	}
 	if (arg >= argc || argv[arg][0] == '-')
 	{
-		fprintf(stderr, "usage: forkexec [-u UID] [-i FD=FILE] [-o FILE] ITERATIONS [PROCESSES] [-- PROGRAM [ARG...]]\n");
+		fprintf(stderr, "usage: forkexec [-u UID] [-i FD=FILE] [-o FILE] [-g MS] ITERATIONS [PROCESSES] [-- PROGRAM [ARG...]]\n");
 		return 2;
 	}
 	iterations = atoi(argv[arg++]);
@@ -174,7 +180,11 @@ main(int argc, char **argv)
 		if (fork() == 0)
 		{
 			for (int i = 0; i < iterations; i++)
+			{
+				if (pause_ms > 0)
+					usleep((useconds_t) pause_ms * 1000);
 				lat[p * iterations + i] = one_run(program, &setup);
+			}
 			_exit(0);
 		}
 	}
