@@ -12,33 +12,20 @@ SET client_min_messages = warning;
 CREATE SCHEMA bench;
 CREATE TABLE bench.samples (figure text NOT NULL, ms float8 NOT NULL);
 
--- N warm `mesh_exec(RUN, true)`: the run's sandbox is up (the caller made it so).
-CREATE PROCEDURE bench.warm_exec(run text, n int, figure text DEFAULT 'warm_exec')
+-- N warm `mesh_exec(RUN, true)`: the run's sandbox is up (the caller made it so).  With GAP
+-- (seconds), each call comes that long after the last one ended: a harness's rhythm (it thinks
+-- between commands), where a tight loop hides what an idle host costs.
+CREATE PROCEDURE bench.warm_exec(run text, n int, figure text DEFAULT 'warm_exec', gap float8 DEFAULT 0)
 LANGUAGE plpgsql AS $$
 DECLARE t0 timestamptz; rc int;
 BEGIN
   FOR i IN 1..n LOOP
+    IF gap > 0 THEN PERFORM pg_sleep(gap); END IF;
     t0 := clock_timestamp();
     SELECT exit_code INTO STRICT rc FROM mesh_exec(run, ARRAY['true']);
     IF figure IS NOT NULL THEN
       INSERT INTO bench.samples VALUES (figure, extract(epoch FROM clock_timestamp() - t0) * 1000);
     END IF;
-    IF rc <> 0 THEN RAISE EXCEPTION 'true exited %', rc; END IF;
-    COMMIT;
-  END LOOP;
-END $$;
-
--- N warm `mesh_exec(RUN, true)`, each GAP seconds after the last call ended: a harness's
--- rhythm (it thinks between commands), where a tight loop hides what an idle host costs.
-CREATE PROCEDURE bench.warm_exec_idle(run text, n int, gap float8)
-LANGUAGE plpgsql AS $$
-DECLARE t0 timestamptz; rc int;
-BEGIN
-  FOR i IN 1..n LOOP
-    PERFORM pg_sleep(gap);
-    t0 := clock_timestamp();
-    SELECT exit_code INTO STRICT rc FROM mesh_exec(run, ARRAY['true']);
-    INSERT INTO bench.samples VALUES ('warm_idle', extract(epoch FROM clock_timestamp() - t0) * 1000);
     IF rc <> 0 THEN RAISE EXCEPTION 'true exited %', rc; END IF;
     COMMIT;
   END LOOP;

@@ -88,7 +88,7 @@ read -r cpu_ms cpu_workers_ms < <(paste -d' ' "$WORK/cpu.before" "$WORK/cpu.afte
 # --- warm exec after an idle moment ----------------------------------------------------
 IDLE=$(( ITER / 10 > 3 ? ITER / 10 : 3 ))
 bench/out/forkexec -g 200 -o "$WORK/fork_idle.ms" "$IDLE" > /dev/null
-q -c "CALL bench.warm_exec_idle('bench-warm', $IDLE, 0.2)"
+q -c "CALL bench.warm_exec('bench-warm', $IDLE, 'warm_idle', 0.2)"
 read -r fork_idle_med fork_idle_p99 < <(percentiles "$WORK/fork_idle.ms")
 read -r idle_med idle_p99 < <(summary warm_idle)
 

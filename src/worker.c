@@ -659,11 +659,9 @@ advance_call(WorkerCall *call)
 		reply_txn_error(call, err);
 		return;
 	}
-	/* rows the load's transaction wrote: an exec's row, kept as its kind of exec needs */
+	/* the load's transaction writes only an exec's row (start_at_load), kept as its exec needs */
 	if (call->started_at_load)
 		keep_exec_row(call, written);
-	else
-		worker_want_durable(written);
 	if (call->def->scope == OP_SCOPE_ANY_WORKSPACE)
 	{
 		call->def->start(call);

@@ -138,7 +138,7 @@ static bool setup_disk(size_t bytes, uid_t uid, gid_t gid, char **image_out)
 
 /* Whether the kernel's RCU grace periods are expedited now (see the header); false when the
  * file is missing or unreadable. */
-bool host_rcu_expedited(void)
+static bool host_rcu_expedited(void)
 {
     char c = '0';
     int fd = open(RCU_EXPEDITED_PATH, O_RDONLY | O_CLOEXEC);

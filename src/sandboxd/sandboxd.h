@@ -171,7 +171,6 @@ void cgroup_init(void);
 
 /* ---- install-time host preparation (hostsetup.c) ---- */
 int host_setup(const char *user, size_t disk_bytes, bool cgroup_name_given, bool expedite_rcu);
-bool host_rcu_expedited(void);
 void host_config_load(void);
 bool host_disk_isolated(void);
 bool host_disk_refused(void);
