@@ -10,7 +10,7 @@
  * that pipe, so the command blocks on write until the client fetches.
  *
  * Records live in their workspace's list (ws->backgrounds, under ws->lock) until DELETE,
- * release or hibernation (workspace_stop), or 10 minutes after an end nobody fetched. Each is
+ * release or hibernation (workspace_stop), or --background-ttl (10 minutes) after its end. Each is
  * reference-counted: the list, the supervisor and every request using it hold one. Lock order:
  * ws->lock, then a record's lock; nothing takes ws->lock while holding a record's.
  */
@@ -21,7 +21,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#define RECORD_TTL_MS (10.0 * 60 * 1000)   /* an end nobody fetched is kept this long */
 #define END_DRAIN_MAX (1u << 20)            /* held past the cap when draining an ended exec */
 
 /* One stream's bytes not yet acknowledged: BASE is the stream offset of buf[start]. */
@@ -41,7 +40,6 @@ struct background {
     struct held streams[2];        /* stdout, stderr */
     json_t *end;                   /* the end fields (or an error), NULL while running */
     double ended_at;               /* monotonic ms */
-    bool end_fetched;
 };
 
 /* Supervisor threads running, so the drain at exit can wait for them. */
@@ -85,11 +83,12 @@ void background_put(struct background *bg)
     free(bg);
 }
 
-/* Whether an ended record nobody fetched has outlived RECORD_TTL_MS (caller holds ws->lock). */
+/* Whether an ended record has outlived --background-ttl (caller holds ws->lock): fetched or
+ * not, a client that went away without DELETE must not hold the daemon's memory for good. */
 static bool record_expired(struct background *bg, double now)
 {
     pthread_mutex_lock(&bg->lock);
-    bool expired = bg->end && !bg->end_fetched && now - bg->ended_at > RECORD_TTL_MS;
+    bool expired = bg->end && now - bg->ended_at > g_config.background_ttl_ms;
     pthread_mutex_unlock(&bg->lock);
     return expired;
 }
@@ -334,10 +333,8 @@ static json_t *output_answer(struct background *bg, const struct output_query *q
         json_object_set_new(doc, names[s][1], json_integer((json_int_t)kept[s]));
         json_object_set_new(doc, names[s][2], json_integer((json_int_t)(h->base + h->len)));
     }
-    if (bg->end) {
+    if (bg->end)
         json_object_update_missing(doc, bg->end);
-        bg->end_fetched = true;
-    }
     return doc;
 }
 

@@ -49,6 +49,8 @@ static void usage(int status)
             "                          client before the command blocks on write (default 4194304)\n"
             "  --max-background-execs N  per workspace, background execs running or ended and\n"
             "                          not forgotten (default 64; more are 429)\n"
+            "  --background-ttl SECONDS  an ended background exec's record is forgotten this\n"
+            "                          long after its end, fetched or not (default 600)\n"
             "  --bwrap PATH            bubblewrap binary (default /usr/bin/bwrap)\n"
             "  --cgroup-name NAME      cgroup subtree name (default mesh-sandboxd)\n"
             "  --hibernate-on-exit     on SIGTERM kill commands in flight and stop all\n"
@@ -146,6 +148,7 @@ static void parse_flags(int argc, char **argv)
         {"ready-fd", 1, 0, 'y'},       {"single-workspace", 1, 0, '1'},
         {"background-buffer-bytes", 1, 0, 'g'},
         {"max-background-execs", 1, 0, 'G'},
+        {"background-ttl", 1, 0, 'L'},
         {0, 0, 0, 0}};
     const char *token_file = NULL, *sandbox_user = NULL;
     int opt;
@@ -155,6 +158,7 @@ static void parse_flags(int argc, char **argv)
     g_config.max_kept_output_bytes = 256u << 20;
     g_config.background_buffer_bytes = 4u << 20;
     g_config.max_background_execs = 64;
+    g_config.background_ttl_ms = 600 * 1000.0;
     g_config.bwrap_path = "/usr/bin/bwrap";
     g_config.cgroup_name = "mesh-sandboxd";
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
@@ -192,6 +196,9 @@ static void parse_flags(int argc, char **argv)
             break;
         case 'G':
             g_config.max_background_execs = parse_size(optarg, "--max-background-execs");
+            break;
+        case 'L':
+            g_config.background_ttl_ms = 1000.0 * (double)parse_size(optarg, "--background-ttl");
             break;
         case 'w': g_config.bwrap_path = optarg; break;
         case 'c': g_config.cgroup_name = optarg; cgroup_name_given = true; break;
@@ -347,7 +354,24 @@ static void reaper_reap_watched(struct reaper *r)
     }
 }
 
-/* Sleeps until a handled signal arrives or a watched child exits, reaping on the way; returns
+/* How often expired background records are swept: a minute, or half the time to live when that
+ * is shorter, so that no record outlives its time by much. */
+static double sweep_interval_ms(void)
+{
+    double half = g_config.background_ttl_ms / 2;
+    return half < 60000 ? half : 60000;
+}
+
+/* poll's timeout until monotonic time DEADLINE (ms), at least 0. */
+static int ms_until(double deadline)
+{
+    double left = deadline - monotonic_ms();
+    return left > 0 ? (int)left + 1 : 0;
+}
+
+/* Sleeps until a handled signal arrives or a watched child exits, reaping on the way, and sweeps
+ * expired background records on time however often it wakes (a busy host's children end
+ * more often than once a minute: a sweep waiting for a quiet minute would never come); returns
  * the signal that asks the daemon to stop (SIGTERM or SIGINT). */
 static int reaper_loop(const sigset_t *handled)
 {
@@ -358,16 +382,16 @@ static int reaper_loop(const sigset_t *handled)
     reaper_add(&r, sigfd);
     reaper_add(&r, watch_pipe[0]);
     reap_children();   /* orphans that came before the signalfd */
+    double next_sweep = monotonic_ms() + sweep_interval_ms();
     for (;;) {
-        /* once a minute: background records whose end nobody fetched expire */
-        int n = poll(r.fds, r.count, 60000);
-        if (n < 0) {
-            if (errno != EINTR)
-                die("cannot wait for signals and children");
-            continue;
-        }
-        if (n == 0) {
+        int n = poll(r.fds, r.count, ms_until(next_sweep));
+        if (monotonic_ms() >= next_sweep) {
             workspaces_sweep_background();
+            next_sweep = monotonic_ms() + sweep_interval_ms();
+        }
+        if (n <= 0) {
+            if (n < 0 && errno != EINTR)
+                die("cannot wait for signals and children");
             continue;
         }
         if (r.fds[1].revents & POLLIN)

@@ -86,6 +86,8 @@ struct config {
     size_t max_output_bytes;
     size_t max_kept_output_bytes;    /* per stream, for output "tail" */
     size_t max_background_execs;     /* per workspace: background records, ended ones included */
+    double background_ttl_ms;        /* an ended background record is forgotten this long after
+                                        its end, fetched or not (--background-ttl) */
     size_t background_buffer_bytes;  /* per stream of a background exec: bytes held for its
                                         client before the command blocks on write */
     struct rlimit inherited_files; /* the open-files limit before the daemon raised its own;
