@@ -53,7 +53,8 @@ void caps_detect(void)
     g_caps.egress_control = egress_detect();   /* the per-workspace proxy can be set up */
     g_caps.disk_limits = host_disk_isolated();
     g_caps.seccomp = seccomp_detect();          /* the system-call filter works here */
-    g_caps.snapshot = snapshot_detect();        /* overlay mounts in a user namespace */
+    /* overlay mounts in a user namespace; never in a pod's daemon (single.c) */
+    g_caps.snapshot = !g_config.single_workspace && snapshot_detect();
     g_caps.hibernate = true;
     g_caps.caller_chosen_id = true;
     g_caps.background = true;                   /* background execs (background.c) */

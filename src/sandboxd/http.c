@@ -441,7 +441,9 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, const char *url, co
     case ROUTE_EXEC_OUTPUT: result = route_exec_output(&r); break;
     case ROUTE_EXEC_RECORD: result = route_exec_record(&r); break;
     case ROUTE_REFUSED:
-        result = fail(conn, 403, "workspace_refused", "this daemon serves one other workspace");
+        result = fail(conn, 403, "workspace_refused",
+                      "this daemon serves one workspace (--single-workspace), not this one, "
+                      "and keeps no snapshots");
         break;
     default: result = fail(conn, 404, "not_found", "no such route");
     }

@@ -1,7 +1,9 @@
 /*
  * single.c - single-workspace mode (--single-workspace ID): the daemon inside a Kubernetes pod
  * serves exactly one workspace, the pod's own, so a request naming any other id is refused
- * before a handler runs (one pod is one workspace; nothing else may be created there).
+ * before a handler runs (one pod is one workspace; nothing else may be created there), and so
+ * is every snapshot route: a snapshot kept on a pod's disk would go with the pod, and nothing
+ * but the workspace's own files may fill that disk.
  */
 #include "sandboxd.h"
 #include <ctype.h>
@@ -19,12 +21,16 @@ bool single_workspace_valid(const char *id)
     return true;
 }
 
-/* Whether KIND (with the workspace id in segments[2]) names a workspace this mode refuses. */
+/* Whether KIND (with the workspace id in segments[2]) is a route this mode refuses: one naming
+ * another workspace, or a snapshot route. */
 bool single_workspace_refuses(enum route_kind kind, const struct route_path *path)
 {
     bool names_workspace = kind == ROUTE_WORKSPACE || kind == ROUTE_EXEC ||
                            kind == ROUTE_FILES || kind == ROUTE_KILL ||
                            kind == ROUTE_EXEC_OUTPUT || kind == ROUTE_EXEC_RECORD;
-    return g_config.single_workspace && names_workspace &&
-           strcmp(path->segments[2], g_config.single_workspace) != 0;
+    if (!g_config.single_workspace)
+        return false;
+    if (kind == ROUTE_SNAPSHOTS || kind == ROUTE_SNAPSHOT)
+        return true;
+    return names_workspace && strcmp(path->segments[2], g_config.single_workspace) != 0;
 }

@@ -5,7 +5,7 @@
 # Kubernetes API server's pods/proxy consumes Authorization), a wrong one in that header too
 # is refused, and it never appears in an answer or the log.
 . "$(dirname "$0")/lib.sh"
-plan 16
+plan 20
 sd_start --single-workspace mesh-1-7
 
 r=$(api PUT /v1/workspaces/mesh-1-8 '{"size":"small"}')
@@ -18,9 +18,14 @@ for route in "POST /v1/workspaces/mesh-1-8/exec" "GET /v1/workspaces/mesh-1-8/fi
   r=$(api ${route% *} "${route#* }" '{"argv":["true"]}')
   is "$(status) $(err_code "$r")" "403 workspace_refused" "refused: $route"
 done
+for route in "GET /v1/snapshots" "PUT /v1/snapshots/s1" "GET /v1/snapshots/s1"; do
+  r=$(api ${route% *} "${route#* }" '{"workspace":"mesh-1-7"}')
+  is "$(status) $(err_code "$r")" "403 workspace_refused" "no snapshots in a pod's daemon: $route"
+done
 r=$(api GET "/v1/workspaces/..%2Fmesh-1-7")
 is "$(status) $(err_code "$r")" "404 not_found" "an id shaped to climb out reaches no workspace"
 is "$(stdout_of "$(run_sh mesh-1-7 'echo served')")" served "its own workspace serves execs"
+is "$(api GET /v1/capabilities | jq -r .capabilities.snapshot)" false "and declares no snapshot capability"
 is "$(api GET /v1/workspaces | jq -r '[.workspaces[].id]|join(",")')" mesh-1-7 "the list holds only it"
 r=$(api POST /v1/workspaces/mesh-1-7/exec '{"argv":["echo","bg"],"background":true,"exec_key":"b"}')
 api GET "/v1/workspaces/mesh-1-7/execs/b/output?wait_ms=20000" > "$SD_DIR/single.body"
