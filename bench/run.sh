@@ -25,6 +25,10 @@
 #   cpu_per_exec   CPU of all the cluster's processes (postmaster and descendants, the
 #                  embedded daemon and what it runs included) per warm exec, vs the CPU of a
 #                  bare fork+exec; cpu_workers: the mesh workers' share of it
+#   cpu_bound      execs/s the cores allow at cpu_per_exec (cores x 1000 / CPU ms), vs the
+#                  same for a fork+exec: the most concurrent runs can reach once the CPU is the
+#                  limit; cpu_bound_sd: the same with mesh-sandboxd's own CPU per exec (its run,
+#                  as root), what a cost-free extension would leave
 #   fsync_per_exec WAL fdatasyncs (pg_stat_wal) per exec under the concurrent runs, vs the
 #                  one flush a synchronously committed transaction makes: a figure the
 #                  machine's noise does not move
@@ -139,6 +143,9 @@ sd_fork=$(awk '/^fork_exec +median/ {print $3}' <<<"$sd_out")
 sd_warm=$(awk '/^warm_exec +median/ {print $3}' <<<"$sd_out")
 sd_warm_p99=$(awk '/^warm_exec +p99/ {print $3}' <<<"$sd_out")
 sd_fork_p99=$(awk '/^fork_exec +p99/ {print $3}' <<<"$sd_out")
+# the daemon's own CPU per warm exec (daemon, sandbox and command), when it could be measured
+sd_cpu=$(awk '/^CPU per warm exec/ && $5 ~ /^[0-9.]+$/ {print $5}' <<<"$sd_out")
+sd_fork_cpu=$(field fork_exec "$(grep '^CPU per warm exec' <<<"$sd_out")")
 
 # WAL fdatasyncs of the concurrent runs: a process reports its WAL statistics at most once a
 # second, after a transaction, so now (seconds later) one more exec in each run has every
@@ -198,6 +205,13 @@ row cpu_per_exec "CPU per warm exec: cluster + daemon" ms "$cpu_ms" - \
   "CPU of a fork+exec /bin/true" "$fork_cpu" - - "(report)"
 row cpu_workers "  of which the mesh workers" ms "$cpu_workers_ms" - \
   "  CPU of a fork+exec /bin/true" "$fork_cpu" - - "(report)"
+# on a machine the concurrent runs keep busy, CPU per exec bounds the rate: CORES seconds of
+# CPU a second over CPU per exec, against fork+exec's (the second row: a free extension)
+cpu_rate() { awk -v c="$CORES" -v ms="$1" 'BEGIN { printf "%.1f", c * 1000 / ms }'; }
+row cpu_bound "execs/s $CORES cores allow at that CPU per exec" /s "$(cpu_rate "$cpu_ms")" - \
+  "fork+execs/s at theirs" "$(cpu_rate "$fork_cpu")" - - "(report)"
+[ -z "$sd_cpu" ] || row cpu_bound_sd "  with mesh-sandboxd's CPU alone" /s "$(cpu_rate "$sd_cpu")" - \
+  "  fork+execs/s at theirs (its own run)" "$(cpu_rate "$sd_fork_cpu")" - - "(report)"
 row fsync_per_exec "WAL fdatasyncs per exec, the concurrent runs" /exec "$fsyncs" - \
   "a synchronous commit's one flush" 1 - - "(report)"
 echo
