@@ -49,6 +49,8 @@ static void usage(int status)
             "                          client before the command blocks on write (default 4194304)\n"
             "  --max-background-execs N  per workspace, background execs running or ended and\n"
             "                          not forgotten (default 64; more are 429)\n"
+            "  --standby N             holders kept started for new workspaces of the default\n"
+            "                          tier (default 1, 0 = none, at most 64)\n"
             "  --bwrap PATH            bubblewrap binary (default /usr/bin/bwrap)\n"
             "  --cgroup-name NAME      cgroup subtree name (default mesh-sandboxd)\n"
             "  --hibernate-on-exit     on SIGTERM kill commands in flight and stop all\n"
@@ -145,7 +147,7 @@ static void parse_flags(int argc, char **argv)
         {"no-expedited-rcu", 0, 0, 'E'},
         {"ready-fd", 1, 0, 'y'},       {"single-workspace", 1, 0, '1'},
         {"background-buffer-bytes", 1, 0, 'g'},
-        {"max-background-execs", 1, 0, 'G'},
+        {"max-background-execs", 1, 0, 'G'}, {"standby", 1, 0, 'N'},
         {0, 0, 0, 0}};
     const char *token_file = NULL, *sandbox_user = NULL;
     int opt;
@@ -155,6 +157,7 @@ static void parse_flags(int argc, char **argv)
     g_config.max_kept_output_bytes = 256u << 20;
     g_config.background_buffer_bytes = 4u << 20;
     g_config.max_background_execs = 64;
+    g_config.standby = 1;
     g_config.bwrap_path = "/usr/bin/bwrap";
     g_config.cgroup_name = "mesh-sandboxd";
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
@@ -192,6 +195,11 @@ static void parse_flags(int argc, char **argv)
             break;
         case 'G':
             g_config.max_background_execs = parse_size(optarg, "--max-background-execs");
+            break;
+        case 'N':
+            g_config.standby = (int)parse_size(optarg, "--standby");
+            if (g_config.standby > 64)
+                die("--standby takes 0 to 64");
             break;
         case 'w': g_config.bwrap_path = optarg; break;
         case 'c': g_config.cgroup_name = optarg; cgroup_name_given = true; break;
@@ -398,7 +406,8 @@ static void announce_ready(void)
 
 /* Start-up order matters: flags, lock, subreaper, signal mask (inherited by every thread),
  * the reaper's pipe, capabilities, base image, snapshots (leftovers removed), workspaces
- * (re-adoption), then listeners; then reap until told to stop. */
+ * (re-adoption), standbys (leftovers removed, the pool filled in the background), then
+ * listeners; then reap until told to stop. */
 int main(int argc, char **argv)
 {
     sigset_t handled;
@@ -426,6 +435,7 @@ int main(int argc, char **argv)
     sandbox_init();
     snapshots_init();
     workspaces_init();
+    standby_init();
     if (!http_start())
         die("cannot start listeners");
     log_event("ready (state dir %s, sandbox uid %d)", g_config.state_dir,
@@ -440,6 +450,7 @@ int main(int argc, char **argv)
     workspaces_kill_background();
     http_stop(g_config.hibernate_on_exit ? workspaces_kill_execs : NULL);
     workspaces_kill_background();   /* any started while the requests drained */
+    standby_shutdown();
     if (g_config.hibernate_on_exit)
         workspaces_hibernate_all();
     log_event(g_config.hibernate_on_exit ? "stopped; workspaces hibernated"
