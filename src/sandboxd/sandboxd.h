@@ -265,6 +265,7 @@ bool standby_name(const char *name);
 bool standby_adopt(struct workspace *ws);
 void standby_init(void);
 void standby_shutdown(void);
+void standby_room_freed(void);
 
 /* ---- project-state snapshots (snapshot.c) ---- */
 bool snapshot_detect(void);

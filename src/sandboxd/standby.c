@@ -39,6 +39,7 @@ static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
 static struct workspace *pool_ready[STANDBY_MAX];   /* ready standbys, under pool_lock */
 static int pool_count;                              /* under pool_lock */
 static bool pool_stopping;                          /* under pool_lock */
+static unsigned long pool_room_events;              /* workspaces stopped; under pool_lock */
 static unsigned long pool_seq;                      /* the filler's alone */
 static int pool_target;                             /* set once at start */
 static bool filler_started;
@@ -113,9 +114,9 @@ static bool pool_short_locked(void)
 }
 
 /* The filler thread: keeps pool_target standbys ready, one start at a time. It starts one
- * only while the running workspaces leave descriptors for it and every standby already
- * ready; when they do not, or a start failed, it tries again after a wait that doubles up to
- * a minute (a release frees room without telling it). */
+ * only while the running workspaces leave descriptors for it and every standby already ready,
+ * else waits until a workspace stops (standby_room_freed); after a failed start it waits
+ * before the next try, twice as long each time, up to a minute. */
 static void *pool_fill(void *arg)
 {
     (void)arg;
@@ -133,11 +134,16 @@ static void *pool_fill(void *arg)
                 break;
         }
         int standbys = pool_count + 1;
+        unsigned long room_seen = pool_room_events;
         pthread_mutex_unlock(&pool_lock);
-        struct workspace *sb = NULL;
-        if (workspace_running_room(standbys) && !host_disk_refused())
-            sb = standby_start();
+        bool room = workspace_running_room(standbys) && !host_disk_refused();
+        struct workspace *sb = room ? standby_start() : NULL;
         pthread_mutex_lock(&pool_lock);
+        if (!room) {
+            while (!pool_stopping && pool_room_events == room_seen)
+                pthread_cond_wait(&pool_wake, &pool_lock);
+            continue;
+        }
         backoff_ms = sb ? 0 : backoff_ms ? (backoff_ms < 30000 ? 2 * backoff_ms : 60000) : 1000;
         if (sb && pool_short_locked()) {
             pool_ready[pool_count++] = sb;
@@ -152,6 +158,16 @@ static void *pool_fill(void *arg)
     }
     pthread_mutex_unlock(&pool_lock);
     return NULL;
+}
+
+/* A workspace stopped (workspace.c, no lock held): its descriptors are free, a filler waiting
+ * for room tries again. */
+void standby_room_freed(void)
+{
+    pthread_mutex_lock(&pool_lock);
+    pool_room_events++;
+    pthread_cond_signal(&pool_wake);
+    pthread_mutex_unlock(&pool_lock);
 }
 
 /* Takes a ready standby of TIER out of the pool (each is handed out once), or NULL; wakes the
@@ -268,10 +284,16 @@ void standby_init(void)
         closedir(d);
     cgroup_remove_matching(standby_name);
     pool_target = g_config.single_workspace ? 0 : g_config.standby;
-    if (pool_target > 0 && pthread_create(&filler, NULL, pool_fill, NULL) == 0)
-        filler_started = true;
-    else if (pool_target > 0)
-        log_event("standby holders off: cannot start their thread");
+    if (pool_target > 0 && pthread_create(&filler, NULL, pool_fill, NULL) != 0) {
+        log_event("standby holders: cannot start their thread");
+        pool_target = 0;
+    }
+    filler_started = pool_target > 0;
+    if (pool_target > 0)
+        log_event("standby holders: %d kept ready for new workspaces of tier standard",
+                  pool_target);
+    else
+        log_event("standby holders: off");
 }
 
 /* Exit: stops the filler (a start under way ends first) and kills every ready standby, so no

@@ -55,6 +55,7 @@ static void running_slot_give(void)
     pthread_mutex_lock(&registry_lock);
     running_count--;
     pthread_mutex_unlock(&registry_lock);
+    standby_room_freed();
 }
 
 /* Whether STANDBYS standby holders fit beside the running workspaces in the descriptor budget
