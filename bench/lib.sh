@@ -122,3 +122,21 @@ bench_cpu_ms() {
   done
   echo "$(tree_cpu_ms "$pm") $workers_ms"
 }
+
+# holder_with_live_dirs STATE DAEMON_PID: (waiting up to 10 s) the pid of one bubblewrap holder the daemon started
+# for state dir STATE whose command line's directories all still exist, to re-run with `true`
+# as the bare-bwrap baseline. Any such holder will do: every holder of the default tier has the
+# same flags, only its directories differ. A holder that a workspace adopted from the standby
+# pool (docs/sandboxd.md) does not: its command line names the pool directory, renamed since;
+# a standby not yet taken, or a holder started for its own workspace, does.
+holder_with_live_dirs() {
+  local pid src
+  for _ in $(seq 1 100); do   # bounded: a replacement standby may still be starting
+    for pid in $(pgrep -P "$2" -x bwrap); do
+      src=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | grep -A1 -x -- --bind | grep "^$1/workspaces/" | head -1)
+      [ -n "$src" ] && [ -d "$src" ] && { echo "$pid"; return 0; }
+    done
+    sleep 0.1
+  done
+  return 1
+}

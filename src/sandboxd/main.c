@@ -196,11 +196,14 @@ static void parse_flags(int argc, char **argv)
         case 'G':
             g_config.max_background_execs = parse_size(optarg, "--max-background-execs");
             break;
-        case 'N':
-            g_config.standby = (int)parse_size(optarg, "--standby");
-            if (g_config.standby > 64)
-                die("--standby takes 0 to 64");
+        case 'N': {
+            char *end;
+            unsigned long n = strtoul(optarg, &end, 10);
+            if (!*optarg || *end || n > 64)
+                die("--standby takes a number from 0 to 64");
+            g_config.standby = (int)n;
             break;
+        }
         case 'w': g_config.bwrap_path = optarg; break;
         case 'c': g_config.cgroup_name = optarg; cgroup_name_given = true; break;
         case 'P': g_config.protect_path = optarg; break;
