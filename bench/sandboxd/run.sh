@@ -47,10 +47,9 @@ done
 curl -s -m 30 -X PUT -H "Authorization: Bearer $TOKEN" "$URL/v1/workspaces/bench" >/dev/null
 # the workspaces' groups are below the daemon's subtree in the cpuacct hierarchy
 [ ${#CPU_FILES[@]} -gt 0 ] && CPU_FILES+=("/sys/fs/cgroup/cpuacct/$CGROUP/cpuacct.usage")
-# a holder's bwrap whose directories still exist (bench/lib.sh says why any will do)
+# the command line of a holder, on directories of its own (bench/lib.sh says why any will do)
 . "$REPO/bench/lib.sh"
-holder=$(holder_with_live_dirs "$WORK/state" "$DAEMON")
-[ -n "$holder" ] && cp "/proc/$holder/cmdline" "$WORK/holder-cmdline"
+baseline_holder_cmdline "$WORK/state" "$DAEMON" "$WORK/bare" && cp "$WORK/bare/holder-cmdline" "$WORK/holder-cmdline"
 [ -s "$WORK/holder-cmdline" ] || { echo "cannot find the holder's bwrap" >&2; exit 1; }
 SANDBOX_UID=0
 [ "$(id -u)" = 0 ] && SANDBOX_UID=$(id -u nobody)
