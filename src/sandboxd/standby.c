@@ -262,26 +262,29 @@ bool standby_adopt(struct workspace *ws)
     return false;
 }
 
-/* Start-up, after the workspaces are loaded and stray holders killed: removes what standbys
- * of a previous run left (directories, broker directories, cgroups), then starts the filler
- * (none with --standby 0 or in the single-workspace mode). */
-void standby_init(void)
+/* Start-up: removes the directories of every standby named in directory PARENT (the
+ * workspaces' or the broker's), which a previous run left. */
+static void remove_left_in(const char *parent)
 {
-    char *root = xasprintf("%s/workspaces", g_config.state_dir);
-    DIR *d = opendir(root);
+    DIR *d = opendir(parent);
     struct dirent *e;
     while (d && (e = readdir(d)))
         if (standby_name(e->d_name))
             standby_remove_dirs(e->d_name);
     if (d)
         closedir(d);
+}
+
+/* Start-up, after the workspaces are loaded and stray holders killed: removes what standbys
+ * of a previous run left (directories, broker directories, cgroups), then starts the filler
+ * (none with --standby 0 or in the single-workspace mode). */
+void standby_init(void)
+{
+    char *root = xasprintf("%s/workspaces", g_config.state_dir);
+    remove_left_in(root);
     free(root);
-    d = g_config.broker_dir ? opendir(g_config.broker_dir) : NULL;
-    while (d && (e = readdir(d)))
-        if (standby_name(e->d_name))
-            standby_remove_dirs(e->d_name);
-    if (d)
-        closedir(d);
+    if (g_config.broker_dir)
+        remove_left_in(g_config.broker_dir);
     cgroup_remove_matching(standby_name);
     pool_target = g_config.single_workspace ? 0 : g_config.standby;
     if (pool_target > 0 && pthread_create(&filler, NULL, pool_fill, NULL) != 0) {
