@@ -13,8 +13,10 @@ holder_names() {
   local pid child name
   for pid in $(pgrep ${2:+-u "$2"} -f "bwrap .*$1/workspaces/"); do
     child=$(pgrep -P "$pid" | head -1)
-    name=$([ -n "$child" ] && awk '$5 == "/workspace" && match($4, /workspaces\/[^\/]+\/files$/) {
-             print substr($4, RSTART + 11, RLENGTH - 17); exit }' "/proc/$child/mountinfo" 2>/dev/null)
+    # the bind mount's root: .../workspaces/<name>/files, or /<name>/files where workspaces/
+    # is a filesystem of its own (--setup-host --disk-bytes)
+    name=$([ -n "$child" ] && awk '$5 == "/workspace" { n = split($4, p, "/")
+             if (n >= 3 && p[n] == "files") { print p[n - 1]; exit } }' "/proc/$child/mountinfo" 2>/dev/null)
     [ -d "/proc/$pid" ] && echo "${name:-?}"
   done | sort
 }
