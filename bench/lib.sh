@@ -122,3 +122,31 @@ bench_cpu_ms() {
   done
   echo "$(tree_cpu_ms "$pm") $workers_ms"
 }
+
+# baseline_holder_cmdline STATE DAEMON_PID DIR: writes DIR/holder-cmdline (NUL-separated, as
+# /proc/PID/cmdline has it) and DIR/holder-uid from one bubblewrap holder the daemon started for
+# state dir STATE (waiting up to 10 s for one), for the bare-bwrap baseline. Any holder will do:
+# every holder of the default tier has the same flags, only its directories differ. Those are
+# replaced by DIR/files and DIR/broker, made here, so the baseline keeps running whatever
+# happens to the holder's own: a standby's directory is renamed when a workspace adopts it
+# (docs/sandboxd.md), a workspace's is removed at its release. DIR must be reachable by the
+# sandbox user.
+baseline_holder_cmdline() {
+  local state=$1 daemon=$2 dir=$3 pid="" uid i
+  local -a args
+  for _ in $(seq 1 100); do
+    pid=$(pgrep -P "$daemon" -x bwrap | head -1)
+    [ -n "$pid" ] && mapfile -d '' -t args < "/proc/$pid/cmdline" 2>/dev/null && [ ${#args[@]} -gt 0 ] && break
+    sleep 0.1
+  done
+  [ ${#args[@]} -gt 0 ] || return 1
+  uid=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status")
+  mkdir -p "$dir/files" "$dir/broker" && chmod 711 "$dir" && echo "$uid" > "$dir/holder-uid"
+  [ "$(id -u)" -ne 0 ] || chown "$uid" "$dir/files"
+  for i in "${!args[@]}"; do
+    case "${args[i]}" in "$state"/workspaces/*/files) args[i]="$dir/files" ;; esac
+    # the broker directory: the source of --ro-bind SOURCE /run/mesh
+    [ "${args[i]}" = /run/mesh ] && [ "$i" -ge 2 ] && [ "${args[i-2]}" = --ro-bind ] && args[i-1]="$dir/broker"
+  done
+  printf '%s\0' "${args[@]}" > "$dir/holder-cmdline"
+}

@@ -102,10 +102,10 @@ read -r acq_med acq_p99 < <(summary acquire)
 
 # --- cold start vs a bare bwrap sandbox with the holder's flags ------------------------
 daemon=$(pgrep -f "state-dir $PGHOST/data/mesh_sandboxd( |$)" | head -1)
-holder=$(pgrep -P "${daemon:-0}" -x bwrap | head -1 || true)   # bench-warm's: the only live one
-[ -n "$holder" ] || { echo "bench: no holder found under the embedded mesh-sandboxd (${daemon:-none})" >&2; exit 1; }
-mapfile -d '' -t holder_argv < "/proc/$holder/cmdline"
-holder_uid=$(awk '/^Uid:/ {print $2}' "/proc/$holder/status")
+baseline_holder_cmdline "$PGHOST/data/mesh_sandboxd" "${daemon:-0}" "$WORK/bare" ||
+  { echo "bench: no holder found under the embedded mesh-sandboxd (${daemon:-none})" >&2; exit 1; }
+mapfile -d '' -t holder_argv < "$WORK/bare/holder-cmdline"
+holder_uid=$(cat "$WORK/bare/holder-uid")
 # the sandbox's own command (the exec agent, from a descriptor) follows bwrap's last "--"
 end=-1
 for i in "${!holder_argv[@]}"; do [ "${holder_argv[i]}" != "--" ] || end=$i; done

@@ -47,14 +47,9 @@ done
 curl -s -m 30 -X PUT -H "Authorization: Bearer $TOKEN" "$URL/v1/workspaces/bench" >/dev/null
 # the workspaces' groups are below the daemon's subtree in the cpuacct hierarchy
 [ ${#CPU_FILES[@]} -gt 0 ] && CPU_FILES+=("/sys/fs/cgroup/cpuacct/$CGROUP/cpuacct.usage")
-# the holder's bwrap: the process whose marker names the bench workspace
-MARKER="MESH_SANDBOXD_HOLDER=$WORK/state/workspaces/bench"
-for p in /proc/[0-9]*; do
-    if tr "\0" "\n" 2>/dev/null < "$p/environ" | grep -qxF "$MARKER"; then
-        cp "$p/cmdline" "$WORK/holder-cmdline"
-        break
-    fi
-done
+# the command line of a holder, on directories of its own (bench/lib.sh says why any will do)
+. "$REPO/bench/lib.sh"
+baseline_holder_cmdline "$WORK/state" "$DAEMON" "$WORK/bare" && cp "$WORK/bare/holder-cmdline" "$WORK/holder-cmdline"
 [ -s "$WORK/holder-cmdline" ] || { echo "cannot find the holder's bwrap" >&2; exit 1; }
 SANDBOX_UID=0
 [ "$(id -u)" = 0 ] && SANDBOX_UID=$(id -u nobody)

@@ -177,6 +177,48 @@ void cgroup_workspace_remove(const char *id)
     }
 }
 
+/* Renames workspace FROM's groups to TO in every hierarchy (cgroup v1 renames a group within
+ * its parent; its tasks, limits, exec slots and open control files stay): a standby holder
+ * becomes a workspace's. Where two controllers share a hierarchy the second rename finds its
+ * group moved already. False when a group could not be renamed; the caller removes both
+ * names. */
+bool cgroup_workspace_rename(const char *from, const char *to)
+{
+    bool ok = true;
+    for (int c = 0; c < CG_COUNT && ok; c++) {
+        if (!controller_ok[c])
+            continue;
+        char *old_dir = cgroup_path(c, from);
+        char *new_dir = cgroup_path(c, to);
+        struct stat st;
+        ok = rename(old_dir, new_dir) == 0 || (errno == ENOENT && stat(new_dir, &st) == 0);
+        if (!ok)
+            log_event("cgroup: cannot rename %s to %s: %s", old_dir, new_dir, strerror(errno));
+        free(old_dir);
+        free(new_dir);
+    }
+    return ok;
+}
+
+/* Start-up: removes every group of our subtree whose name MATCHES (standbys a previous run
+ * left), killing what still runs in it. */
+void cgroup_remove_matching(bool (*matches)(const char *name))
+{
+    for (int c = 0; c < CG_COUNT; c++) {
+        if (!controller_ok[c])
+            continue;
+        char *root = cgroup_path(c, NULL);
+        DIR *d = opendir(root);
+        struct dirent *e;
+        while (d && (e = readdir(d)))
+            if (e->d_type == DT_DIR && matches(e->d_name))
+                cgroup_workspace_remove(e->d_name);
+        if (d)
+            closedir(d);
+        free(root);
+    }
+}
+
 /* Reads control file DIR/FILE into BUF (NUL-terminated) with plain system calls: these are
  * read several times per exec. False when it cannot be read. */
 static bool read_control(const char *dir, const char *file, char *buf, size_t size)

@@ -51,6 +51,8 @@ static void usage(int status)
             "                          not forgotten (default 64; more are 429)\n"
             "  --background-ttl SECONDS  an ended background exec's record is forgotten this\n"
             "                          long after its end, fetched or not (default 600)\n"
+            "  --standby N             holders kept started for new workspaces of the default\n"
+            "                          tier (default 1, 0 = none, at most 64)\n"
             "  --bwrap PATH            bubblewrap binary (default /usr/bin/bwrap)\n"
             "  --cgroup-name NAME      cgroup subtree name (default mesh-sandboxd)\n"
             "  --hibernate-on-exit     on SIGTERM kill commands in flight and stop all\n"
@@ -149,6 +151,7 @@ static void parse_flags(int argc, char **argv)
         {"background-buffer-bytes", 1, 0, 'g'},
         {"max-background-execs", 1, 0, 'G'},
         {"background-ttl", 1, 0, 'L'},
+        {"standby", 1, 0, 'N'},
         {0, 0, 0, 0}};
     const char *token_file = NULL, *sandbox_user = NULL;
     int opt;
@@ -159,6 +162,7 @@ static void parse_flags(int argc, char **argv)
     g_config.background_buffer_bytes = 4u << 20;
     g_config.max_background_execs = 64;
     g_config.background_ttl_ms = 600 * 1000.0;
+    g_config.standby = 1;
     g_config.bwrap_path = "/usr/bin/bwrap";
     g_config.cgroup_name = "mesh-sandboxd";
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
@@ -200,6 +204,14 @@ static void parse_flags(int argc, char **argv)
         case 'L':
             g_config.background_ttl_ms = 1000.0 * (double)parse_size(optarg, "--background-ttl");
             break;
+        case 'N': {
+            char *end;
+            unsigned long n = strtoul(optarg, &end, 10);
+            if (!*optarg || *end || n > 64)
+                die("--standby takes a number from 0 to 64");
+            g_config.standby = (int)n;
+            break;
+        }
         case 'w': g_config.bwrap_path = optarg; break;
         case 'c': g_config.cgroup_name = optarg; cgroup_name_given = true; break;
         case 'P': g_config.protect_path = optarg; break;
@@ -422,7 +434,8 @@ static void announce_ready(void)
 
 /* Start-up order matters: flags, lock, subreaper, signal mask (inherited by every thread),
  * the reaper's pipe, capabilities, base image, snapshots (leftovers removed), workspaces
- * (re-adoption), then listeners; then reap until told to stop. */
+ * (re-adoption), standbys (leftovers removed, the pool filled in the background), then
+ * listeners; then reap until told to stop. */
 int main(int argc, char **argv)
 {
     sigset_t handled;
@@ -450,6 +463,7 @@ int main(int argc, char **argv)
     sandbox_init();
     snapshots_init();
     workspaces_init();
+    standby_init();
     if (!http_start())
         die("cannot start listeners");
     log_event("ready (state dir %s, sandbox uid %d)", g_config.state_dir,
@@ -464,6 +478,7 @@ int main(int argc, char **argv)
     workspaces_kill_background();
     http_stop(g_config.hibernate_on_exit ? workspaces_kill_execs : NULL);
     workspaces_kill_background();   /* any started while the requests drained */
+    standby_shutdown();
     if (g_config.hibernate_on_exit)
         workspaces_hibernate_all();
     log_event(g_config.hibernate_on_exit ? "stopped; workspaces hibernated"

@@ -703,8 +703,8 @@ void sandbox_stop(struct workspace *ws)
     ws->holder_pid = 0;
 }
 
-/* The workspace id in PID's holder marker when it names a workspace of this state dir;
- * false for every other process (and for those we may not read). */
+/* The workspace id (or standby name, standby.c) in PID's holder marker when it names one of
+ * this state dir; false for every other process (and for those we may not read). */
 static bool holder_marker_of(pid_t pid, char *id, size_t size)
 {
     char buf[8192];
@@ -715,7 +715,8 @@ static bool holder_marker_of(pid_t pid, char *id, size_t size)
     size_t plen = strlen(prefix);
     bool found = false;
     for (char *entry = buf; entry < buf + n && !found; entry += strlen(entry) + 1)
-        if (strncmp(entry, prefix, plen) == 0 && workspace_id_valid(entry + plen)) {
+        if (strncmp(entry, prefix, plen) == 0 &&
+            (workspace_id_valid(entry + plen) || standby_name(entry + plen))) {
             snprintf(id, size, "%s", entry + plen);
             found = true;
         }
@@ -745,6 +746,7 @@ static pid_t parent_of(pid_t pid)
  * marker is either the bwrap of a registered running workspace's holder (adopted, already
  * logged) or a stray -- started by a daemon that died before recording it, or replaced since
  * -- which is killed with its sandbox and logged, so nothing runs that no workspace lists.
+ * A standby's marker keeps its pool name after adoption: REGISTERED knows it by its pid.
  */
 void sandbox_kill_strays(bool (*registered)(const char *id, pid_t holder_pid))
 {

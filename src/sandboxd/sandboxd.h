@@ -6,7 +6,7 @@
  * (agent.c, a binary of its own): every exec is one message to it, and it starts the command
  * inside the sandbox, so a warm exec costs about one process creation. This header is the one
  * place where the daemon's modules (http, route, workspace, sandbox, exec, background, seccomp,
- * files, egress, cgroup, capabilities, json, log) meet; agent_proto.h is the agent's.
+ * files, egress, cgroup, capabilities, json, log, standby) meet; agent_proto.h is the agent's.
  *
  * Threads and what they may touch
  * -------------------------------
@@ -39,7 +39,7 @@
  * - log_event writes one stdio call per line (stdio locks the stream).
  * - Lock order: lifecycle, then registry_lock (workspace.c), then workspace lock, then an
  *   egress lock; snap_lock (snapshot.c) before registry_lock, never together with a
- *   lifecycle lock; in_flight_lock (http.c) is taken alone; a workspace lock before a background
+ *   lifecycle lock; in_flight_lock (http.c) and pool_lock (standby.c) are taken alone; a workspace lock before a background
  *   record's lock (background.c), never the other way. No lock is held across an exec.
  */
 #ifndef MESH_SANDBOXD_H
@@ -81,6 +81,7 @@ struct config {
     bool hibernate_on_exit;     /* --hibernate-on-exit: no sandbox outlives the daemon */
     int ready_fd;               /* --ready-fd: written once requests are served; 0 = none */
     const char *single_workspace; /* --single-workspace: the one workspace id served, or NULL */
+    int standby;                /* --standby: holders kept ready for new workspaces */
     size_t max_body_bytes;
     size_t max_file_bytes;
     size_t max_output_bytes;
@@ -160,6 +161,8 @@ enum { CG_MEMORY, CG_PIDS, CG_CPU, CG_CPUACCT, CG_COUNT };
 enum { CG_OOM_CONTROL = CG_COUNT, CG_PEAK, CG_FILES };
 bool cgroup_available(int controller);
 bool cgroup_workspace_create(const char *id, const struct size_tier *tier, int fds[CG_FILES]);
+bool cgroup_workspace_rename(const char *from, const char *to);
+void cgroup_remove_matching(bool (*matches)(const char *name));
 void cgroup_workspace_remove(const char *id);
 void cgroup_close_fds(int fds[CG_FILES]);
 int cgroup_exec_group_open(int controller, const char *id, int slot, bool create);
@@ -239,6 +242,10 @@ struct workspace {
 
 void workspaces_init(void);
 bool workspace_id_valid(const char *id);
+struct workspace *workspace_new(const char *id);
+void workspace_free(struct workspace *ws);
+bool workspace_make_dirs(struct workspace *ws);
+bool workspace_running_room(int standbys);
 struct workspace *workspace_get(const char *id, struct api_error *err);
 void workspace_put(struct workspace *ws);
 enum ws_state workspace_state(struct workspace *ws);
@@ -254,6 +261,13 @@ void workspaces_kill_execs(void);
 char *workspace_dir(const char *id);
 char *workspace_files_dir(const char *id);
 int workspaces_on_snapshot(const char *snapshot_id);
+
+/* ---- standby holders (standby.c) ---- */
+bool standby_name(const char *name);
+bool standby_adopt(struct workspace *ws);
+void standby_init(void);
+void standby_shutdown(void);
+void standby_room_freed(void);
 
 /* ---- project-state snapshots (snapshot.c) ---- */
 bool snapshot_detect(void);

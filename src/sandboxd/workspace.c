@@ -55,6 +55,17 @@ static void running_slot_give(void)
     pthread_mutex_lock(&registry_lock);
     running_count--;
     pthread_mutex_unlock(&registry_lock);
+    standby_room_freed();
+}
+
+/* Whether STANDBYS standby holders fit beside the running workspaces in the descriptor budget
+ * (standby.c starts one only then: a standby never takes a real workspace's room). */
+bool workspace_running_room(int standbys)
+{
+    pthread_mutex_lock(&registry_lock);
+    bool room = running_count + standbys < running_max;
+    pthread_mutex_unlock(&registry_lock);
+    return room;
 }
 
 /* Sets running_max from the open-files limit (after main raised it). */
@@ -93,9 +104,9 @@ char *workspace_files_dir(const char *id)
     return xasprintf("%s/workspaces/%s/files", g_config.state_dir, id);
 }
 
-/* A fresh, unregistered workspace object with every descriptor closed; NULL when out of
- * memory. */
-static struct workspace *workspace_new(const char *id)
+/* A fresh, unregistered workspace object with every descriptor closed (also a standby's,
+ * standby.c); NULL when out of memory. */
+struct workspace *workspace_new(const char *id)
 {
     struct workspace *ws = calloc(1, sizeof *ws);
     json_t *labels = json_object();
@@ -122,7 +133,7 @@ static struct workspace *workspace_new(const char *id)
 }
 
 /* Frees a workspace object once nothing references it. */
-static void workspace_free(struct workspace *ws)
+void workspace_free(struct workspace *ws)
 {
     background_drop(ws, false);
     sandbox_close_fds(ws);
@@ -268,7 +279,7 @@ static bool workspace_persist(struct workspace *ws, struct api_error *err)
 }
 
 /* Creates <id>/ and <id>/files (owned by the sandbox user). */
-static bool workspace_make_dirs(struct workspace *ws)
+bool workspace_make_dirs(struct workspace *ws)
 {
     char *dir = workspace_dir(ws->id);
     char *files = workspace_files_dir(ws->id);
@@ -294,6 +305,15 @@ static bool workspace_start_holder(struct workspace *ws, struct api_error *err)
     return false;
 }
 
+/* WS's holder runs: execs may come. */
+static void workspace_mark_running(struct workspace *ws)
+{
+    pthread_mutex_lock(&ws->lock);
+    ws->state = WS_RUNNING;
+    ws->exec_slots_known = 0;   /* the groups may be new: their counters are read again */
+    pthread_mutex_unlock(&ws->lock);
+}
+
 /* Starts cgroups and holder for WS (new or hibernated); on failure nothing is left running. */
 static bool workspace_start(struct workspace *ws, struct api_error *err)
 {
@@ -310,10 +330,23 @@ static bool workspace_start(struct workspace *ws, struct api_error *err)
         running_slot_give();
         return false;
     }
-    pthread_mutex_lock(&ws->lock);
-    ws->state = WS_RUNNING;
-    ws->exec_slots_known = 0;   /* the groups may be new: their counters are read again */
-    pthread_mutex_unlock(&ws->lock);
+    workspace_mark_running(ws);
+    return true;
+}
+
+/* A new workspace WS takes a standby holder (standby.c) under a running slot of its own;
+ * false, with nothing taken, when there is none or it cannot (at the running-workspaces
+ * limit the normal start answers out_of_resources). */
+static bool workspace_start_from_standby(struct workspace *ws)
+{
+    struct api_error ignored = {0};
+    if (!running_slot_take(&ignored))
+        return false;
+    if (!standby_adopt(ws)) {
+        running_slot_give();
+        return false;
+    }
+    workspace_mark_running(ws);
     return true;
 }
 
@@ -523,6 +556,8 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
                       "%s --state-dir %s --disk-bytes N, see docs/sandboxd.md)",
                       g_config.protect_path, known ? pw.pw_name : "USER", g_config.state_dir);
         ok = false;
+    } else if (created && workspace_start_from_standby(ws)) {
+        ok = workspace_persist(ws, err);
     } else if (created && !workspace_make_dirs(ws)) {
         if (errno == ENOSPC)
             api_error_set(err, 507, "disk_full", "the workspaces' filesystem is full; release "
@@ -717,6 +752,25 @@ static bool holds_workspace(const char *id, pid_t holder_pid)
     return ws && ws->state == WS_RUNNING && ws->holder_pid == holder_pid && holder_running(ws);
 }
 
+/* True when HOLDER_PID, whose marker names a standby, was adopted by a registered running
+ * workspace: its meta.json records that pid (and start time, holder_running). A standby no
+ * workspace took is a stray. */
+static bool holds_adopted_standby(pid_t holder_pid)
+{
+    for (struct workspace *ws = registry; ws; ws = ws->next)
+        if (ws->state == WS_RUNNING && ws->holder_pid == holder_pid && holder_running(ws))
+            return true;
+    return false;
+}
+
+/* The holder check of sandbox_kill_strays: by the id in the marker, or for a standby's
+ * marker by the pid alone. */
+static bool holds_registered(const char *name, pid_t holder_pid)
+{
+    return standby_name(name) ? holds_adopted_standby(holder_pid)
+                              : holds_workspace(name, holder_pid);
+}
+
 /* Start-up: reload every workspace from the state dir; removes directories without a valid
  * meta.json (left by a crash during creation). */
 void workspaces_init(void)
@@ -751,7 +805,7 @@ void workspaces_init(void)
     if (d)
         closedir(d);
     free(root);
-    sandbox_kill_strays(holds_workspace);
+    sandbox_kill_strays(holds_registered);
 }
 
 /* --hibernate-on-exit: after the drain, stop every running workspace (files kept) so that no

@@ -100,14 +100,11 @@ cat "$out"/s*.log | grep -E '^(ERROR|FATAL|psql):' | sed 's/"[^"]*"/"…"/g; s/[
 wait_server_ready; wait_daemon_ready
 wait_for "SELECT count(*) = current_setting('mesh.workers')::int FROM pg_stat_activity WHERE backend_type = 'mesh worker'"
 
-# what the daemon lists: "id state" lines; what runs on the host: one id per bwrap holder
+# what the daemon lists: "id state" lines; what runs on the host: one id per bwrap holder, by
+# the directory its sandbox mounts (test/lib/holders.sh: an adopted standby shows its
+# workspace; standbys no workspace took are counted apart, at most the pool's one)
 listed() { curl -sf --max-time 10 --unix-socket "$SOCK" http://localhost/v1/workspaces | jq -r '.workspaces[] | "\(.id) \(.state)"' | sort; }
-host_ids() {
-  local pid
-  for pid in $(pgrep -u postgres -f "bwrap .*$STATE/workspaces/"); do
-    tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | sed -n "s|^$STATE/workspaces/\([^/]*\)/files\$|\1|p"
-  done | sort
-}
+host_ids() { workspace_holder_names "$STATE" postgres; }
 # every disagreement between rows, the daemon and the host, one line each
 problems() {
   local l running
@@ -122,6 +119,7 @@ problems() {
   comm -13 "$out/live" "$out/running" | sed 's/^/running sandbox without a live row: /'
   comm -13 <(awk '{print $1}' "$out/rows" | sort) <(sort "$out/listed") | sed 's/^/sandbox without a row: /'
   [ "$(host_ids)" = "$(cat "$out/running")" ] || echo "host holders [$(host_ids | tr '\n' ' ')] differ from running [$(tr '\n' ' ' < "$out/running")]"
+  [ "$(standby_holder_count "$STATE" postgres)" -le 1 ] || echo "more standby holders than the pool keeps: $(standby_holder_count "$STATE" postgres)"
   q "SELECT 'exec still running: ' || id FROM mesh.execs WHERE status = 'running'"
   q "SELECT format('agent %s: %s live, %s running', agent_id, count(*) FILTER (WHERE status IN ('acquiring', 'ready', 'releasing')),
                    count(*) FILTER (WHERE external_ref = ANY (string_to_array('$(tr '\n' ' ' < "$out/running" | sed 's/ $//')', ' '))))

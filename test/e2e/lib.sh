@@ -2,6 +2,7 @@
 # test/e2e/lib.sh: TAP helpers for end-to-end tests against the cluster test/run.sh started.
 # Needs PGHOST, PGPORT, PGUSER, PGDATABASE and PGDIR (the cluster's directory) in the environment.
 
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/holders.sh"
 TAP_N=0
 TAP_FAILED=0
 plan() { echo "1..$1"; }

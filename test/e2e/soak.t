@@ -9,7 +9,7 @@
 LIB=$(cd "$(dirname "$0")/../lib" && pwd)
 TURNS=${MESH_SOAK_TURNS:-1200}          # measured turns, spread over 4 clients
 CLIENTS=4
-plan 7
+plan 8
 out=$(mktemp -d)
 agent=soak-$$
 export PGOPTIONS="-c client_min_messages=warning"
@@ -34,8 +34,10 @@ contexts_used() {
 anon_kb() { awk '/^RssAnon/ {print $2}' "/proc/$1/status"; }
 fds() { ls "/proc/$1/fd" | wc -l; }
 daemon_pid() { pgrep -f "^mesh-sandboxd .*$PGDIR/data/" | head -1; }
-holders() { pgrep -f "^/usr/bin/bwrap .*$PGDIR/data/" | wc -l; }
-broker_dirs() { find "$PGDIR/data/mesh_broker" -mindepth 1 -maxdepth 1 | wc -l; }
+# holders and broker directories of workspaces; the standby pool's (test/lib/holders.sh) are
+# not per-turn growth, and a leaked standby would show as a workspace's or as a second standby
+holders() { workspace_holder_names "$PGDIR/data/mesh_sandboxd" | wc -l; }
+broker_dirs() { find "$PGDIR/data/mesh_broker" -mindepth 1 -maxdepth 1 ! -name '_standby-*' | wc -l; }
 
 # one line per process: name pid contexts anon_kb fds
 snapshot() {
@@ -89,6 +91,7 @@ is "$(echo "$growth" | grep -c '^BAD')" 0 \
 is "$(q "SELECT count(*) FROM mesh.workspaces WHERE agent_id = '$agent' AND status <> 'released'")" 0 "every soak workspace was released"
 is "$(broker_dirs)" "$before_dirs" "no broker directory is left per workspace"
 is "$(holders)" "$before_holders" "no sandbox holder is left per workspace"
+ok "$([ "$(standby_holder_count "$PGDIR/data/mesh_sandboxd")" -le 1 ]; echo $?)" "no standby holder beyond the pool's one"
 # a harness session's own backend: calls that succeed, fail in the backend, or are refused
 # as bad input leave nothing behind either (jansson's memory is not the query's)
 session=$(psql -X -qAt -v ON_ERROR_STOP=1 2>&1 <<SQL

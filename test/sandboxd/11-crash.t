@@ -5,23 +5,29 @@
 # started is adopted or killed, and its log says which. A SIGTERM with --hibernate-on-exit
 # ends commands in flight at once and leaves no sandbox process.
 . "$(dirname "$0")/lib.sh"
-plan 12
+plan 15
 USER_=postgres
 sd_start_as "$USER_" --hibernate-on-exit
 
 relaunch() { sd_launch_as "$USER_"; }   # the same non-root daemon again
-# ids of the bubblewrap sandboxes running on the host for this state dir (from their command
-# lines), one line each, sorted; a workspace with two holders shows twice
-running_ids() {
-    local pid
-    for pid in $(pgrep -u "$USER_" -f "bwrap .*$SD_STATE/workspaces/"); do
-        tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | sed -n "s|^$SD_STATE/workspaces/\([^/]*\)/files\$|\1|p"
-    done | sort
-}
+# ids of the workspaces whose sandboxes run on the host for this state dir (from the sandboxes'
+# own mounts, test/lib/holders.sh: an adopted standby shows its workspace), one line each,
+# sorted; a workspace with two holders shows twice
+running_ids() { workspace_holder_names "$SD_STATE" "$USER_"; }
+# standbys running beside them: never more than the pool keeps (--standby, 1 by default)
+standbys() { standby_holder_count "$SD_STATE" "$USER_"; }
 listed_ids() { api GET /v1/workspaces | jq -r '.workspaces[] | select(.state == "running") | .id' | sort; }
-settle() { for _ in $(seq 1 50); do [ "$(running_ids)" = "$(listed_ids)" ] && return 0; sleep 0.1; done; return 1; }
+settle() {
+    for _ in $(seq 1 50); do
+        [ "$(running_ids)" = "$(listed_ids)" ] && [ "$(standbys)" -le 1 ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
 
+wait_standby_ready
 new_ws base
+like "$(grep 'workspace base:' "$SD_DIR/log")" "adopted standby holder" "the first workspace is made from a standby"
 n=0
 mismatch=0
 for delay in 10 20 30 40 50 60 70; do
@@ -35,12 +41,13 @@ for delay in 10 20 30 40 50 60 70; do
     relaunch
     if ! settle; then
         mismatch=$((mismatch + 1))
-        diag "after a kill at ${delay} ms: running [$(running_ids | tr '\n' ' ')] listed [$(listed_ids | tr '\n' ' ')]"
+        diag "after a kill at ${delay} ms: running [$(running_ids | tr '\n' ' ')] listed [$(listed_ids | tr '\n' ' ')] standbys $(standbys)"
     fi
 done
-is "$mismatch" 0 "after each of 7 kills during creation, what runs is exactly what is listed"
+is "$mismatch" 0 "after each of 7 kills during creation, what runs is exactly what is listed (and at most one standby)"
 is "$(running_ids | uniq -d)" "" "no workspace has two holders"
 like "$(cat "$SD_DIR/log")" "re-adopted holder" "the log says which holders were adopted"
+like "$(grep 'workspace base:' "$SD_DIR/log")" "re-adopted holder" "a restarted daemon re-adopts the holder a workspace took from the pool, not killing it as a stray"
 is "$(field "$(run_sh base 'echo alive')" .stdout_b64 | base64 -d)" alive "a workspace created before the kills still works"
 
 # a holder started but never recorded (the daemon died between the two): killed at start
@@ -84,5 +91,7 @@ for _ in $(seq 1 50); do kill -0 "$SD_PID" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$SD_PID" 2>/dev/null; ok $((! $?)) "SIGTERM with a command in flight exits within 5 s"
 wait $ep
 is "$(field "$(cat "$SD_DIR/inflight")" .killed)" true "the command in flight was killed (and answered so)"
-is "$(running_ids)" "" "no sandbox process is left after the hibernating exit"
+is "$(settled_holder_names "$SD_STATE" "$USER_")" "" "no sandbox process (workspace's or standby) is left after the hibernating exit"
+is "$(ls -A "$SD_STATE/workspaces" | grep -c '^_standby-') $(ls -d /sys/fs/cgroup/*/"$SD_CGROUP"/_standby-* 2>/dev/null | wc -l)" "0 0" \
+   "and no standby directory or cgroup"
 finish

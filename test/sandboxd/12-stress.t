@@ -23,8 +23,9 @@ ok $(( ${turns:-0} < CLIENTS )) "$CLIENTS clients completed $turns turns in ${SE
 is "$(( $(field "$first" .errors) + $(field "$second" .errors) ))" 0 "every answer belonged to its own request (no error, no foreign id or nonce)"
 kill -0 "$SD_PID"; ok $? "the daemon is still running"
 is "$(field "$(api GET /v1/workspaces)" '.workspaces | length')" 0 "every workspace was released"
-is "$(find "$SD_STATE/workspaces" -mindepth 1 -maxdepth 1 | wc -l)" 0 "no workspace directory is left"
-is "$(pgrep -fc "bwrap .*$SD_DIR/")" 0 "no holder is left"
+left=($(sd_leftovers))
+is "${left[0]}" 0 "no workspace directory is left"
+is "${left[1]} ${left[2]}" "0 0" "no holder is left (beside the one standby)"
 made=$(field "$second" .turns)
 # well under the ~85 KB per workspace once kept; allocator noise is a few hundred KB at most
 if [ -n "${MESH_SANDBOXD:-}" ]; then   # a sanitizer's allocator keeps freed memory on purpose
@@ -41,6 +42,7 @@ turns=$(field "$summary" .turns)
 ok $(( ${turns:-0} < 8 )) "8 clients on one workspace completed $turns turns"
 is "$(field "$summary" .errors)" 0 "every answer is one a lone client could get (no 5xx, own nonce)"
 api DELETE /v1/workspaces/st-shared >/dev/null
-is "$(find "$SD_STATE/workspaces" -mindepth 1 -maxdepth 1 | wc -l)" 0 "after the last release no directory is left"
-is "$(pgrep -fc "bwrap .*$SD_DIR/")" 0 "and no holder"
+left=($(sd_leftovers))
+is "${left[0]}" 0 "after the last release no directory is left"
+is "${left[1]} ${left[2]}" "0 0" "and no holder (beside the one standby)"
 finish

@@ -8,6 +8,7 @@
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # MESH_SANDBOXD selects another build of the daemon (e.g. the sanitizer ones, see .ci/run).
 SANDBOXD="${MESH_SANDBOXD:-$REPO/src/sandboxd/mesh-sandboxd}"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/holders.sh"
 TEST_N=0
 TEST_FAILED=0
 SD_DIRS=()
@@ -212,6 +213,28 @@ sd_launch_as() {
 sd_start_as() {
     sd_prepare_as "$@"
     sd_launch_as "$1"
+}
+
+# wait_standby_ready: waits (bounded, 10 s) until the current daemon's log says its last standby
+# event was a standby holder made ready (not an adoption): the next new workspace of the default
+# tier takes it. False when none came.
+wait_standby_ready() {
+    for _ in $(seq 1 100); do
+        grep -E "standby _standby-[0-9]+: holder pid [0-9]+ ready|adopted standby" "$SD_DIR/log" |
+            tail -1 | grep -q " ready$" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# sd_leftovers [USER]: "DIRS HOLDERS STANDBYS" under the current state dir: workspace directories
+# and holders serving a workspace (test/lib/holders.sh), then standby holders beyond the pool's
+# one (--standby default): "0 0 0" once every workspace is released and nothing leaked.
+sd_leftovers() {
+    local standbys
+    standbys=$(standby_holder_count "$SD_STATE" "$@")
+    echo "$(find "$SD_STATE/workspaces" -mindepth 1 -maxdepth 1 ! -name '_standby-*' | wc -l)" \
+         "$(workspace_holder_names "$SD_STATE" "$@" | wc -l)" "$(( standbys > 1 ? standbys - 1 : 0 ))"
 }
 
 # new_ws ID [BODY]: acquires a workspace, bails out when that fails.
