@@ -95,12 +95,14 @@ spawn_daemon(const char *binary, const char *state_dir, const char *socket_path)
 	{
 		/* no sandbox outlives the server: stopping it stops them, keeping their files */
 		char		fd_text[16];
+		char		standby_text[16];
 		char	   *argv[] = {"mesh-sandboxd", "--socket", (char *) socket_path,
 			"--state-dir", (char *) state_dir, "--hibernate-on-exit", "--ready-fd", fd_text,
-			"--protect-path", DataDir,
+			"--protect-path", DataDir, "--standby", standby_text,
 			mesh_broker_enabled ? "--broker-dir" : NULL, broker_dir, NULL};
 
 		snprintf(fd_text, sizeof(fd_text), "%d", ready[1]);
+		snprintf(standby_text, sizeof(standby_text), "%d", mesh_embedded_standby);
 		(void) fcntl(ready[1], F_SETFD, 0);
 		/*
 		 * Its own session: the postmaster signals each child's process group,

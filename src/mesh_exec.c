@@ -30,6 +30,7 @@ PG_MODULE_MAGIC;
 int			mesh_worker_count = 2;
 char	   *mesh_database = NULL;
 bool		mesh_embedded_sandboxd = true;
+int			mesh_embedded_standby = 1;
 bool		mesh_broker_enabled = true;
 int			mesh_exec_timeout_ms = 300000;
 int			mesh_max_output_bytes = 65536;
@@ -63,6 +64,11 @@ define_settings(void)
 							 "Start and supervise a mesh-sandboxd on a unix socket in the data directory.",
 							 NULL, &mesh_embedded_sandboxd, true,
 							 PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.embedded_standby",
+							"Sandboxes the embedded mesh-sandboxd keeps started for new workspaces (its --standby).",
+							"Each costs a holder's memory (under a megabyte) and saves a cold start the sandbox's start; 0 keeps none.",
+							&mesh_embedded_standby, 1, 0, 64,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("mesh.broker",
 							 "Serve the credential broker on a unix socket in the data directory.",
 							 NULL, &mesh_broker_enabled, true,

@@ -16,6 +16,7 @@
 extern int	mesh_worker_count;
 extern char *mesh_database;
 extern bool mesh_embedded_sandboxd;
+extern int	mesh_embedded_standby;
 extern bool mesh_broker_enabled;
 extern int	mesh_exec_timeout_ms;
 extern int	mesh_max_output_bytes;
