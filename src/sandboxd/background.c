@@ -94,13 +94,17 @@ static bool record_expired(struct background *bg, double now)
 }
 
 /* Unlinks the records that match (all when EXPIRED_ONLY is false) and drops the list's
- * references (caller holds ws->lock). */
+ * references (caller holds ws->lock). An expired one is logged: its client never came back
+ * for it (or never said DELETE). */
 static void records_drop(struct workspace *ws, bool expired_only)
 {
     double now = monotonic_ms();
     for (struct background **p = &ws->backgrounds; *p;) {
         struct background *bg = *p;
         if (!expired_only || record_expired(bg, now)) {
+            if (expired_only)
+                log_event("workspace %s: background exec %s forgotten %.0f s after its end "
+                          "(--background-ttl)", ws->id, bg->key, (now - bg->ended_at) / 1000);
             *p = bg->next;
             background_put(bg);
         } else {
