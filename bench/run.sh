@@ -207,10 +207,16 @@ row cpu_workers "  of which the mesh workers" ms "$cpu_workers_ms" - \
   "  CPU of a fork+exec /bin/true" "$fork_cpu" - - "(report)"
 # on a machine the concurrent runs keep busy, CPU per exec bounds the rate: CORES seconds of
 # CPU a second over CPU per exec, against fork+exec's (the second row: a free extension)
+# (CPU is read in clock ticks: a run of a few execs may measure none, and then says so)
 cpu_rate() { awk -v c="$CORES" -v ms="$1" 'BEGIN { printf "%.1f", c * 1000 / ms }'; }
-row cpu_bound "execs/s $CORES cores allow at that CPU per exec" /s "$(cpu_rate "$cpu_ms")" - \
-  "fork+execs/s at theirs" "$(cpu_rate "$fork_cpu")" - - "(report)"
-[ -z "$sd_cpu" ] || row cpu_bound_sd "  with mesh-sandboxd's CPU alone" /s "$(cpu_rate "$sd_cpu")" - \
+measured() { awk -v ms="$1" 'BEGIN { exit !(ms > 0) }'; }
+if measured "$cpu_ms" && measured "$fork_cpu"; then
+  row cpu_bound "execs/s $CORES cores allow at that CPU per exec" /s "$(cpu_rate "$cpu_ms")" - \
+    "fork+execs/s at theirs" "$(cpu_rate "$fork_cpu")" - - "(report)"
+else
+  echo "cpu_bound      (too few execs for their CPU to be measured: run more iterations)"
+fi
+measured "${sd_cpu:-0}" && measured "${sd_fork_cpu:-0}" && row cpu_bound_sd "  with mesh-sandboxd's CPU alone" /s "$(cpu_rate "$sd_cpu")" - \
   "  fork+execs/s at theirs (its own run)" "$(cpu_rate "$sd_fork_cpu")" - - "(report)"
 row fsync_per_exec "WAL fdatasyncs per exec, the concurrent runs" /exec "$fsyncs" - \
   "a synchronous commit's one flush" 1 - - "(report)"
