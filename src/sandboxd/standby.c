@@ -98,10 +98,7 @@ static struct workspace *standby_start(void)
     if (!ok) {
         log_event("standby %s: could not be started%s%s", name, err.http_status ? ": " : "",
                   err.message);
-        cgroup_close_fds(sb->cgroup_fds);
-        cgroup_workspace_remove(name);
-        standby_remove_dirs(name);
-        workspace_free(sb);
+        standby_discard(sb);   /* sandbox_start left no process: this removes the rest */
         return NULL;
     }
     return sb;
@@ -236,12 +233,8 @@ bool standby_adopt(struct workspace *ws)
     char name[sizeof sb->id];
     snprintf(name, sizeof name, "%s", sb->id);
     if (!holder_running(sb) || !standby_rename(sb, ws->id)) {
-        sandbox_stop(sb);
-        cgroup_close_fds(sb->cgroup_fds);
-        cgroup_workspace_remove(name);
-        cgroup_workspace_remove(ws->id);
-        standby_remove_dirs(name);
-        workspace_free(sb);
+        standby_discard(sb);
+        cgroup_workspace_remove(ws->id);   /* the groups a partial rename moved */
         return false;
     }
     standby_hand_over(sb, ws);
