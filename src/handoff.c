@@ -145,19 +145,24 @@ typedef enum PushResult
 {
 	PUSHED,
 	NOT_RUNNING,
-	QUEUE_FULL
+	QUEUE_FULL,
+	RESTARTED
 } PushResult;
 
-/* Queue a call segment for a worker. */
+/*
+ * Queue a call segment for a worker.  Its queue's sender was named first
+ * (name_sender), and only that process may take it: when the slot's
+ * worker exited or restarted since, the call is not queued (RESTARTED).
+ */
 static PushResult
-push_call(int w, dsm_handle handle, uint64 *generation)
+push_call(int w, dsm_handle handle, uint64 sender_generation, uint64 *generation)
 {
 	MeshWorkerSlot *slot = &mesh_shared->workers[w];
 	PushResult	result = PUSHED;
 
 	SpinLockAcquire(&slot->mutex);
-	if (slot->pid == 0)
-		result = NOT_RUNNING;
+	if (slot->pid == 0 || slot->generation != sender_generation)
+		result = RESTARTED;
 	else if (slot->tail - slot->head >= MESH_QUEUE_LEN)
 		result = QUEUE_FULL;
 	else
@@ -168,6 +173,31 @@ push_call(int w, dsm_handle handle, uint64 *generation)
 	}
 	SpinLockRelease(&slot->mutex);
 	return result;
+}
+
+/*
+ * Name the process serving slot w as the reply queue's sender, once it
+ * runs (false while it does not).  The caller names it, not the worker:
+ * shm_mq_set_sender wakes the receiver, and a worker naming itself on
+ * taking the call would wake its caller for nothing once per call.
+ */
+static bool
+name_sender(int w, shm_mq *mq, uint64 *sender_generation)
+{
+	MeshWorkerSlot *slot = &mesh_shared->workers[w];
+	int			procno = -1;
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->pid != 0)
+	{
+		procno = slot->procno;
+		*sender_generation = slot->generation;
+	}
+	SpinLockRelease(&slot->mutex);
+	if (procno < 0)
+		return false;
+	shm_mq_set_sender(mq, &ProcGlobal->allProcs[procno]);
+	return true;
 }
 
 static bool
@@ -190,22 +220,36 @@ worker_still_serving(int w, uint64 generation)
  * clear error that says which it was and what to raise.
  */
 static void
-submit_call(int w, dsm_segment *seg, uint64 *generation)
+submit_call(int w, dsm_segment *seg, shm_mq *mq, uint64 *generation)
 {
 	MeshWorkerSlot *slot = &mesh_shared->workers[w];
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), MESH_SUBMIT_WAIT_MS);
-	PushResult	result;
+	PushResult	result = NOT_RUNNING;
+	bool		named = false;
+	uint64		sender_generation = 0;
 
 	ConditionVariablePrepareToSleep(&slot->queue_changed);
-	while ((result = push_call(w, dsm_segment_handle(seg), generation)) != PUSHED)
+	for (;;)
 	{
-		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		long		left;
 
+		if (!named)
+			named = name_sender(w, mq, &sender_generation);
+		if (named && (result = push_call(w, dsm_segment_handle(seg), sender_generation,
+										 generation)) != QUEUE_FULL)
+			break;
+		/* not running yet (NOT_RUNNING), or its queue is full: wait */
+		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (left <= 0)
 			break;
 		(void) ConditionVariableTimedSleep(&slot->queue_changed, left, PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
+	if (result == RESTARTED)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("mesh worker %d restarted while this call was being queued", w),
+				 errhint("Nothing was run; call again.  The server log says why the worker restarted.")));
 	if (result == NOT_RUNNING)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -443,21 +487,28 @@ mesh_call_slot(int w, const char *run_id, StringInfo request,
 	dsm_segment *seg;
 	shm_toc    *toc;
 	MeshCall   *call;
+	shm_mq	   *mq;
 	shm_mq_handle *mqh;
 	uint64		generation = 0;
 
 	seg = create_call_segment(run_id, request, blob, blob_len);
 	toc = shm_toc_attach(MESH_CALL_MAGIC, dsm_segment_address(seg));
 	call = shm_toc_lookup(toc, MESH_KEY_CALL, false);
-	shm_mq_set_receiver(shm_toc_lookup(toc, MESH_KEY_QUEUE, false), MyProc);
-	mqh = shm_mq_attach(shm_toc_lookup(toc, MESH_KEY_QUEUE, false), seg, NULL);
+	mq = shm_toc_lookup(toc, MESH_KEY_QUEUE, false);
+	shm_mq_set_receiver(mq, MyProc);
+	/*
+	 * No detach callback for the queue: detaching it would wake the worker
+	 * after every reply.  A caller that stops waiting tells the worker
+	 * through call_detached instead.
+	 */
+	mqh = shm_mq_attach(mq, NULL, NULL);
 
 	waiting_worker = w;
 	waiting_done = false;
 	on_dsm_detach(seg, call_detached, PointerGetDatum(call));
 
 	call->queued_at_ns = mesh_clock_ns();
-	submit_call(w, seg, &generation);
+	submit_call(w, seg, mq, &generation);
 	receive_final(w, generation, mqh, deadline, reply);
 
 	waiting_done = true;
@@ -498,8 +549,9 @@ mesh_worker_detach_slot(int index)
 }
 
 /*
- * Attach a queued call segment as its sender; NULL when the caller already
- * gave up (the segment is gone) or it is not a call.  *request and *blob
+ * Attach a queued call segment, whose caller named this process its
+ * queue's sender; NULL when the caller already gave up (the segment is
+ * gone) or it is not a call.  *request and *blob
  * point into the segment, which stays mapped until the worker detaches.
  */
 dsm_segment *
@@ -523,7 +575,12 @@ mesh_attach_call(dsm_handle handle, MeshCall **hdr, MeshMsg *request,
 	mesh_msg_parse(shm_toc_lookup(toc, MESH_KEY_REQUEST, false), (*hdr)->request_len, request);
 	*blob = (*hdr)->blob_len > 0 ? shm_toc_lookup(toc, MESH_KEY_BLOB, false) : NULL;
 	mq = shm_toc_lookup(toc, MESH_KEY_QUEUE, false);
-	shm_mq_set_sender(mq, MyProc);
+	/* its caller named this process the sender (name_sender) */
+	if (shm_mq_get_sender(mq) != MyProc)
+	{
+		dsm_detach(seg);
+		return NULL;
+	}
 	*mqh = shm_mq_attach(mq, seg, NULL);
 	return seg;
 }
