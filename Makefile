@@ -30,6 +30,9 @@ OBJS = \
 	src/backends/registry.o \
 	src/backends/sandboxd.o \
 	src/backends/docker.o \
+	src/backends/docker_api.o \
+	src/backends/docker_exec.o \
+	src/backends/docker_files.o \
 	src/backends/docker_background.o \
 	src/backends/kubernetes.o \
 	src/backends/kubernetes_parse.o \
