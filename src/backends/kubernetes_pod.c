@@ -63,6 +63,7 @@ typedef struct K8sOp
 	MeshError	failure;		/* what the acquire fails with once the pod is discarded */
 } K8sOp;
 
+/* The state of a new operation on pod REF, in st->data. */
 static K8sOp *
 op_new(MeshOpState *st, const char *ref)
 {
