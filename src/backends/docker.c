@@ -160,7 +160,7 @@ container_spec(const MeshBackend *be, MeshSize size, const char *install_id)
 					 "s:[{s:s,s:s},{s:s,s:s}]}}",
 					 "Image", json_string_value(json_object_get(be->config, "image")),
 					 "Entrypoint", "/bin/sleep", "2147483647",
-					 "User", config_user(be),
+					 "User", docker_config_user(be),
 					 "Env", "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" DOCKER_WORKSPACE,
 					 "WorkingDir", DOCKER_WORKSPACE,
 					 "NetworkDisabled", 1,
@@ -189,7 +189,7 @@ docker_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 
 	if (!mesh_acquire_without_snapshot(be, spec, err))
 		return false;
-	op = op_new(st, ref);
+	op = docker_op_new(st, ref);
 	op->install_id = pstrdup(spec->install_id);
 	op->phase = PH_CREATE;
 	docker_begin(be, req, "POST", psprintf("/containers/create?name=%s", mesh_url_encode(ref)));
@@ -246,7 +246,7 @@ acquire_created(const MeshBackend *be, MeshOpState *st, DockerOp *op,
 	}
 	if (!docker_ok(resp, be, "create a container", err))
 		return MESH_STEP_FAILED;
-	if ((doc = parse_object(resp, be, err)) == NULL)
+	if ((doc = docker_parse_object(resp, be, err)) == NULL)
 		return MESH_STEP_FAILED;
 	op->limits_dropped = warns_of_dropped_limits(doc);
 	json_decref(doc);
@@ -265,7 +265,7 @@ acquire_inspected(const MeshBackend *be, MeshOpState *st, DockerOp *op,
 
 	if (!docker_ok(resp, be, "inspect an existing container", err))
 		return MESH_STEP_FAILED;
-	if ((doc = parse_object(resp, be, err)) == NULL)
+	if ((doc = docker_parse_object(resp, be, err)) == NULL)
 		return MESH_STEP_FAILED;
 	json_unpack(doc, "{s:{s:{s?s,s?s}}}", "Config", "Labels", DOCKER_LABEL, &owner,
 				DOCKER_BACKEND_LABEL, &entry);
@@ -326,7 +326,7 @@ static bool
 docker_release_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 					   bool prefer_hibernate, MeshHttpRequest *req, MeshError *err)
 {
-	DockerOp   *op = op_new(st, ref);
+	DockerOp   *op = docker_op_new(st, ref);
 
 	op->keep = keeps_on_release(be, prefer_hibernate);
 	if (op->keep)
@@ -380,7 +380,7 @@ docker_list_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 	size_t		i;
 	json_t	   *entry;
 
-	if (!docker_ok(resp, be, "list containers", err) || (doc = parse_object(resp, be, err)) == NULL)
+	if (!docker_ok(resp, be, "list containers", err) || (doc = docker_parse_object(resp, be, err)) == NULL)
 		return MESH_STEP_FAILED;
 	if (!json_is_array(doc))
 	{

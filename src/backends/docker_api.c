@@ -29,7 +29,7 @@
 
 /* The workspace user as configured: every exec and archive entry runs or is owned as it. */
 const char *
-config_user(const MeshBackend *be)
+docker_config_user(const MeshBackend *be)
 {
 	json_t	   *user = json_object_get(be->config, "user");
 
@@ -101,7 +101,7 @@ docker_ok(const MeshHttpResponse *resp, const MeshBackend *be, const char *doing
 }
 
 json_t *
-parse_object(const MeshHttpResponse *resp, const MeshBackend *be, MeshError *err)
+docker_parse_object(const MeshHttpResponse *resp, const MeshBackend *be, MeshError *err)
 {
 	json_t	   *doc = json_loadb(resp->body ? resp->body : "", resp->body_len, 0, NULL);
 
@@ -115,7 +115,7 @@ parse_object(const MeshHttpResponse *resp, const MeshBackend *be, MeshError *err
 }
 
 DockerOp *
-op_new(MeshOpState *st, const char *ref)
+docker_op_new(MeshOpState *st, const char *ref)
 {
 	DockerOp   *op = palloc0(sizeof(DockerOp));
 
@@ -138,7 +138,7 @@ tar_octal(char *field, int width, unsigned long long value)
 
 /* One ustar header block: name (<= 100 bytes), type, mode, owner, size. */
 void
-tar_header(StringInfo tar, const char *name, char type, int mode, const char *user, size_t size)
+docker_tar_header(StringInfo tar, const char *name, char type, int mode, const char *user, size_t size)
 {
 	char		h[TAR_BLOCK];
 	unsigned int sum = 0;
@@ -175,7 +175,7 @@ tar_pad(StringInfo tar)
 
 /* A regular file entry; a name over 100 bytes travels in a pax header. */
 void
-tar_file(StringInfo tar, const char *name, int mode, const char *user, const char *data, size_t len)
+docker_tar_file(StringInfo tar, const char *name, int mode, const char *user, const char *data, size_t len)
 {
 	if (strlen(name) > 100)
 	{
@@ -187,18 +187,18 @@ tar_file(StringInfo tar, const char *name, int mode, const char *user, const cha
 		while (total != body + strlen(psprintf("%zu", total)))
 			total = body + strlen(psprintf("%zu", total));
 		record = psprintf("%zu path=%s\n", total, name);
-		tar_header(tar, "././@PaxHeader", 'x', 0644, user, strlen(record));
+		docker_tar_header(tar, "././@PaxHeader", 'x', 0644, user, strlen(record));
 		appendStringInfoString(tar, record);
 		tar_pad(tar);
 	}
-	tar_header(tar, name, '0', mode, user, len);
+	docker_tar_header(tar, name, '0', mode, user, len);
 	appendBinaryStringInfo(tar, data, len);
 	tar_pad(tar);
 }
 
 /* Two zero blocks end an archive. */
 void
-tar_end(StringInfo tar)
+docker_tar_end(StringInfo tar)
 {
 	static const char zeros[2 * TAR_BLOCK] = {0};
 
@@ -221,7 +221,7 @@ tar_parse_octal(const char *field, int width)
  * Returns false (with *is_file false) when the entry is not a regular file.
  */
 bool
-tar_first_file(const char *tar, size_t len, const char **data, size_t *size, bool *is_file)
+docker_tar_first_file(const char *tar, size_t len, const char **data, size_t *size, bool *is_file)
 {
 	size_t		off = 0;
 
@@ -261,12 +261,12 @@ tar_first_file(const char *tar, size_t len, const char **data, size_t *size, boo
  * its streams come back on the start's answer (else it is started detached).
  */
 void
-exec_create_request(const MeshBackend *be, const char *ref, json_t *cmd, json_t *env,
+docker_exec_create_request(const MeshBackend *be, const char *ref, json_t *cmd, json_t *env,
 					bool attach, MeshHttpRequest *req)
 {
 	json_t	   *body = json_pack("{s:b,s:b,s:b,s:o,s:s,s:s}",
 								 "AttachStdin", 0, "AttachStdout", attach, "AttachStderr", attach,
-								 "Cmd", cmd, "User", config_user(be),
+								 "Cmd", cmd, "User", docker_config_user(be),
 								 "WorkingDir", DOCKER_WORKSPACE);
 
 	if (env)
@@ -277,16 +277,16 @@ exec_create_request(const MeshBackend *be, const char *ref, json_t *cmd, json_t 
 
 /* ["sh", "-c", script, "mesh", args...] */
 json_t *
-script_cmd(const char *script)
+docker_script_cmd(const char *script)
 {
 	return json_pack("[s,s,s,s]", "/bin/sh", "-c", script, "mesh");
 }
 
 /* The exec's id from a create answer, in op->exec_id. */
 bool
-take_exec_id(const MeshBackend *be, DockerOp *op, const MeshHttpResponse *resp, MeshError *err)
+docker_take_exec_id(const MeshBackend *be, DockerOp *op, const MeshHttpResponse *resp, MeshError *err)
 {
-	json_t	   *doc = parse_object(resp, be, err);
+	json_t	   *doc = docker_parse_object(resp, be, err);
 	const char *id = NULL;
 
 	if (doc == NULL)
@@ -309,7 +309,7 @@ take_exec_id(const MeshBackend *be, DockerOp *op, const MeshHttpResponse *resp, 
  * command ends.  Detached: the answer comes once the process is started.
  */
 void
-exec_start_request(const MeshBackend *be, DockerOp *op, long extra_ms, bool detach,
+docker_exec_start_request(const MeshBackend *be, DockerOp *op, long extra_ms, bool detach,
 				   MeshHttpRequest *req)
 {
 	docker_begin(be, req, "POST", psprintf("/exec/%s/start", op->exec_id));
@@ -322,7 +322,7 @@ exec_start_request(const MeshBackend *be, DockerOp *op, long extra_ms, bool deta
  * big-endian size) into stdout and stderr.
  */
 bool
-demux(const char *buf, size_t len, StringInfo out, StringInfo err)
+docker_demux(const char *buf, size_t len, StringInfo out, StringInfo err)
 {
 	size_t		off = 0;
 
@@ -345,13 +345,13 @@ demux(const char *buf, size_t len, StringInfo out, StringInfo err)
 /*
  * The exec create of one of the driver's scripts with its arguments (a
  * NULL-terminated list), attached; its output lands in op->out and op->err
- * (script_step).
+ * (docker_script_step).
  */
 void
-script_request(const MeshBackend *be, DockerOp *op, const char *script, const char *const *args,
+docker_script_request(const MeshBackend *be, DockerOp *op, const char *script, const char *const *args,
 			   MeshHttpRequest *req)
 {
-	json_t	   *cmd = script_cmd(script);
+	json_t	   *cmd = docker_script_cmd(script);
 
 	for (; *args; args++)
 		json_array_append_new(cmd, json_string(*args));
@@ -360,7 +360,7 @@ script_request(const MeshBackend *be, DockerOp *op, const char *script, const ch
 	if (op->err.data == NULL)
 		initStringInfo(&op->err);
 	op->phase = PH_EXEC_CREATE;
-	exec_create_request(be, op->ref, cmd, NULL, true, req);
+	docker_exec_create_request(be, op->ref, cmd, NULL, true, req);
 }
 
 /*
@@ -370,21 +370,21 @@ script_request(const MeshBackend *be, DockerOp *op, const char *script, const ch
  * DOING names the script's purpose in errors.
  */
 MeshStepResult
-script_step(const MeshBackend *be, MeshOpState *st, DockerOp *op, const MeshHttpResponse *resp,
+docker_script_step(const MeshBackend *be, MeshOpState *st, DockerOp *op, const MeshHttpResponse *resp,
 			const char *doing, long extra_ms, MeshError *err)
 {
 	if (op->phase == PH_EXEC_CREATE)
 	{
-		if (!docker_ok(resp, be, doing, err) || !take_exec_id(be, op, resp, err))
+		if (!docker_ok(resp, be, doing, err) || !docker_take_exec_id(be, op, resp, err))
 			return MESH_STEP_FAILED;
 		op->phase = PH_EXEC_START;
-		exec_start_request(be, op, extra_ms, false, &st->next);
+		docker_exec_start_request(be, op, extra_ms, false, &st->next);
 		return MESH_STEP_NEXT;
 	}
 	Assert(op->phase == PH_EXEC_START);
 	if (!docker_ok(resp, be, doing, err))
 		return MESH_STEP_FAILED;
-	if (!demux(resp->body, resp->body_len, &op->out, &op->err))
+	if (!docker_demux(resp->body, resp->body_len, &op->out, &op->err))
 	{
 		mesh_error_set(err, MESH_FAIL_PROTOCOL,
 					   "backend \"%s\" (Docker) answered an exec to %s with a malformed stream",
@@ -399,7 +399,7 @@ script_step(const MeshBackend *be, MeshOpState *st, DockerOp *op, const MeshHttp
  * (409): for kill and forget there is then nothing left to do.
  */
 bool
-container_absent(const DockerOp *op, const MeshHttpResponse *resp)
+docker_container_absent(const DockerOp *op, const MeshHttpResponse *resp)
 {
 	return op->phase == PH_EXEC_CREATE && !resp->transport_error &&
 		(resp->status == 404 || resp->status == 409);
@@ -407,7 +407,7 @@ container_absent(const DockerOp *op, const MeshHttpResponse *resp)
 
 /* A key names a directory of the driver's scratch: a plain name only. */
 bool
-valid_key(const MeshBackend *be, const char *key, MeshError *err)
+docker_valid_key(const MeshBackend *be, const char *key, MeshError *err)
 {
 	if (docker_exec_key_valid(key))
 		return true;
@@ -419,7 +419,7 @@ valid_key(const MeshBackend *be, const char *key, MeshError *err)
 
 /* The first line a script printed, without its newline (in op->out). */
 const char *
-script_verdict(DockerOp *op)
+docker_script_verdict(DockerOp *op)
 {
 	op->out.data[strcspn(op->out.data, "\n")] = '\0';
 	return op->out.data;

@@ -73,7 +73,7 @@ typedef struct DockerOp
 
 /* docker_api.c: config, requests and errors */
 /* the configured workspace user ("uid:gid"), or the default */
-extern const char *config_user(const MeshBackend *be);
+extern const char *docker_config_user(const MeshBackend *be);
 /* start a request to the daemon: socket, API version, deadline */
 extern void docker_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method,
 						 const char *path);
@@ -83,50 +83,50 @@ extern char *docker_message(const MeshHttpResponse *resp);
 extern bool docker_ok(const MeshHttpResponse *resp, const MeshBackend *be, const char *doing,
 					  MeshError *err);
 /* the answer as a JSON object or array, or a protocol error */
-extern json_t *parse_object(const MeshHttpResponse *resp, const MeshBackend *be, MeshError *err);
+extern json_t *docker_parse_object(const MeshHttpResponse *resp, const MeshBackend *be, MeshError *err);
 /* the state of a new operation on container REF, in st->data */
-extern DockerOp *op_new(MeshOpState *st, const char *ref);
+extern DockerOp *docker_op_new(MeshOpState *st, const char *ref);
 
 /* docker_api.c: tar (ustar) for the archive API */
 /* one ustar header block: name, type, mode, owner, size */
-extern void tar_header(StringInfo tar, const char *name, char type, int mode, const char *user,
+extern void docker_tar_header(StringInfo tar, const char *name, char type, int mode, const char *user,
 					   size_t size);
 /* a regular file entry; a name over 100 bytes travels in a pax header */
-extern void tar_file(StringInfo tar, const char *name, int mode, const char *user,
+extern void docker_tar_file(StringInfo tar, const char *name, int mode, const char *user,
 					 const char *data, size_t len);
 /* the two zero blocks that end an archive */
-extern void tar_end(StringInfo tar);
+extern void docker_tar_end(StringInfo tar);
 /* the first regular file of a tar stream (extended headers skipped) */
-extern bool tar_first_file(const char *tar, size_t len, const char **data, size_t *size,
+extern bool docker_tar_first_file(const char *tar, size_t len, const char **data, size_t *size,
 						   bool *is_file);
 
 /* docker_api.c: exec in a container, and the driver's scripts run that way */
 /* POST /containers/{ref}/exec for an argv, as the workspace user */
-extern void exec_create_request(const MeshBackend *be, const char *ref, json_t *cmd, json_t *env,
+extern void docker_exec_create_request(const MeshBackend *be, const char *ref, json_t *cmd, json_t *env,
 								bool attach, MeshHttpRequest *req);
 /* ["sh", "-c", script, "mesh"], for the script's arguments to follow */
-extern json_t *script_cmd(const char *script);
+extern json_t *docker_script_cmd(const char *script);
 /* the exec's id from a create answer, in op->exec_id */
-extern bool take_exec_id(const MeshBackend *be, DockerOp *op, const MeshHttpResponse *resp,
+extern bool docker_take_exec_id(const MeshBackend *be, DockerOp *op, const MeshHttpResponse *resp,
 						 MeshError *err);
 /* POST /exec/{id}/start, attached (the stream) or detached */
-extern void exec_start_request(const MeshBackend *be, DockerOp *op, long extra_ms, bool detach,
+extern void docker_exec_start_request(const MeshBackend *be, DockerOp *op, long extra_ms, bool detach,
 							   MeshHttpRequest *req);
 /* split Docker's multiplexed stream into stdout and stderr */
-extern bool demux(const char *buf, size_t len, StringInfo out, StringInfo err);
+extern bool docker_demux(const char *buf, size_t len, StringInfo out, StringInfo err);
 /* the attached exec create of a driver script with its arguments */
-extern void script_request(const MeshBackend *be, DockerOp *op, const char *script,
+extern void docker_script_request(const MeshBackend *be, DockerOp *op, const char *script,
 						   const char *const *args, MeshHttpRequest *req);
 /* a script's create, then its start, whose output lands in op->out and op->err */
-extern MeshStepResult script_step(const MeshBackend *be, MeshOpState *st, DockerOp *op,
+extern MeshStepResult docker_script_step(const MeshBackend *be, MeshOpState *st, DockerOp *op,
 								  const MeshHttpResponse *resp, const char *doing, long extra_ms,
 								  MeshError *err);
 /* whether a script's create found its container gone or stopped */
-extern bool container_absent(const DockerOp *op, const MeshHttpResponse *resp);
+extern bool docker_container_absent(const DockerOp *op, const MeshHttpResponse *resp);
 /* an exec key names a directory of the scratch volume: a plain name only */
-extern bool valid_key(const MeshBackend *be, const char *key, MeshError *err);
+extern bool docker_valid_key(const MeshBackend *be, const char *key, MeshError *err);
 /* the first line a script printed (in op->out) */
-extern const char *script_verdict(DockerOp *op);
+extern const char *docker_script_verdict(DockerOp *op);
 
 /* docker_exec.c: exec, kill, and background commands' start, output and forget */
 extern bool docker_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,

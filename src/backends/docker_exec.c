@@ -82,7 +82,7 @@ static void
 exec_command_request(const MeshBackend *be, DockerOp *op, const MeshExecSpec *spec,
 					 MeshHttpRequest *req)
 {
-	json_t	   *cmd = script_cmd(spec->background ? docker_bg_wrapper : exec_wrapper);
+	json_t	   *cmd = docker_script_cmd(spec->background ? docker_bg_wrapper : exec_wrapper);
 
 	json_array_append_new(cmd, json_string(op->key));
 	if (spec->background && spec->timeout_ms <= 0)
@@ -95,7 +95,7 @@ exec_command_request(const MeshBackend *be, DockerOp *op, const MeshExecSpec *sp
 	json_array_append_new(cmd, json_string(spec->dir && spec->dir[0] ? spec->dir : "."));
 	for (int i = 0; i < spec->argc; i++)
 		json_array_append_new(cmd, json_string(spec->argv[i]));
-	exec_create_request(be, op->ref, cmd, spec->env ? env_array(spec->env) : NULL,
+	docker_exec_create_request(be, op->ref, cmd, spec->env ? env_array(spec->env) : NULL,
 						!spec->background, req);
 }
 
@@ -110,10 +110,10 @@ stdin_upload_request(const MeshBackend *be, DockerOp *op, const MeshExecSpec *sp
 	StringInfoData tar;
 
 	initStringInfo(&tar);
-	tar_header(&tar, psprintf("%s/", op->key), '5', 0700, config_user(be), 0);
-	tar_file(&tar, psprintf("%s/in", op->key), 0600, config_user(be),
+	docker_tar_header(&tar, psprintf("%s/", op->key), '5', 0700, docker_config_user(be), 0);
+	docker_tar_file(&tar, psprintf("%s/in", op->key), 0600, docker_config_user(be),
 			 spec->stdin_data, spec->stdin_len);
-	tar_end(&tar);
+	docker_tar_end(&tar);
 	docker_begin(be, req, "PUT", psprintf("/containers/%s/archive?path=%s",
 										  mesh_url_encode(op->ref),
 										  spec->background ? DOCKER_BG_DIR : DOCKER_SCRATCH));
@@ -130,7 +130,7 @@ bool
 docker_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 					const MeshExecSpec *spec, MeshHttpRequest *req, MeshError *err)
 {
-	DockerOp   *op = op_new(st, ref);
+	DockerOp   *op = docker_op_new(st, ref);
 
 	op->key = pstrdup(spec->exec_key);
 	op->timeout_ms = spec->timeout_ms;
@@ -140,13 +140,13 @@ docker_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 	initStringInfo(&op->err);
 	if (spec->background)
 	{
-		if (!valid_key(be, op->key, err))
+		if (!docker_valid_key(be, op->key, err))
 			return false;
 		exec_command_request(be, op, spec, &op->create);
 		op->has_stdin = spec->stdin_data != NULL;
 		if (op->has_stdin)
 			stdin_upload_request(be, op, spec, &op->upload);
-		script_request(be, op, docker_bg_claim_script, (const char *[]) {op->key, NULL}, req);
+		docker_script_request(be, op, docker_bg_claim_script, (const char *[]) {op->key, NULL}, req);
 		return true;
 	}
 	if (spec->stdin_data == NULL)
@@ -201,7 +201,7 @@ exec_streamed(const MeshBackend *be, MeshOpState *st, DockerOp *op, const MeshHt
 {
 	if (!docker_ok(resp, be, "run the command", err))
 		return MESH_STEP_FAILED;
-	if (!demux(resp->body, resp->body_len, &op->out, &op->err))
+	if (!docker_demux(resp->body, resp->body_len, &op->out, &op->err))
 	{
 		mesh_error_set(err, MESH_FAIL_PROTOCOL,
 					   "backend \"%s\" (Docker) answered an exec with a malformed output stream", be->name);
@@ -224,7 +224,7 @@ exec_finished(const MeshBackend *be, DockerOp *op, const MeshHttpResponse *resp,
 	bool		complete;
 
 	if (!docker_ok(resp, be, "inspect the finished command", err) ||
-		(doc = parse_object(resp, be, err)) == NULL)
+		(doc = docker_parse_object(resp, be, err)) == NULL)
 		return MESH_STEP_FAILED;
 	code = json_object_get(doc, "ExitCode");
 	if (!json_is_integer(code) || json_is_true(json_object_get(doc, "Running")))
@@ -265,11 +265,11 @@ docker_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 			st->next = op->create;
 			return MESH_STEP_NEXT;
 		case PH_EXEC_CREATE:
-			if (!docker_ok(resp, be, "create an exec", err) || !take_exec_id(be, op, resp, err))
+			if (!docker_ok(resp, be, "create an exec", err) || !docker_take_exec_id(be, op, resp, err))
 				return MESH_STEP_FAILED;
 			op->phase = PH_EXEC_START;
 			/* the transport must outlast the command's own timeout */
-			exec_start_request(be, op, op->timeout_ms + 10000, false, &st->next);
+			docker_exec_start_request(be, op, op->timeout_ms + 10000, false, &st->next);
 			return MESH_STEP_NEXT;
 		case PH_EXEC_START:
 			return exec_streamed(be, st, op, resp, err);
@@ -289,11 +289,11 @@ docker_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 					const char *exec_key, const char *signal, MeshHttpRequest *req,
 					MeshError *err)
 {
-	DockerOp   *op = op_new(st, ref);
+	DockerOp   *op = docker_op_new(st, ref);
 
 	if (signal == NULL)
 		signal = "KILL";
-	if (!valid_key(be, exec_key, err))
+	if (!docker_valid_key(be, exec_key, err))
 		return false;
 	if (!docker_signal_valid(signal))
 	{
@@ -302,7 +302,7 @@ docker_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 					   be->name, signal);
 		return false;
 	}
-	script_request(be, op, docker_kill_script, (const char *[]) {exec_key, signal, NULL}, req);
+	docker_script_request(be, op, docker_kill_script, (const char *[]) {exec_key, signal, NULL}, req);
 	req->timeout_ms = Min(req->timeout_ms, 10000);
 	return true;
 }
@@ -315,9 +315,9 @@ docker_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 	DockerOp   *op = st->data;
 	MeshStepResult step;
 
-	if (container_absent(op, resp))
+	if (docker_container_absent(op, resp))
 		return MESH_STEP_DONE;
-	step = script_step(be, st, op, resp, "kill the command", 0, err);
+	step = docker_script_step(be, st, op, resp, "kill the command", 0, err);
 	if (step == MESH_STEP_NEXT)
 		st->next.timeout_ms = Min(st->next.timeout_ms, 10000);
 	return step;
@@ -332,7 +332,7 @@ docker_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 static MeshStepResult
 background_claimed(const MeshBackend *be, MeshOpState *st, DockerOp *op, MeshError *err)
 {
-	const char *verdict = script_verdict(op);
+	const char *verdict = docker_script_verdict(op);
 
 	if (strcmp(verdict, "claimed") == 0)
 	{
@@ -359,7 +359,7 @@ background_started(const MeshBackend *be, const MeshHttpResponse *resp, MeshErro
 	bool		started;
 
 	if (!docker_ok(resp, be, "inspect the background command", err) ||
-		(doc = parse_object(resp, be, err)) == NULL)
+		(doc = docker_parse_object(resp, be, err)) == NULL)
 		return MESH_STEP_FAILED;
 	started = json_is_true(json_object_get(doc, "Running")) ||
 		json_is_integer(json_object_get(doc, "ExitCode"));
@@ -389,7 +389,7 @@ docker_exec_start_response(const MeshBackend *be, MeshOpState *st, const MeshHtt
 	{
 		case PH_EXEC_CREATE:
 		case PH_EXEC_START:
-			step = script_step(be, st, op, resp, "record a background command", 0, err);
+			step = docker_script_step(be, st, op, resp, "record a background command", 0, err);
 			return step == MESH_STEP_DONE ? background_claimed(be, st, op, err) : step;
 		case PH_STDIN:
 			if (!docker_ok(resp, be, "deliver stdin", err))
@@ -399,10 +399,10 @@ docker_exec_start_response(const MeshBackend *be, MeshOpState *st, const MeshHtt
 			return MESH_STEP_NEXT;
 		case PH_LAUNCH:
 			if (!docker_ok(resp, be, "create the background command's exec", err) ||
-				!take_exec_id(be, op, resp, err))
+				!docker_take_exec_id(be, op, resp, err))
 				return MESH_STEP_FAILED;
 			op->phase = PH_LAUNCH_START;
-			exec_start_request(be, op, 0, true, &st->next);
+			docker_exec_start_request(be, op, 0, true, &st->next);
 			return MESH_STEP_NEXT;
 		case PH_LAUNCH_START:
 			if (!docker_ok(resp, be, "start the background command", err))
@@ -427,10 +427,10 @@ docker_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *r
 						   const char *exec_key, const MeshOutputAsk *ask,
 						   MeshHttpRequest *req, MeshError *err)
 {
-	DockerOp   *op = op_new(st, ref);
+	DockerOp   *op = docker_op_new(st, ref);
 	long		looks;
 
-	if (!valid_key(be, exec_key, err))
+	if (!docker_valid_key(be, exec_key, err))
 		return false;
 	if (ask->stdout_from < 0 || ask->stderr_from < 0)
 	{
@@ -441,7 +441,7 @@ docker_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *r
 	op->key = pstrdup(exec_key);
 	op->wait_ms = Max(ask->wait_ms, 0);
 	looks = (op->wait_ms + DOCKER_BG_POLL_MS - 1) / DOCKER_BG_POLL_MS;
-	script_request(be, op, docker_bg_output_script,
+	docker_script_request(be, op, docker_bg_output_script,
 				   (const char *[]) {exec_key,
 					   psprintf(INT64_FORMAT, ask->stdout_from),
 					   psprintf(INT64_FORMAT, ask->stderr_from),
@@ -503,7 +503,7 @@ docker_exec_output_response(const MeshBackend *be, MeshOpState *st, const MeshHt
 							MeshExecProgress *progress, MeshError *err)
 {
 	DockerOp   *op = st->data;
-	MeshStepResult step = script_step(be, st, op, resp, "read a background command's output",
+	MeshStepResult step = docker_script_step(be, st, op, resp, "read a background command's output",
 									  op->wait_ms, err);
 
 	return step == MESH_STEP_DONE ? background_progress(be, op, progress, err) : step;
@@ -514,12 +514,12 @@ bool
 docker_exec_forget_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 						   const char *exec_key, MeshHttpRequest *req, MeshError *err)
 {
-	DockerOp   *op = op_new(st, ref);
+	DockerOp   *op = docker_op_new(st, ref);
 
-	if (!valid_key(be, exec_key, err))
+	if (!docker_valid_key(be, exec_key, err))
 		return false;
 	op->key = pstrdup(exec_key);
-	script_request(be, op, docker_bg_forget_script, (const char *[]) {exec_key, NULL}, req);
+	docker_script_request(be, op, docker_bg_forget_script, (const char *[]) {exec_key, NULL}, req);
 	return true;
 }
 
@@ -536,12 +536,12 @@ docker_exec_forget_response(const MeshBackend *be, MeshOpState *st, const MeshHt
 	MeshStepResult step;
 	const char *verdict;
 
-	if (container_absent(op, resp))
+	if (docker_container_absent(op, resp))
 		return MESH_STEP_DONE;
-	step = script_step(be, st, op, resp, "forget a background command", 0, err);
+	step = docker_script_step(be, st, op, resp, "forget a background command", 0, err);
 	if (step != MESH_STEP_DONE)
 		return step;
-	verdict = script_verdict(op);
+	verdict = docker_script_verdict(op);
 	if (strcmp(verdict, "gone") == 0)
 		return MESH_STEP_DONE;
 	mesh_error_set(err, strcmp(verdict, "running") == 0 ? MESH_FAIL_BAD_REQUEST : MESH_FAIL_PROTOCOL,

@@ -105,7 +105,7 @@ confine_path(const char *path)
 static void
 file_check_request(const MeshBackend *be, DockerOp *op, const char *script, MeshHttpRequest *req)
 {
-	script_request(be, op, script, (const char *[]) {op->rel, NULL}, req);
+	docker_script_request(be, op, script, (const char *[]) {op->rel, NULL}, req);
 }
 
 /* The archive request for a file whose check printed "ok <resolved>". */
@@ -125,8 +125,8 @@ write_archive_request(const MeshBackend *be, DockerOp *op, const char *parent,
 	const char *slash = strrchr(op->rel, '/');
 
 	initStringInfo(&tar);
-	tar_file(&tar, slash ? slash + 1 : op->rel, op->mode, config_user(be), op->data, op->len);
-	tar_end(&tar);
+	docker_tar_file(&tar, slash ? slash + 1 : op->rel, op->mode, docker_config_user(be), op->data, op->len);
+	docker_tar_end(&tar);
 	docker_begin(be, req, "PUT", psprintf("/containers/%s/archive?path=%s",
 										  mesh_url_encode(op->ref), mesh_url_encode(parent)));
 	req->body = tar.data;
@@ -138,7 +138,7 @@ write_archive_request(const MeshBackend *be, DockerOp *op, const char *parent,
 static MeshStepResult
 file_checked(const MeshBackend *be, MeshOpState *st, DockerOp *op, MeshError *err)
 {
-	const char *verdict = script_verdict(op);
+	const char *verdict = docker_script_verdict(op);
 
 	if (strncmp(verdict, "ok /", 4) == 0)
 	{
@@ -166,7 +166,7 @@ static MeshStepResult
 file_step(const MeshBackend *be, MeshOpState *st, DockerOp *op, const MeshHttpResponse *resp,
 		  MeshError *err)
 {
-	MeshStepResult step = script_step(be, st, op, resp, "check the path", 0, err);
+	MeshStepResult step = docker_script_step(be, st, op, resp, "check the path", 0, err);
 
 	return step == MESH_STEP_DONE ? file_checked(be, st, op, err) : step;
 }
@@ -175,7 +175,7 @@ file_step(const MeshBackend *be, MeshOpState *st, DockerOp *op, const MeshHttpRe
 static DockerOp *
 file_op(MeshOpState *st, const char *ref, const char *path)
 {
-	DockerOp   *op = op_new(st, ref);
+	DockerOp   *op = docker_op_new(st, ref);
 
 	op->rel = confine_path(path);
 	initStringInfo(&op->out);
@@ -221,7 +221,7 @@ docker_read_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 		return file_step(be, st, op, resp, err);
 	if (!docker_ok(resp, be, "read the file", err))
 		return MESH_STEP_FAILED;
-	if (!tar_first_file(resp->body, resp->body_len, &file, &size, &is_file))
+	if (!docker_tar_first_file(resp->body, resp->body_len, &file, &size, &is_file))
 	{
 		mesh_error_set(err, is_file ? MESH_FAIL_PROTOCOL : MESH_FAIL_PATH_REFUSED,
 					   "backend \"%s\" (Docker): the archive holds no regular file", be->name);

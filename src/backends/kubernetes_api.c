@@ -32,7 +32,7 @@
 
 /* An integer field of the config, or FALLBACK when it is not set. */
 long
-config_int(const MeshBackend *be, const char *field, long fallback)
+k8s_config_int(const MeshBackend *be, const char *field, long fallback)
 {
 	json_t	   *value = json_object_get(be->config, field);
 
@@ -51,7 +51,7 @@ api_base(const MeshBackend *be)
 
 /* The namespace every pod of this backend lives in. */
 const char *
-config_namespace(const MeshBackend *be)
+k8s_config_namespace(const MeshBackend *be)
 {
 	return json_string_value(json_object_get(be->config, "namespace"));
 }
@@ -71,8 +71,8 @@ k8s_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method, const
 {
 	memset(req, 0, sizeof(*req));
 	req->method = method;
-	req->url = psprintf("%s/api/v1/namespaces/%s%s", api_base(be), config_namespace(be), path);
-	req->timeout_ms = config_int(be, "request_timeout_ms", K8S_DEFAULT_REQUEST_TIMEOUT_MS);
+	req->url = psprintf("%s/api/v1/namespaces/%s%s", api_base(be), k8s_config_namespace(be), path);
+	req->timeout_ms = k8s_config_int(be, "request_timeout_ms", K8S_DEFAULT_REQUEST_TIMEOUT_MS);
 	k8s_secure(be, req);
 	mesh_http_add_header(req, "Accept: application/json");
 }
@@ -83,7 +83,7 @@ k8s_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method, const
  * key opens no other pod.
  */
 char *
-daemon_key(const MeshBackend *be, const char *ref)
+k8s_daemon_key(const MeshBackend *be, const char *ref)
 {
 	ResourceOwner saved = CurrentResourceOwner;
 	pg_hmac_ctx *ctx;
@@ -123,7 +123,7 @@ daemon_key(const MeshBackend *be, const char *ref)
  * API server with the CA and token, and to the daemon with the derived key.
  */
 MeshBackend
-pod_daemon(const MeshBackend *be, const char *ref)
+k8s_pod_daemon(const MeshBackend *be, const char *ref)
 {
 	MeshBackend inner = *be;
 
@@ -131,26 +131,26 @@ pod_daemon(const MeshBackend *be, const char *ref)
 	inner.credential = NULL;
 	inner.config = json_pack("{s:s,s:I}", "url",
 							 psprintf("%s/api/v1/namespaces/%s/pods/%s:%ld/proxy", api_base(be),
-									  config_namespace(be), ref,
-									  config_int(be, "daemon_port", K8S_DEFAULT_PORT)),
+									  k8s_config_namespace(be), ref,
+									  k8s_config_int(be, "daemon_port", K8S_DEFAULT_PORT)),
 							 "request_timeout_ms",
-							 (json_int_t) config_int(be, "request_timeout_ms", K8S_DEFAULT_REQUEST_TIMEOUT_MS));
+							 (json_int_t) k8s_config_int(be, "request_timeout_ms", K8S_DEFAULT_REQUEST_TIMEOUT_MS));
 	return inner;
 }
 
 /* Finish a request the sandboxd driver built for the pod's daemon. */
 void
-pod_daemon_done(const MeshBackend *be, MeshBackend *inner, const char *ref, MeshHttpRequest *req)
+k8s_pod_daemon_done(const MeshBackend *be, MeshBackend *inner, const char *ref, MeshHttpRequest *req)
 {
 	json_decref(inner->config);
 	inner->config = NULL;
 	k8s_secure(be, req);
-	mesh_http_add_header(req, "X-Mesh-Sandboxd-Token: %s", daemon_key(be, ref));
+	mesh_http_add_header(req, "X-Mesh-Sandboxd-Token: %s", k8s_daemon_key(be, ref));
 }
 
 /* The sandboxd driver, for parsing what the daemon answered (no config needed). */
 MeshBackend
-daemon_parser(const MeshBackend *be)
+k8s_daemon_parser(const MeshBackend *be)
 {
 	MeshBackend inner = *be;
 
@@ -187,7 +187,7 @@ failure_for_status(long status)
  * token is never part of a request URL or an answer, so none can leak here.
  */
 void
-api_error(const MeshBackend *be, const MeshHttpResponse *resp, const char *doing, MeshError *err)
+k8s_api_error(const MeshBackend *be, const MeshHttpResponse *resp, const char *doing, MeshError *err)
 {
 	json_t	   *doc = k8s_parse_object(resp->body, resp->body_len);
 	K8sStatus	status = {resp->status, "", ""};
@@ -203,7 +203,7 @@ api_error(const MeshBackend *be, const MeshHttpResponse *resp, const char *doing
 		mesh_error_set(err, MESH_FAIL_UNAVAILABLE,
 					   "backend \"%s\" (Kubernetes): the service account may not %s in namespace \"%s\" (HTTP 403: %s); "
 					   "bind it to the Role in deploy/kubernetes/",
-					   be->name, doing, config_namespace(be), status.message);
+					   be->name, doing, k8s_config_namespace(be), status.message);
 	else
 		mesh_error_set(err, failure_for_status(resp->status),
 					   "backend \"%s\" (Kubernetes) could not %s: HTTP %ld %s%s%s", be->name, doing,
@@ -220,13 +220,13 @@ api_error(const MeshBackend *be, const MeshHttpResponse *resp, const char *doing
 
 /* Whether the API server answered 2xx; otherwise err is set. */
 bool
-api_ok(const MeshBackend *be, const MeshHttpResponse *resp, const char *doing, MeshError *err)
+k8s_api_ok(const MeshBackend *be, const MeshHttpResponse *resp, const char *doing, MeshError *err)
 {
 	if (resp->transport_error)
 		return mesh_http_error_from_json(resp, be->name, err);
 	if (resp->status >= 200 && resp->status < 300)
 		return true;
-	api_error(be, resp, doing, err);
+	k8s_api_error(be, resp, doing, err);
 	return false;
 }
 
@@ -236,7 +236,7 @@ api_ok(const MeshBackend *be, const MeshHttpResponse *resp, const char *doing, M
  * than from the daemon (which answers {"error": ...}).
  */
 bool
-from_api_server(const MeshHttpResponse *resp, K8sStatus *status)
+k8s_from_api_server(const MeshHttpResponse *resp, K8sStatus *status)
 {
 	json_t	   *doc;
 	bool		is_status;

@@ -29,31 +29,31 @@ extern const MeshDriver mesh_sandboxd_driver;
 
 /* kubernetes_api.c: requests to the API server, and the pod's daemon through it */
 /* an integer field of the config, or FALLBACK */
-extern long config_int(const MeshBackend *be, const char *field, long fallback);
+extern long k8s_config_int(const MeshBackend *be, const char *field, long fallback);
 /* the namespace of this backend's pods */
-extern const char *config_namespace(const MeshBackend *be);
+extern const char *k8s_config_namespace(const MeshBackend *be);
 /* start a request under /api/v1/namespaces/{ns}: CA, token, deadline */
 extern void k8s_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method,
 					  const char *path);
 /* the key the pod's daemon accepts: HMAC-SHA256(token, ref), hex */
-extern char *daemon_key(const MeshBackend *be, const char *ref);
+extern char *k8s_daemon_key(const MeshBackend *be, const char *ref);
 /* the sandboxd driver's view of the pod's daemon, at its proxy URL */
-extern MeshBackend pod_daemon(const MeshBackend *be, const char *ref);
+extern MeshBackend k8s_pod_daemon(const MeshBackend *be, const char *ref);
 /* finish a request built for the pod's daemon: config freed, CA, token, key */
-extern void pod_daemon_done(const MeshBackend *be, MeshBackend *inner, const char *ref,
+extern void k8s_pod_daemon_done(const MeshBackend *be, MeshBackend *inner, const char *ref,
 							MeshHttpRequest *req);
 /* the sandboxd driver, to parse what the pod's daemon answered */
-extern MeshBackend daemon_parser(const MeshBackend *be);
+extern MeshBackend k8s_daemon_parser(const MeshBackend *be);
 
 /* kubernetes_api.c: the API server's errors */
 /* an API server answer that is not 2xx, as an error an operator can act on */
-extern void api_error(const MeshBackend *be, const MeshHttpResponse *resp, const char *doing,
+extern void k8s_api_error(const MeshBackend *be, const MeshHttpResponse *resp, const char *doing,
 					  MeshError *err);
 /* whether the API server answered 2xx; otherwise err is set */
-extern bool api_ok(const MeshBackend *be, const MeshHttpResponse *resp, const char *doing,
+extern bool k8s_api_ok(const MeshBackend *be, const MeshHttpResponse *resp, const char *doing,
 				   MeshError *err);
 /* whether an answer through the proxy came from the API server (a Status) */
-extern bool from_api_server(const MeshHttpResponse *resp, K8sStatus *status);
+extern bool k8s_from_api_server(const MeshHttpResponse *resp, K8sStatus *status);
 
 /* kubernetes_pod.c: acquire, release, list */
 extern bool k8s_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref,

@@ -107,7 +107,7 @@ tier_limits(MeshSize size)
 static json_t *
 pod_manifest(const MeshBackend *be, const char *ref, MeshSize size, const char *install_id)
 {
-	long		port = config_int(be, "daemon_port", K8S_DEFAULT_PORT);
+	long		port = k8s_config_int(be, "daemon_port", K8S_DEFAULT_PORT);
 	json_t	   *pull = json_object_get(be->config, "image_pull_policy");
 	json_t	   *runtime = json_object_get(be->config, "runtime_class");
 	json_t	   *container;
@@ -118,7 +118,7 @@ pod_manifest(const MeshBackend *be, const char *ref, MeshSize size, const char *
 						  "name", "sandboxd",
 						  "image", json_string_value(json_object_get(be->config, "image")),
 						  "args", "--single-workspace", ref,
-						  "env", "name", "MESH_SANDBOXD_TOKEN", "value", daemon_key(be, ref),
+						  "env", "name", "MESH_SANDBOXD_TOKEN", "value", k8s_daemon_key(be, ref),
 						  "name", "MESH_SANDBOXD_PORT", "value", psprintf("%ld", port),
 						  "ports", "name", "sandboxd", "containerPort", (json_int_t) port,
 						  "protocol", "TCP",
@@ -138,7 +138,7 @@ pod_manifest(const MeshBackend *be, const char *ref, MeshSize size, const char *
 		json_object_set_new(spec, "tolerations", config_copy(be, "tolerations"));
 	return json_pack("{s:s,s:s,s:{s:s,s:s,s:{s:s,s:s,s:s}},s:o}",
 					 "apiVersion", "v1", "kind", "Pod",
-					 "metadata", "name", ref, "namespace", config_namespace(be),
+					 "metadata", "name", ref, "namespace", k8s_config_namespace(be),
 					 "labels", K8S_LABEL_INSTALL, install_id, K8S_LABEL_BACKEND, be->name,
 					 "app.kubernetes.io/managed-by", K8S_MANAGED_BY,
 					 "spec", spec);
@@ -176,7 +176,7 @@ k8s_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 	op->spec.egress = spec->egress ? pstrdup(spec->egress) : NULL;
 	op->last_state = "not created yet";
 	op->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-											   config_int(be, "ready_timeout_ms", K8S_DEFAULT_READY_TIMEOUT_MS));
+											   k8s_config_int(be, "ready_timeout_ms", K8S_DEFAULT_READY_TIMEOUT_MS));
 	create_request(be, op, req);
 	return true;
 }
@@ -201,12 +201,12 @@ static bool
 daemon_acquire_request(const MeshBackend *be, MeshOpState *st, K8sOp *op, MeshHttpRequest *req,
 					   MeshError *err)
 {
-	MeshBackend inner = pod_daemon(be, op->ref);
+	MeshBackend inner = k8s_pod_daemon(be, op->ref);
 	bool		built;
 
 	op->phase = PH_DAEMON;
 	built = mesh_sandboxd_driver.acquire_request(&inner, st, op->ref, &op->spec, req, err);
-	pod_daemon_done(be, &inner, op->ref, req);
+	k8s_pod_daemon_done(be, &inner, op->ref, req);
 	return built;
 }
 
@@ -230,8 +230,8 @@ past_deadline(const MeshBackend *be, MeshOpState *st, K8sOp *op, MeshError *err)
 	mesh_error_set(err, MESH_FAIL_UNAVAILABLE,
 				   "backend \"%s\" (Kubernetes): pod \"%s\" did not become Ready within %ld ms (%s); "
 				   "see kubectl describe pod -n %s %s",
-				   be->name, op->ref, config_int(be, "ready_timeout_ms", K8S_DEFAULT_READY_TIMEOUT_MS),
-				   op->last_state, config_namespace(be), op->ref);
+				   be->name, op->ref, k8s_config_int(be, "ready_timeout_ms", K8S_DEFAULT_READY_TIMEOUT_MS),
+				   op->last_state, k8s_config_namespace(be), op->ref);
 	return discard_pod(be, st, op, err);
 }
 
@@ -265,7 +265,7 @@ from_pod(const MeshBackend *be, MeshOpState *st, K8sOp *op, json_t *pod, MeshErr
 			mesh_error_set(err, MESH_FAIL_UNAVAILABLE,
 						   "backend \"%s\" (Kubernetes): pod \"%s\" will not start: %s; "
 						   "see kubectl describe pod -n %s %s",
-						   be->name, op->ref, why, config_namespace(be), op->ref);
+						   be->name, op->ref, why, k8s_config_namespace(be), op->ref);
 			step = discard_pod(be, st, op, err);
 			break;
 		case K8S_POD_TERMINATING:
@@ -311,7 +311,7 @@ created(const MeshBackend *be, MeshOpState *st, K8sOp *op, const MeshHttpRespons
 		k8s_begin(be, &st->next, "GET", psprintf("/pods/%s", op->ref));
 		return MESH_STEP_NEXT;
 	}
-	if (!api_ok(be, resp, "create a pod", err) || (pod = pod_from(be, resp, err)) == NULL)
+	if (!k8s_api_ok(be, resp, "create a pod", err) || (pod = pod_from(be, resp, err)) == NULL)
 		return MESH_STEP_FAILED;
 	op->recreate = false;
 	return from_pod(be, st, op, pod, err);
@@ -335,14 +335,14 @@ inspected(const MeshBackend *be, MeshOpState *st, K8sOp *op, const MeshHttpRespo
 		create_request(be, op, &st->next);
 		return MESH_STEP_NEXT;
 	}
-	if (!api_ok(be, resp, "inspect an existing pod", err) || (pod = pod_from(be, resp, err)) == NULL)
+	if (!k8s_api_ok(be, resp, "inspect an existing pod", err) || (pod = pod_from(be, resp, err)) == NULL)
 		return MESH_STEP_FAILED;
 	if (!k8s_pod_labelled(pod, op->spec.install_id, be->name))
 	{
 		json_decref(pod);
 		mesh_error_set(err, MESH_FAIL_BAD_REQUEST,
 					   "backend \"%s\" (Kubernetes): a pod named \"%s\" exists in namespace \"%s\" but was not made by this backend (labels differ); remove it",
-					   be->name, op->ref, config_namespace(be));
+					   be->name, op->ref, k8s_config_namespace(be));
 		return MESH_STEP_FAILED;
 	}
 	if (k8s_pod_state(pod, &why) == K8S_POD_BROKEN)
@@ -364,7 +364,7 @@ watched(const MeshBackend *be, MeshOpState *st, K8sOp *op, const MeshHttpRespons
 	K8sStatus	error;
 	json_t	   *pod;
 
-	if (!api_ok(be, resp, "watch a pod", err))
+	if (!k8s_api_ok(be, resp, "watch a pod", err))
 		return MESH_STEP_FAILED;
 	pod = k8s_watch_last(resp->body, resp->body_len, &deleted, &error);
 	if (op->recreate && (deleted || pod == NULL))
@@ -392,12 +392,12 @@ static MeshStepResult
 daemon_acquired(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 				MeshCapabilities *caps, MeshError *err)
 {
-	MeshBackend inner = daemon_parser(be);
+	MeshBackend inner = k8s_daemon_parser(be);
 	K8sStatus	status;
 
-	if (from_api_server(resp, &status))
+	if (k8s_from_api_server(resp, &status))
 	{
-		api_error(be, resp, "reach the pod's daemon", err);
+		k8s_api_error(be, resp, "reach the pod's daemon", err);
 		return MESH_STEP_FAILED;
 	}
 	if (mesh_sandboxd_driver.acquire_response(&inner, st, resp, caps, err) != MESH_STEP_DONE)
@@ -428,7 +428,7 @@ k8s_acquire_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRespo
 				create_request(be, op, &st->next);
 				return MESH_STEP_NEXT;
 			}
-			if (!api_ok(be, resp, "remove a failed pod", err))
+			if (!k8s_api_ok(be, resp, "remove a failed pod", err))
 				return MESH_STEP_FAILED;
 			op->recreate = true;
 			watch_request(be, op, &st->next);
@@ -464,7 +464,7 @@ MeshStepResult
 k8s_release_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 					 MeshReleaseOutcome *outcome, MeshError *err)
 {
-	if ((resp->transport_error || resp->status != 404) && !api_ok(be, resp, "delete a pod", err))
+	if ((resp->transport_error || resp->status != 404) && !k8s_api_ok(be, resp, "delete a pod", err))
 		return MESH_STEP_FAILED;
 	*outcome = MESH_RELEASE_DESTROYED;
 	return MESH_STEP_DONE;
@@ -499,7 +499,7 @@ k8s_list_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse
 	json_t	   *pod;
 	size_t		i;
 
-	if (!api_ok(be, resp, "list pods", err))
+	if (!k8s_api_ok(be, resp, "list pods", err))
 		return MESH_STEP_FAILED;
 	doc = k8s_parse_object(resp->body, resp->body_len);
 	list = doc ? k8s_pod_list_items(doc) : NULL;

@@ -6,8 +6,8 @@
  *	  pods/{name}:{port}/proxy subresource to the pod's mesh-sandboxd.
  *
  * Each request is built by the sandboxd driver for the pod's daemon
- * (pod_daemon), then carries the CA, the token and the workspace's derived
- * key (pod_daemon_done).  An answer that came from the API server rather
+ * (k8s_pod_daemon), then carries the CA, the token and the workspace's derived
+ * key (k8s_pod_daemon_done).  An answer that came from the API server rather
  * than from the daemon (the pod is gone or unreachable) is an error in
  * the API server's words; anything else is the sandboxd driver's to read.
  *
@@ -32,9 +32,9 @@ proxied_failure(const MeshBackend *be, const MeshHttpResponse *resp, MeshError *
 {
 	K8sStatus	status;
 
-	if (!from_api_server(resp, &status))
+	if (!k8s_from_api_server(resp, &status))
 		return false;
-	api_error(be, resp, "reach the workspace's pod", err);
+	k8s_api_error(be, resp, "reach the workspace's pod", err);
 	return true;
 }
 
@@ -42,10 +42,10 @@ bool
 k8s_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 				 const MeshExecSpec *spec, MeshHttpRequest *req, MeshError *err)
 {
-	MeshBackend inner = pod_daemon(be, ref);
+	MeshBackend inner = k8s_pod_daemon(be, ref);
 	bool		built = mesh_sandboxd_driver.exec_request(&inner, st, ref, spec, req, err);
 
-	pod_daemon_done(be, &inner, ref, req);
+	k8s_pod_daemon_done(be, &inner, ref, req);
 	return built;
 }
 
@@ -53,7 +53,7 @@ MeshStepResult
 k8s_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 				  MeshExecResult *result, MeshError *err)
 {
-	MeshBackend inner = daemon_parser(be);
+	MeshBackend inner = k8s_daemon_parser(be);
 
 	if (proxied_failure(be, resp, err))
 		return MESH_STEP_FAILED;
@@ -64,11 +64,11 @@ bool
 k8s_kill_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *exec_key,
 				 const char *signal, MeshHttpRequest *req, MeshError *err)
 {
-	MeshBackend inner = pod_daemon(be, ref);
+	MeshBackend inner = k8s_pod_daemon(be, ref);
 	bool		built = mesh_sandboxd_driver.kill_request(&inner, st, ref, exec_key, signal, req,
 														  err);
 
-	pod_daemon_done(be, &inner, ref, req);
+	k8s_pod_daemon_done(be, &inner, ref, req);
 	return built;
 }
 
@@ -78,7 +78,7 @@ pod_gone(const MeshHttpResponse *resp)
 {
 	K8sStatus	status;
 
-	return from_api_server(resp, &status) && status.code == 404;
+	return k8s_from_api_server(resp, &status) && status.code == 404;
 }
 
 /* A pod that is gone has nothing left to kill. */
@@ -86,7 +86,7 @@ MeshStepResult
 k8s_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 				  MeshError *err)
 {
-	MeshBackend inner = daemon_parser(be);
+	MeshBackend inner = k8s_daemon_parser(be);
 
 	if (pod_gone(resp))
 		return MESH_STEP_DONE;
@@ -100,7 +100,7 @@ MeshStepResult
 k8s_exec_start_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 						MeshError *err)
 {
-	MeshBackend inner = daemon_parser(be);
+	MeshBackend inner = k8s_daemon_parser(be);
 
 	if (proxied_failure(be, resp, err))
 		return MESH_STEP_FAILED;
@@ -112,11 +112,11 @@ k8s_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 						const char *exec_key, const MeshOutputAsk *ask, MeshHttpRequest *req,
 						MeshError *err)
 {
-	MeshBackend inner = pod_daemon(be, ref);
+	MeshBackend inner = k8s_pod_daemon(be, ref);
 	bool		built = mesh_sandboxd_driver.exec_output_request(&inner, st, ref, exec_key, ask,
 																 req, err);
 
-	pod_daemon_done(be, &inner, ref, req);
+	k8s_pod_daemon_done(be, &inner, ref, req);
 	return built;
 }
 
@@ -125,7 +125,7 @@ MeshStepResult
 k8s_exec_output_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 						 MeshExecProgress *progress, MeshError *err)
 {
-	MeshBackend inner = daemon_parser(be);
+	MeshBackend inner = k8s_daemon_parser(be);
 
 	if (pod_gone(resp))
 	{
@@ -143,11 +143,11 @@ bool
 k8s_exec_forget_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 						const char *exec_key, MeshHttpRequest *req, MeshError *err)
 {
-	MeshBackend inner = pod_daemon(be, ref);
+	MeshBackend inner = k8s_pod_daemon(be, ref);
 	bool		built = mesh_sandboxd_driver.exec_forget_request(&inner, st, ref, exec_key, req,
 																 err);
 
-	pod_daemon_done(be, &inner, ref, req);
+	k8s_pod_daemon_done(be, &inner, ref, req);
 	return built;
 }
 
@@ -156,7 +156,7 @@ MeshStepResult
 k8s_exec_forget_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 						 MeshError *err)
 {
-	MeshBackend inner = daemon_parser(be);
+	MeshBackend inner = k8s_daemon_parser(be);
 
 	if (pod_gone(resp))
 		return MESH_STEP_DONE;
@@ -169,10 +169,10 @@ bool
 k8s_read_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
 				 MeshHttpRequest *req, MeshError *err)
 {
-	MeshBackend inner = pod_daemon(be, ref);
+	MeshBackend inner = k8s_pod_daemon(be, ref);
 	bool		built = mesh_sandboxd_driver.read_request(&inner, st, ref, path, req, err);
 
-	pod_daemon_done(be, &inner, ref, req);
+	k8s_pod_daemon_done(be, &inner, ref, req);
 	return built;
 }
 
@@ -180,7 +180,7 @@ MeshStepResult
 k8s_read_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 				  const char **data, size_t *len, MeshError *err)
 {
-	MeshBackend inner = daemon_parser(be);
+	MeshBackend inner = k8s_daemon_parser(be);
 
 	if (proxied_failure(be, resp, err))
 		return MESH_STEP_FAILED;
@@ -191,11 +191,11 @@ bool
 k8s_write_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
 				  int mode, const char *data, size_t len, MeshHttpRequest *req, MeshError *err)
 {
-	MeshBackend inner = pod_daemon(be, ref);
+	MeshBackend inner = k8s_pod_daemon(be, ref);
 	bool		built = mesh_sandboxd_driver.write_request(&inner, st, ref, path, mode, data, len,
 														  req, err);
 
-	pod_daemon_done(be, &inner, ref, req);
+	k8s_pod_daemon_done(be, &inner, ref, req);
 	return built;
 }
 
@@ -203,7 +203,7 @@ MeshStepResult
 k8s_write_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 				   MeshError *err)
 {
-	MeshBackend inner = daemon_parser(be);
+	MeshBackend inner = k8s_daemon_parser(be);
 
 	if (proxied_failure(be, resp, err))
 		return MESH_STEP_FAILED;
