@@ -30,8 +30,14 @@ OBJS = \
 	src/backends/registry.o \
 	src/backends/sandboxd.o \
 	src/backends/docker.o \
+	src/backends/docker_api.o \
+	src/backends/docker_exec.o \
+	src/backends/docker_files.o \
 	src/backends/docker_background.o \
 	src/backends/kubernetes.o \
+	src/backends/kubernetes_api.o \
+	src/backends/kubernetes_pod.o \
+	src/backends/kubernetes_proxy.o \
 	src/backends/kubernetes_parse.o \
 	src/backends/sandboxd_parse.o
 

@@ -8,7 +8,7 @@
  * ereport, no server runtime), so the very scripts the driver sends and the
  * reader of the bytes a container answers with can be run against a real
  * container by a test (test/e2e/docker_background.t), unit-tested and
- * fuzzed (test/docker/, test/fuzz/) outside PostgreSQL, while docker.c turns
+ * fuzzed (test/docker/, test/fuzz/) outside PostgreSQL, while docker_exec.c turns
  * them into Engine API requests, MeshExecProgress and MeshErrors.
  *
  * A background command's record is the directory /run/mesh/bg/<key>/ in the

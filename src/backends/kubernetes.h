@@ -7,8 +7,8 @@
  * events, Status) with jansson alone: no palloc, no ereport, no server
  * runtime.  So the readers of untrusted bytes can be fuzzed and unit-tested
  * against recorded API responses outside PostgreSQL (test/fuzz/,
- * test/kubernetes/), while kubernetes.c turns their findings into requests
- * and MeshErrors.  Every string returned points into the document passed
+ * test/kubernetes/), while the driver (kubernetes_pod.c, kubernetes_api.c)
+ * turns their findings into requests and MeshErrors.  Every string returned points into the document passed
  * in, or is a static literal.
  *
  *-------------------------------------------------------------------------
