@@ -50,7 +50,8 @@ REGRESS_OPTS = --inputdir=. --use-existing
 
 PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl libmicrohttpd)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
-SHLIB_LINK = $(shell pkg-config --libs jansson libcurl libmicrohttpd)
+SHLIB_LINK = $(shell pkg-config --libs jansson libcurl libmicrohttpd) \
+	-Wl,--version-script=$(srcdir)/src/mesh_exec.map
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -58,6 +59,9 @@ include $(PGXS)
 
 # pg_regress runs in the database the workers serve (mesh.database), created by test/run.sh.
 CONTRIB_TESTDB = mesh_test
+
+# What the library exports (src/mesh_exec.map) is part of its link.
+$(shlib): src/mesh_exec.map
 
 # Headers are few: rebuild every object when one changes.
 $(OBJS): $(wildcard src/*.h src/backends/*.h)
