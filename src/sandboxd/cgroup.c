@@ -200,9 +200,38 @@ bool cgroup_workspace_rename(const char *from, const char *to)
     return ok;
 }
 
-/* Start-up: removes every group of our subtree whose name MATCHES (standbys a previous run
- * left), killing what still runs in it. */
-void cgroup_remove_matching(bool (*matches)(const char *name))
+/* Removes group DIR and its exec groups once nothing runs in them, waiting up to 200 ms for
+ * processes that are dying (strays just killed); a group still in use is kept, and logged. */
+static void remove_group_if_empty(const char *dir)
+{
+    int error = 0;
+    for (int attempt = 0; attempt < 200; attempt++) {
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (strncmp(e->d_name, "exec-", 5) != 0)
+                continue;
+            char *sub = xasprintf("%s/%s", dir, e->d_name);
+            rmdir(sub);
+            free(sub);
+        }
+        if (d)
+            closedir(d);
+        if (rmdir(dir) == 0 || errno == ENOENT)
+            return;
+        error = errno;
+        if (error != EBUSY)
+            break;
+        usleep(1000);
+    }
+    log_event("cgroup: %s kept: %s", dir, strerror(error));
+}
+
+/* Start-up: removes the groups of our subtree whose name MATCHES. With KILL (standbys a
+ * previous run left) what still runs in them is killed first; without, a group is removed only
+ * when nothing runs in it (a leftover of no workspace: the strays in it were killed already,
+ * and a subtree some other daemon was given by mistake loses nothing that runs). */
+void cgroup_remove_matching(bool (*matches)(const char *name), bool kill)
 {
     for (int c = 0; c < CG_COUNT; c++) {
         if (!controller_ok[c])
@@ -210,9 +239,17 @@ void cgroup_remove_matching(bool (*matches)(const char *name))
         char *root = cgroup_path(c, NULL);
         DIR *d = opendir(root);
         struct dirent *e;
-        while (d && (e = readdir(d)))
-            if (e->d_type == DT_DIR && matches(e->d_name))
+        while (d && (e = readdir(d))) {
+            if (e->d_type != DT_DIR || !matches(e->d_name))
+                continue;
+            if (kill) {
                 cgroup_workspace_remove(e->d_name);
+                continue;
+            }
+            char *dir = cgroup_path(c, e->d_name);
+            remove_group_if_empty(dir);
+            free(dir);
+        }
         if (d)
             closedir(d);
         free(root);

@@ -162,7 +162,7 @@ enum { CG_OOM_CONTROL = CG_COUNT, CG_PEAK, CG_FILES };
 bool cgroup_available(int controller);
 bool cgroup_workspace_create(const char *id, const struct size_tier *tier, int fds[CG_FILES]);
 bool cgroup_workspace_rename(const char *from, const char *to);
-void cgroup_remove_matching(bool (*matches)(const char *name));
+void cgroup_remove_matching(bool (*matches)(const char *name), bool kill);
 void cgroup_workspace_remove(const char *id);
 void cgroup_close_fds(int fds[CG_FILES]);
 int cgroup_exec_group_open(int controller, const char *id, int slot, bool create);

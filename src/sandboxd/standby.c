@@ -278,7 +278,7 @@ void standby_init(void)
     free(root);
     if (g_config.broker_dir)
         remove_left_in(g_config.broker_dir);
-    cgroup_remove_matching(standby_name);
+    cgroup_remove_matching(standby_name, true);
     pool_target = g_config.single_workspace ? 0 : g_config.standby;
     if (pool_target > 0 && pthread_create(&filler, NULL, pool_fill, NULL) != 0) {
         log_event("standby holders: cannot start their thread");

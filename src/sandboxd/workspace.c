@@ -773,6 +773,19 @@ static bool holds_registered(const char *name, pid_t holder_pid)
 
 /* Start-up: reload every workspace from the state dir; removes directories without a valid
  * meta.json (left by a crash during creation). */
+/* Start-up: a group named as a workspace the daemon does not know is a leftover (a daemon
+ * killed while it created the workspace, or while it gave one a standby's groups and before
+ * its state was written); removed once nothing runs in it (its stray holder was killed). */
+static bool group_of_no_workspace(const char *name)
+{
+    if (!workspace_id_valid(name))
+        return false;
+    pthread_mutex_lock(&registry_lock);
+    bool known = registry_find(name) != NULL;
+    pthread_mutex_unlock(&registry_lock);
+    return !known;
+}
+
 void workspaces_init(void)
 {
     char *root = xasprintf("%s/workspaces", g_config.state_dir);
@@ -806,6 +819,7 @@ void workspaces_init(void)
         closedir(d);
     free(root);
     sandbox_kill_strays(holds_registered);
+    cgroup_remove_matching(group_of_no_workspace, false);
 }
 
 /* --hibernate-on-exit: after the drain, stop every running workspace (files kept) so that no

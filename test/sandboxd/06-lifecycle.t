@@ -3,7 +3,7 @@
 # SIGTERM and SIGKILL (re-adoption), lost holders, drain, single-instance lock; an idle daemon's
 # main thread sleeps, and still reaps a sandbox that ends while its creator's connection stays.
 . "$(dirname "$0")/lib.sh"
-plan 32
+plan 35
 sd_start
 holder_of() { jq -r .holder_pid "$SD_STATE/workspaces/$1/meta.json"; }
 
@@ -35,9 +35,19 @@ is "$(stdout_of "$(exec_json l1 '{"argv":["cat","r.txt"]}')")" after-restart "wo
 sd_stop KILL
 kill -KILL "$(holder_of l1)"
 mkdir -p "$SD_STATE/workspaces/half-made/files"
+# groups of no workspace, as a daemon killed between giving a standby's groups their workspace's
+# name and writing its state leaves them: removed at start, but only where nothing runs
+groups_of() { for c in memory pids cpu cpuacct; do ls -d "/sys/fs/cgroup/$c/$SD_CGROUP/$1" 2>/dev/null; done; }
+for c in memory pids cpu cpuacct; do mkdir -p "/sys/fs/cgroup/$c/$SD_CGROUP/leftover/exec-1" "/sys/fs/cgroup/$c/$SD_CGROUP/busy"; done
+sleep 300 & busy=$!
+echo "$busy" > "/sys/fs/cgroup/memory/$SD_CGROUP/busy/cgroup.procs"
 sd_launch
 is "$(stdout_of "$(exec_json l1 '{"argv":["cat","r.txt"]}')")" after-restart "a lost holder is restarted over the same files"
 test ! -e "$SD_STATE/workspaces/half-made"; ok $? "a directory without state is cleaned up at start"
+is "$(groups_of leftover)" "" "so are the cgroups of a workspace it does not know"
+kill -0 "$busy"; ok $? "a process in such a group is not killed"
+is "$(groups_of busy | grep -c memory)" 1 "and its group is kept (and logged)"
+kill "$busy"; wait "$busy" 2>/dev/null
 
 kill -KILL "$(holder_of l1)"
 for _ in $(seq 1 50); do kill -0 "$(holder_of l1)" 2>/dev/null || break; sleep 0.1; done
