@@ -29,7 +29,7 @@
 static const char *controller_names[CG_COUNT] = {"memory", "pids", "cpu", "cpuacct"};
 static bool controller_ok[CG_COUNT];
 
-static void remove_exec_groups(const char *dir);
+static void remove_exec_groups(const char *dir, bool kill);
 
 /* Directory of our subtree (ID NULL) or of one workspace in CONTROLLER's hierarchy. */
 static char *cgroup_path(int controller, const char *id)
@@ -158,6 +158,26 @@ static int cgroup_kill_members(const char *dir)
     return found;
 }
 
+/* Removes group DIR and its exec groups, retrying every millisecond (ATTEMPTS times) while
+ * what runs in them dies. With KILL, what runs there is killed; without, nothing is, and only a
+ * group whose processes are already dying (EBUSY) is waited for. 0, or why DIR remains. */
+static int remove_group(const char *dir, bool kill, int attempts)
+{
+    int error = 0;
+    for (int attempt = 0; attempt < attempts; attempt++) {
+        remove_exec_groups(dir, kill);
+        if (rmdir(dir) == 0 || errno == ENOENT)
+            return 0;
+        error = errno;
+        if (!kill && error != EBUSY)
+            break;
+        if (kill)
+            cgroup_kill_members(dir);
+        usleep(1000);
+    }
+    return error;
+}
+
 /* Removes the workspace's groups, killing leftovers and retrying while they die (bounded). */
 void cgroup_workspace_remove(const char *id)
 {
@@ -165,14 +185,7 @@ void cgroup_workspace_remove(const char *id)
         if (!controller_ok[c])
             continue;
         char *dir = cgroup_path(c, id);
-        for (int attempt = 0; attempt < 2000; attempt++) {
-            if (c == CG_MEMORY || c == CG_CPUACCT)
-                remove_exec_groups(dir);
-            if (rmdir(dir) == 0 || errno == ENOENT)
-                break;
-            cgroup_kill_members(dir);
-            usleep(1000);
-        }
+        remove_group(dir, true, 2000);
         free(dir);
     }
 }
@@ -200,33 +213,6 @@ bool cgroup_workspace_rename(const char *from, const char *to)
     return ok;
 }
 
-/* Removes group DIR and its exec groups once nothing runs in them, waiting up to 200 ms for
- * processes that are dying (strays just killed); a group still in use is kept, and logged. */
-static void remove_group_if_empty(const char *dir)
-{
-    int error = 0;
-    for (int attempt = 0; attempt < 200; attempt++) {
-        DIR *d = opendir(dir);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            if (strncmp(e->d_name, "exec-", 5) != 0)
-                continue;
-            char *sub = xasprintf("%s/%s", dir, e->d_name);
-            rmdir(sub);
-            free(sub);
-        }
-        if (d)
-            closedir(d);
-        if (rmdir(dir) == 0 || errno == ENOENT)
-            return;
-        error = errno;
-        if (error != EBUSY)
-            break;
-        usleep(1000);
-    }
-    log_event("cgroup: %s kept: %s", dir, strerror(error));
-}
-
 /* Start-up: removes the groups of our subtree whose name MATCHES. With KILL (standbys a
  * previous run left) what still runs in them is killed first; without, a group is removed only
  * when nothing runs in it (a leftover of no workspace: the strays in it were killed already,
@@ -242,12 +228,10 @@ void cgroup_remove_matching(bool (*matches)(const char *name), bool kill)
         while (d && (e = readdir(d))) {
             if (e->d_type != DT_DIR || !matches(e->d_name))
                 continue;
-            if (kill) {
-                cgroup_workspace_remove(e->d_name);
-                continue;
-            }
             char *dir = cgroup_path(c, e->d_name);
-            remove_group_if_empty(dir);
+            int error = remove_group(dir, kill, kill ? 2000 : 200);
+            if (error)
+                log_event("cgroup: %s kept: %s", dir, strerror(error));
             free(dir);
         }
         if (d)
@@ -391,8 +375,9 @@ long long cgroup_peak_bytes(const int fds[CG_FILES])
     return end == buf ? -1 : (long long)value;
 }
 
-/* Removes the per-exec groups a crash may have left below workspace group DIR. */
-static void remove_exec_groups(const char *dir)
+/* Removes the per-exec groups below workspace group DIR (a crash may have left them), killing
+ * what runs in them with KILL. */
+static void remove_exec_groups(const char *dir, bool kill)
 {
     DIR *d = opendir(dir);
     struct dirent *e;
@@ -400,7 +385,8 @@ static void remove_exec_groups(const char *dir)
         if (strncmp(e->d_name, "exec-", 5) != 0)
             continue;
         char *sub = xasprintf("%s/%s", dir, e->d_name);
-        cgroup_kill_members(sub);
+        if (kill)
+            cgroup_kill_members(sub);
         rmdir(sub);
         free(sub);
     }
