@@ -423,6 +423,7 @@ extern bool mesh_http_error_from_json(const MeshHttpResponse *resp, const char *
 									  MeshError *err);
 extern MeshStepResult mesh_step(bool ok);
 extern void mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...);
+extern MeshFailure mesh_failure_for_http_status(long status);
 extern bool mesh_acquire_without_snapshot(const MeshBackend *be, const MeshAcquireSpec *spec,
 										  MeshError *err);
 extern bool mesh_base64_decode(const char *text, char **out, size_t *outlen);

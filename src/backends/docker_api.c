@@ -70,18 +70,6 @@ docker_message(const MeshHttpResponse *resp)
 	return copy;
 }
 
-static MeshFailure
-failure_for_status(long status)
-{
-	if (status == 404)
-		return MESH_FAIL_NOT_FOUND;
-	if (status == 409)
-		return MESH_FAIL_NOT_RUNNING;
-	if (status >= 400 && status < 500)
-		return MESH_FAIL_BAD_REQUEST;
-	return MESH_FAIL_UNAVAILABLE;
-}
-
 /*
  * Whether the daemon answered 2xx; otherwise set err with the backend's
  * name, what was being done, and the daemon's message.  A socket that does
@@ -94,7 +82,7 @@ docker_ok(const MeshHttpResponse *resp, const MeshBackend *be, const char *doing
 		return mesh_http_error_from_json(resp, be->name, err);
 	if (resp->status >= 200 && resp->status < 300)
 		return true;
-	mesh_error_set(err, failure_for_status(resp->status),
+	mesh_error_set(err, mesh_failure_for_http_status(resp->status),
 				   "backend \"%s\" (Docker) could not %s: HTTP %ld: %s",
 				   be->name, doing, resp->status, docker_message(resp));
 	return false;

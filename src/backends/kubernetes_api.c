@@ -165,22 +165,6 @@ k8s_daemon_parser(const MeshBackend *be)
  *--------------------------------------------------------------------------
  */
 
-static MeshFailure
-failure_for_status(long status)
-{
-	if (status == 404)
-		return MESH_FAIL_NOT_FOUND;
-	if (status == 409)
-		return MESH_FAIL_NOT_RUNNING;
-	if (status == 429)
-		return MESH_FAIL_NO_RESOURCES;
-	if (status == 401 || status == 403)
-		return MESH_FAIL_UNAVAILABLE;
-	if (status >= 400 && status < 500)
-		return MESH_FAIL_BAD_REQUEST;
-	return MESH_FAIL_UNAVAILABLE;
-}
-
 /*
  * An API server answer that is not 2xx, as an error an operator can act on:
  * the backend's name, what was being done, and the Status's own words.  The
@@ -205,7 +189,7 @@ k8s_api_error(const MeshBackend *be, const MeshHttpResponse *resp, const char *d
 					   "bind it to the Role in deploy/kubernetes/",
 					   be->name, doing, k8s_config_namespace(be), status.message);
 	else
-		mesh_error_set(err, failure_for_status(resp->status),
+		mesh_error_set(err, mesh_failure_for_http_status(resp->status),
 					   "backend \"%s\" (Kubernetes) could not %s: HTTP %ld %s%s%s", be->name, doing,
 					   resp->status, status.reason, status.message[0] ? ": " : "", status.message);
 	if (resp->status == 401)

@@ -180,6 +180,28 @@ mesh_url_encode(const char *s)
 	return buf.data;
 }
 
+/*
+ * The failure an HTTP status of a vendor API (Docker Engine, Kubernetes API
+ * server) stands for, when its body says no more: missing, not running, a
+ * quota, credentials the operator must fix (the backend is unusable as
+ * configured), the request itself, or the server.
+ */
+MeshFailure
+mesh_failure_for_http_status(long status)
+{
+	if (status == 404)
+		return MESH_FAIL_NOT_FOUND;
+	if (status == 409)
+		return MESH_FAIL_NOT_RUNNING;
+	if (status == 429)
+		return MESH_FAIL_NO_RESOURCES;
+	if (status == 401 || status == 403)
+		return MESH_FAIL_UNAVAILABLE;
+	if (status >= 400 && status < 500)
+		return MESH_FAIL_BAD_REQUEST;
+	return MESH_FAIL_UNAVAILABLE;
+}
+
 void
 mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...)
 {
