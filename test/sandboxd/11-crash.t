@@ -3,11 +3,19 @@
 # socket): a daemon SIGKILLed while it creates workspaces, at delays of 10-70 ms, leaves
 # nothing running that the restarted daemon does not list -- every holder it or a predecessor
 # started is adopted or killed, and its log says which. A SIGTERM with --hibernate-on-exit
-# ends commands in flight at once and leaves no sandbox process.
+# ends commands in flight at once and leaves no sandbox process. The host is prepared as
+# the embedded daemon's is (--setup-host: a delegated cgroup subtree, a filesystem of its own),
+# so what a kill leaves includes cgroups.
 . "$(dirname "$0")/lib.sh"
-plan 15
+plan 16
 USER_=postgres
-sd_start_as "$USER_" --hibernate-on-exit
+sd_prepare_as "$USER_" --hibernate-on-exit
+SD_CGROUP="mesh-test-$$-$RANDOM"
+SD_CGROUPS+=("$SD_CGROUP")
+"$SANDBOXD" --setup-host "$USER_" --state-dir "$SD_STATE" --cgroup-name "$SD_CGROUP" \
+    --disk-bytes $((256 << 20)) > "$SD_DIR/setup.out" 2>&1 ||
+    { echo "Bail out! --setup-host failed: $(cat "$SD_DIR/setup.out")"; exit 1; }
+sd_launch_as "$USER_"
 
 relaunch() { sd_launch_as "$USER_"; }   # the same non-root daemon again
 # ids of the workspaces whose sandboxes run on the host for this state dir (from the sandboxes'
@@ -46,6 +54,8 @@ for delay in 10 20 30 40 50 60 70; do
 done
 is "$mismatch" 0 "after each of 7 kills during creation, what runs is exactly what is listed (and at most one standby)"
 is "$(running_ids | uniq -d)" "" "no workspace has two holders"
+groups=$(find "/sys/fs/cgroup/memory/$SD_CGROUP" -mindepth 1 -maxdepth 1 -type d ! -name '_standby-*' -printf '%f\n' | sort)
+is "$groups" "$(listed_ids)" "and the cgroups of the subtree are exactly the running workspaces' (and the standby's)"
 like "$(cat "$SD_DIR/log")" "re-adopted holder" "the log says which holders were adopted"
 like "$(grep 'workspace base:' "$SD_DIR/log")" "re-adopted holder" "a restarted daemon re-adopts the holder a workspace took from the pool, not killing it as a stray"
 is "$(field "$(run_sh base 'echo alive')" .stdout_b64 | base64 -d)" alive "a workspace created before the kills still works"
