@@ -18,7 +18,7 @@
  *
  * The image needs a POSIX sh with sleep, setsid, kill, head, tail, wc,
  * readlink -f and mkdir -p (busybox is enough): commands run under a small
- * wrapper (exec_wrapper in docker_exec.c) that enforces the timeout by
+ * wrapper (docker_exec_wrapper in docker_background.c) that enforces the timeout by
  * killing the command's process group, clamps output and reports what
  * happened on a trailer at the end of stderr.  Stdin travels as a file through the archive
  * API, because this transport cannot hijack the exec connection.

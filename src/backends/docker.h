@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * docker.h
- *	  The docker driver's background commands: the scripts it runs inside a
- *	  container, and the reader of what its output script prints.
+ *	  The scripts the docker driver runs inside a container (an exec's
+ *	  wrapper, a background command's), and the reader of what a background
+ *	  command's output script prints.
  *
  * docker_background.c holds them with the C library alone (no palloc, no
  * ereport, no server runtime), so the very scripts the driver sends and the
@@ -36,6 +37,7 @@
 #define DOCKER_BG_POLL_MS 50
 
 /* Scripts run as ["/bin/sh", "-c", script, "mesh", args...]; see each one. */
+extern const char docker_exec_wrapper[];
 extern const char docker_bg_claim_script[];
 extern const char docker_bg_wrapper[];
 extern const char docker_bg_output_script[];

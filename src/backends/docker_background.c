@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * docker_background.c
- *	  Background commands in a docker container: the scripts the driver runs
- *	  there and the reader of its output script's answer.
+ *	  The scripts the docker driver runs in a container (an ordinary exec's
+ *	  wrapper and a background command's), and the reader of a background
+ *	  command's output script's answer.
  *
  * The Engine API cannot follow a process it did not attach to, and this
  * transport cannot hijack an exec's connection, so a background command is
@@ -36,6 +37,44 @@
 "alive() { local p s; read -r p s _ <\"$d/wrapper\" 2>/dev/null && [ \"$(st \"$p\")\" = \"$s\" ]; }\n" \
 "unstarted() { local c u; [ ! -f \"$d/wrapper\" ] && read -r c <\"$d/claimed\" && read -r u _ </proc/uptime &&\n" \
 "  [ \"${u%.*}\" -gt $((${c%.*} + 60)) ]; } 2>/dev/null\n"
+
+/*
+ * An ordinary exec, run attached: $1 key, $2 timeout (seconds), $3 the
+ * bytes of each stream kept (the last ones), $4 directory, then argv.  As
+ * in docker_bg_wrapper, the command runs in the foreground (a job started
+ * with & would have SIGINT and SIGQUIT ignored, and a kill call must be
+ * able to send them) through a sh that records its pid under the exec's
+ * scratch directory and becomes the command in a session of its own, so
+ * its process group is its whole tree unless it starts another session;
+ * it is killed with that group at the timeout and when it exits.  Only the
+ * tail of its output comes back (the watchdog marks the timeout before it
+ * kills, so the wrapper cannot miss the mark).  The last bytes of stderr
+ * are the trailer "\036mesh:<timed out>:<stdout bytes>:<stderr bytes>",
+ * written on descriptor 3, which neither the command nor the watchdog
+ * holds; the exit status is the command's.  The shell's own chatter goes
+ * to /dev/null.
+ */
+const char	docker_exec_wrapper[] =
+"exec 3>&2 2>/dev/null\n"
+"k=$1 s=$2 t=$3 w=$4; shift 4\n"
+"d=" DOCKER_SCRATCH "/$k; mkdir -p \"$d\" || exit 125\n"
+"i=/dev/null; [ -f \"$d/in\" ] && i=$d/in\n"
+"if cd -- \"$w\"; then\n"
+"  ( sleep \"$s\" & z=$!; trap 'kill $z; exit 0' TERM; wait $z\n"
+"    until [ -s \"$d/pid\" ]; do sleep 0.01; done\n"
+"    : >\"$d/timeout\"; kill -KILL -\"$(cat \"$d/pid\")\" ) </dev/null >/dev/null 2>&1 3>&- &\n"
+"  g=$!\n"
+"  sh -c 'echo $$ >\"$0/pid.new\" && mv \"$0/pid.new\" \"$0/pid\" && exec setsid \"$@\"' \"$d\" \"$@\" <\"$i\" >\"$d/out\" 2>\"$d/err\" 3>&-\n"
+"  r=$?\n"
+"  kill \"$g\"; [ -s \"$d/pid\" ] && kill -KILL -\"$(cat \"$d/pid\")\"\n"
+"else\n"
+"  r=1; : >\"$d/out\"; echo \"mesh: no such directory: $w\" >\"$d/err\"\n"
+"fi\n"
+"e() { tail -c \"$t\" \"$1\"; }\n"
+"e \"$d/out\"; e \"$d/err\" >&3\n"
+"o=0; [ -e \"$d/timeout\" ] && o=1\n"
+"printf '\\036mesh:%d:%d:%d' \"$o\" \"$(wc -c <\"$d/out\")\" \"$(wc -c <\"$d/err\")\" >&3\n"
+"rm -rf \"$d\"; exit \"$r\"\n";
 
 /*
  * $1 key: make the record, or say the key is taken ("claimed", "used", or

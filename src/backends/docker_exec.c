@@ -4,9 +4,9 @@
  *	  The docker driver's commands: exec, kill, and background commands'
  *	  start, output and forget.
  *
- * An exec runs under exec_wrapper (below), attached, and its answer is the
- * multiplexed stream; stdin travels first as a file through the archive
- * API.  Kill is an exec of docker_kill_script.  A background command is
+ * An exec runs under docker_exec_wrapper (docker_background.c), attached,
+ * and its answer is the multiplexed stream; stdin travels first as a file
+ * through the archive API.  Kill is an exec of docker_kill_script.  A background command is
  * claimed, started detached under docker_bg_wrapper, read and forgotten
  * through the scripts and the reader in docker_background.c (docker.h),
  * which keeps them apart from the server's runtime; this file turns them
@@ -23,36 +23,6 @@
 
 #include "backends/backend.h"
 #include "backends/docker_api.h"
-
-/*
- * Runs one command: $1 key, $2 timeout (seconds), $3 the bytes of each
- * stream kept (the last ones), $4 directory, then argv.  The command gets its own session (so
- * its process group is its whole tree unless it starts another session),
- * is killed with that group at the timeout and when it exits, and only the
- * tail of its output comes back (the watchdog marks the timeout before
- * it kills, so the wrapper cannot miss the mark).  The last bytes of stderr are the
- * trailer "\036mesh:<timed out>:<stdout bytes>:<stderr bytes>"; the exit
- * status is the command's.  The shell's own chatter goes to /dev/null.
- */
-static const char exec_wrapper[] =
-"exec 3>&2 2>/dev/null\n"
-"k=$1 s=$2 t=$3 w=$4; shift 4\n"
-"d=" DOCKER_SCRATCH "/$k; mkdir -p \"$d\" || exit 125\n"
-"i=/dev/null; [ -f \"$d/in\" ] && i=$d/in\n"
-"if cd -- \"$w\"; then\n"
-"  setsid \"$@\" <\"$i\" >\"$d/out\" 2>\"$d/err\" &\n"
-"  p=$!; echo \"$p\" >\"$d/pid\"\n"
-"  ( sleep \"$s\" & z=$!; trap 'kill $z; exit 0' TERM; wait $z; : >\"$d/timeout\"; kill -KILL -\"$p\" ) </dev/null >/dev/null 2>&1 &\n"
-"  g=$!; wait \"$p\"; r=$?\n"
-"  kill \"$g\"; kill -KILL -\"$p\"\n"
-"else\n"
-"  r=1; : >\"$d/out\"; echo \"mesh: no such directory: $w\" >\"$d/err\"\n"
-"fi\n"
-"e() { tail -c \"$t\" \"$1\"; }\n"
-"e \"$d/out\"; e \"$d/err\" >&3\n"
-"o=0; [ -e \"$d/timeout\" ] && o=1\n"
-"printf '\\036mesh:%d:%d:%d' \"$o\" \"$(wc -c <\"$d/out\")\" \"$(wc -c <\"$d/err\")\" >&3\n"
-"rm -rf \"$d\"; exit \"$r\"\n";
 
 /*--------------------------------------------------------------------------
  * Exec
@@ -82,7 +52,7 @@ static void
 exec_command_request(const MeshBackend *be, DockerOp *op, const MeshExecSpec *spec,
 					 MeshHttpRequest *req)
 {
-	json_t	   *cmd = docker_script_cmd(spec->background ? docker_bg_wrapper : exec_wrapper);
+	json_t	   *cmd = docker_script_cmd(spec->background ? docker_bg_wrapper : docker_exec_wrapper);
 
 	json_array_append_new(cmd, json_string(op->key));
 	if (spec->background && spec->timeout_ms <= 0)

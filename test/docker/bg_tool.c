@@ -1,9 +1,9 @@
 /*
- * bg_tool.c - the docker driver's background scripts and output reader
+ * bg_tool.c - the docker driver's scripts (an exec's wrapper, background commands') and output reader
  * (src/backends/docker_background.c) for shell tests that run them in a real container
  * (test/e2e/docker_background.t), so a test exercises the very bytes the driver sends.
  *
- *   bg_tool script claim|wrapper|output|forget|kill   print that script
+ *   bg_tool script exec|claim|wrapper|output|forget|kill   print that script
  *   bg_tool parse OUT ERR                             read an output script's answer on stdin,
  *       append the bytes it served to files OUT and ERR, print what the reader found as
  *       name=value words; exit 1 when the reader refuses the answer
@@ -79,6 +79,7 @@ main(int argc, char **argv)
 		const char *name;
 		const char *text;
 	}			scripts[] = {
+		{"exec", docker_exec_wrapper},
 		{"claim", docker_bg_claim_script},
 		{"wrapper", docker_bg_wrapper},
 		{"output", docker_bg_output_script},
@@ -92,6 +93,6 @@ main(int argc, char **argv)
 				return fputs(scripts[i].text, stdout) == EOF;
 	if (argc == 4 && strcmp(argv[1], "parse") == 0)
 		return parse(argv[2], argv[3]);
-	fprintf(stderr, "usage: bg_tool script claim|wrapper|output|forget|kill | bg_tool parse OUT ERR\n");
+	fprintf(stderr, "usage: bg_tool script exec|claim|wrapper|output|forget|kill | bg_tool parse OUT ERR\n");
 	return 2;
 }

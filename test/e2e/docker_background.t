@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# The docker driver's background commands, in a real container on a private dockerd
+# The docker driver's in-container scripts, in a real container on a private dockerd
 # (test/lib/docker.sh): the very scripts the driver sends (src/backends/docker_background.c,
 # printed by test/docker/bg_tool.c) run the way the driver runs them (a claim, stdin through the
 # archive API, the wrapper in a detached exec, output / kill / forget in attached execs, as the
 # workspace user in a container confined like the driver's), and the driver's own reader parses
 # every output answer.  Start, output from offsets reassembled byte for byte (NUL and non-UTF-8
 # included), the long poll returning on new bytes and on the end, TERM and INT reaching the
-# command's tree, KILL of the tree, the timeout, forget, a stopped and restarted container.
+# command's tree, KILL of the tree, the timeout, forget, a stopped and restarted container; and
+# an ordinary exec's wrapper: status, output and trailer, INT and QUIT reaching the command, the
+# timeout, a trailer the command cannot write.
 # Skipped visibly when dockerd cannot run here.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../lib/docker.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 w=$(mktemp -d /tmp/mesh-docker-bg.XXXXXX); chmod 711 "$w"
-trap 'mesh_docker_stop; rm -rf "$w"' EXIT
+trap 'mesh_docker_stop; [ -n "${KEEP:-}" ] || rm -rf "$w"' EXIT
 if ! cc -Wall -Wextra -Werror -std=gnu11 -I "$root/src" -o "$w/bg_tool" "$root/test/docker/bg_tool.c" \
      "$root/src/backends/docker_background.c" 2> "$w/cc.err"; then
   plan 1; ok 1 "the script tool builds"; sed 's/^/# /' "$w/cc.err"; done_testing
@@ -20,7 +22,7 @@ fi
 if ! mesh_docker_start "$w/docker" 2> "$w/docker.err" || ! mesh_docker_image mesh-bg-test 2>> "$w/docker.err"; then
   echo "1..0 # SKIP dockerd cannot run here: $(tr '\n' ' ' < "$w/docker.err" | cut -c1-200)"; exit 0
 fi
-plan 50
+plan 56
 C=mesh-bg-test-$$
 docker run -d --name "$C" --init --user 1000:1000 --network none --read-only --cap-drop ALL \
   --security-opt no-new-privileges --pids-limit 128 --memory 256m --memory-swap 256m \
@@ -201,4 +203,31 @@ script kill k2 KILL; ok $? "kill of a lost command succeeds without signalling a
 is "$(script forget k2)" gone "and its record can be forgotten"
 start k2b 0 . sh -c 'echo again'
 drain k2b 100 >/dev/null; is "$(cat "$w/k2b.out")" again "the restarted container runs new background commands"
+
+# --- an ordinary exec's wrapper, attached as the driver runs it: fg KEY TIMEOUT KEPT ARGV... in
+# /workspace, stdout to KEY.fo, stderr and the trailer to KEY.fe; the exit status is the command's
+fg() {
+  local k=$1; shift
+  timeout 120 docker exec -u 1000:1000 -w /workspace "$C" sh -c "$("$w/bg_tool" script exec)" mesh "$k" "$1" "$2" . "${@:3}" \
+    >"$w/$k.fo" 2>"$w/$k.fe"
+}
+# fg_signalled KEY SIGNAL: an exec of sleep, sent SIGNAL through the kill script once it runs
+fg_signalled() {
+  fg "$1" 60 100 sleep 60 & local job=$!
+  for _ in $(seq 1 100); do docker exec "$C" test -s "/run/mesh/$1/pid" && break; sleep 0.05; done
+  script kill "$1" "$2"; wait "$job"
+}
+fg f1 30 100 sh -c 'echo out; echo err >&2; exit 4'
+is "$? $(cat "$w/f1.fo") $(cat -v "$w/f1.fe" | tr '\n' ' ')" "4 out err ^^mesh:0:4:4" \
+   "an exec: its status, its output, the trailer after stderr"
+fg_signalled f2 INT
+is "$?" 130 "INT sent by a kill call ends a command that keeps its default action (not ignored as for a shell's & job)"
+fg_signalled f3 QUIT
+is "$?" 131 "so does QUIT"
+fg f4 0.5 100 sh -c 'echo start; sleep 100 & sleep 101'
+is "$? $(cat "$w/f4.fo") $(cat -v "$w/f4.fe" | grep -o '\^\^mesh:[01]:[0-9]*')" "137 start ^^mesh:1:6" \
+   "the timeout kills the command, marked timed out in the trailer"
+is "$(docker exec "$C" ps -o args | grep -cE '^sleep 10[01]$')" 0 "with its tree"
+fg f5 30 100 sh -c 'echo forged >&3'
+grep -q forged "$w/f5.fe"; ok $((! $?)) "the command cannot write on the trailer's descriptor"
 done_testing
