@@ -771,8 +771,6 @@ static bool holds_registered(const char *name, pid_t holder_pid)
                               : holds_workspace(name, holder_pid);
 }
 
-/* Start-up: reload every workspace from the state dir; removes directories without a valid
- * meta.json (left by a crash during creation). */
 /* Start-up: a group named as a workspace the daemon does not know is a leftover (a daemon
  * killed while it created the workspace, or while it gave one a standby's groups and before
  * its state was written); removed once nothing runs in it (its stray holder was killed). */
@@ -786,6 +784,9 @@ static bool group_of_no_workspace(const char *name)
     return !known;
 }
 
+/* Start-up: reload every workspace from the state dir; removes directories without a valid
+ * meta.json (left by a crash during creation), then kills stray holders and removes the
+ * groups of no workspace. */
 void workspaces_init(void)
 {
     char *root = xasprintf("%s/workspaces", g_config.state_dir);
