@@ -6,7 +6,7 @@
 # small filesystem of its own shows that a capture that does not fit leaves nothing behind.
 # The last part runs the same cycle on a root daemon (sandboxes as nobody).
 . "$(dirname "$0")/lib.sh"
-plan 45
+plan 46
 id postgres >/dev/null 2>&1 || { echo "1..0 # skip no postgres user"; exit 0; }
 sd_prepare_as postgres
 CG="mesh-test-$$-$RANDOM"
@@ -19,8 +19,11 @@ is "$(field "$(api GET /v1/capabilities)" .capabilities.snapshot)" true "snapsho
 
 # --- capture ---
 new_ws a
-run_sh a 'mkdir -p dep/lib && echo one > dep/lib/f && echo top > t && chmod 640 t &&
-          ln -s /etc/hostname host && ln -s '"$SD_STATE"'/host.json outside && mkfifo pipe' >/dev/null
+r=$(run_sh a 'mkdir -p dep/lib && echo one > dep/lib/f && echo top > t && chmod 640 t &&
+          ln -s /etc/hostname host && ln -s '"$SD_STATE"'/host.json outside && mkfifo pipe')
+is "$(field "$r" .exit_code)" 0 "the workspace's files to capture are written"
+[ "$(field "$r" .exit_code)" = 0 ] ||
+    diag "the exec answered: $r; the log: $(grep 'workspace a:' "$SD_DIR/log" | tr '\n' ' ')"
 r=$(api PUT /v1/snapshots/s1 '{"workspace":"a","labels":{"mesh.project":"p1"}}')
 is "$(status)" 200 "capture answers 200"
 is "$(field "$r" '[.id,.state,.workspace,.files,.bytes,.captured]|map(tostring)|join(",")')" \
