@@ -42,6 +42,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -519,6 +520,7 @@ int main(int argc, char **argv)
         return 2;
     }
     prctl(PR_SET_NAME, "mesh-exec-agent", 0, 0, 0);   /* its name in ps, not "5" */
+    umask(022);   /* the commands' own, whatever the daemon's was when it forked the holder */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 || !keep_only_sys_admin()) {
         agent_log("cannot set up privileges");
         return 1;

@@ -568,7 +568,11 @@ static int listen_tcp(void)
     return fd;
 }
 
-/* Binds the unix socket (--socket PATH), created mode 0600. */
+/* Binds the unix socket (--socket PATH), mode 0600. Never through umask(): the mask is the
+ * whole process's, and a holder or agent forked meanwhile by another thread (the standby pool
+ * fills in the background) would keep it, and with it every file its commands create. Under
+ * the daemon's umask 022 the socket is born 0755, which only its owner may connect to (connect
+ * needs write permission), then narrowed to 0600. */
 static int listen_unix(void)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -581,9 +585,7 @@ static int listen_unix(void)
     if (lstat(g_config.socket_path, &st) == 0 && S_ISSOCK(st.st_mode))
         unlink(g_config.socket_path);   /* stale: we hold the state-dir lock */
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    mode_t old = umask(0177);
     int rc = bind(fd, (struct sockaddr *)&addr, sizeof addr);
-    umask(old);
     if (rc != 0 || chmod(g_config.socket_path, 0600) != 0 || listen(fd, 128) != 0) {
         log_event("cannot listen on %s: %s", g_config.socket_path, strerror(errno));
         close(fd);

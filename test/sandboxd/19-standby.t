@@ -5,11 +5,12 @@
 # limits and memory charged there, their own egress policy); a snapshot workspace can be made
 # from one; another tier is not; many concurrent creates never share a standby; a daemon killed
 # re-adopts an adopted holder and kills its standbys, a stopped one leaves none; --standby 0
-# and the single-workspace mode keep none; a non-root daemon on a delegated subtree renames
-# the cgroups as well.
+# and the single-workspace mode keep none; the daemon never changes its umask once holders
+# are being forked, so they and their commands keep 022; a non-root daemon on a delegated
+# subtree renames the cgroups as well.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/isolation_checks.sh"
-plan 57
+plan 61
 
 # log lines of standby adoptions: "<workspace> <holder pid> <standby name>"
 adoptions() {
@@ -142,19 +143,61 @@ sd_start --single-workspace only
 like "$(cat "$SD_DIR/log")" "standby holders: off" "the single-workspace mode keeps no standby"
 sd_stop
 
+# umask is the whole process's: the daemon sets it once, at start, before any thread or child,
+# and never again (a mask set for a moment while the pool's holders are forked would be theirs)
+mkdir -m 711 "$SD_DIR/um"
+strace -f -qq -e trace=umask,execve,clone,clone3 -o "$SD_DIR/um/trace" \
+    "$SANDBOXD" --state-dir "$SD_DIR/um/state" --socket "$SD_DIR/um/s" --standby 2 2>"$SD_DIR/um/log" &
+tracer=$!
+served=1
+for _ in $(seq 1 100); do
+    curl -s -m 2 --unix-socket "$SD_DIR/um/s" http://sd/v1/capabilities >/dev/null 2>&1 && { served=0; break; }
+    sleep 0.1
+done
+ok $served "a daemon traced for its umask calls serves" || diag "$(tail -3 "$SD_DIR/um/log")"
+pkill -TERM -f -- "--state-dir $SD_DIR/um/state"
+wait "$tracer"
+# the daemon's calls: those of its own process and threads, not of a child (a process that
+# executed a program, or one such a process made: bwrap sets its own)
+daemon_umasks() {
+    awk 'NR == 1 { root = $1 }
+         /(clone3?\(|<\.\.\. clone3? resumed>)/ && $(NF - 1) == "=" && $NF ~ /^[0-9]+$/ { parent[$NF] = $1 }
+         /execve\(/ && $1 != root { execd[$1] = 1 }
+         / umask\(/ { pid[++n] = $1; call[n] = $2 }
+         END { for (i = 1; i <= n; i++) {
+                   p = pid[i]
+                   while (p != "" && p != root && !(p in execd)) p = parent[p]
+                   if (p == root) print call[i] } }' "$1" | tr '\n' ' '
+}
+is "$(daemon_umasks "$SD_DIR/um/trace")" \
+   "umask(022) " \
+   "the daemon sets its umask once, at start, and no thread changes it while holders are forked"
+
 # non-root on a delegated subtree (the embedded daemon's way): cgroups are renamed too
 if id postgres >/dev/null 2>&1; then
     sd_prepare_as postgres
     CG="mesh-test-$$-$RANDOM"; SD_CGROUP=$CG; SD_CGROUPS+=("$CG")
     "$SANDBOXD" --setup-host postgres --state-dir "$SD_STATE" --cgroup-name "$CG" > "$SD_DIR/setup.out" 2>&1
+    # four standbys start in the background while the daemon binds its socket: the socket's
+    # mode once came from a umask() of the whole process, which a holder forked meanwhile
+    # kept, with its commands' files (a directory made 0600 could not be written)
+    SD_ARGS+=(--standby 4)
     sd_launch_as postgres
-    wait_standby_ready
+    wait_pool 4
+    masks=$(for h in $(pgrep -f "bwrap .*$SD_STATE/workspaces/"); do
+                for p in $h $(pgrep -P "$h") $(pgrep -P "$(pgrep -P "$h" | head -1)" 2>/dev/null); do
+                    awk '/^Umask:/ {print $2}' "/proc/$p/status" 2>/dev/null
+                done
+            done | sort | uniq -c | awk '{print $2 "x" $1}' | tr '\n' ' ')
+    like "$masks" "^0022x[0-9]+ $" "every standby holder and agent started beside the socket's bind has umask 022"
     new_ws d1
     like "$(adopted_by d1)" "^[0-9]+$" "as postgres, a new workspace adopts a standby"
     grep -qx "$(holder_of d1)" "/sys/fs/cgroup/memory/$CG/d1/cgroup.procs"; ok $? \
        "its holder is in its own renamed cgroup of the delegated subtree"
     is "$(cat "/sys/fs/cgroup/memory/$CG/d1/memory.limit_in_bytes")" 2147483648 "with the tier's limit"
+    r=$(run_sh d1 'umask; mkdir -p a/b && echo x > a/b/f && stat -c %a a/b a/b/f')
+    is "$(stdout_of "$r")" "$(printf '0022\n755\n644')" "its commands run with umask 022: the files they make are theirs to write"
 else
-    skip "no postgres user" 3
+    skip "no postgres user" 5
 fi
 finish
