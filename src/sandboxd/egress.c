@@ -765,7 +765,9 @@ bool egress_start(struct workspace *ws)
     snprintf(eg->ws_id, sizeof eg->ws_id, "%s", ws->id);
     eg->listen_fd = fd;
     eg->allowlist = strcmp(ws->network, "allowlist") == 0;
-    eg->allow = ws->allow ? json_incref(ws->allow) : json_array();
+    /* a copy: the accept thread reads it and may drop the last reference after the workspace
+     * is gone (workspace_describe says why references are not shared between threads) */
+    eg->allow = ws->allow ? json_deep_copy(ws->allow) : json_array();
     eg->refcount = 2;   /* the workspace's and the accept thread's */
     pthread_mutex_init(&eg->lock, NULL);
     if (pthread_create(&eg->thread, NULL, accept_thread, eg) != 0) {

@@ -225,17 +225,20 @@ enum ws_state workspace_state(struct workspace *ws)
     return state;
 }
 
-/* The list-entry object of a workspace. */
+/* The list-entry object of a workspace. Its labels and allow list are copies, never references:
+ * the answer is freed by its request's thread, maybe after a release on another thread freed
+ * the workspace, and jansson's reference counts do not order one thread's last use before
+ * another's free (ThreadSanitizer saw it in 12-stress.t). */
 json_t *workspace_describe(struct workspace *ws)
 {
     char created[32];
     format_time(ws->created_at, created, sizeof created);
-    json_t *doc = json_pack("{s:s,s:s,s:s,s:s,s:s,s:O}", "id", ws->id, "state",
+    json_t *doc = json_pack("{s:s,s:s,s:s,s:s,s:s,s:o}", "id", ws->id, "state",
                             workspace_state(ws) == WS_RUNNING ? "running" : "hibernated", "size",
                             ws->tier->name, "network", ws->network, "created_at", created,
-                            "labels", ws->labels);
+                            "labels", json_deep_copy(ws->labels));
     if (doc && ws->allow)
-        json_object_set(doc, "allow", ws->allow);
+        json_object_set_new(doc, "allow", json_deep_copy(ws->allow));
     if (doc && ws->snapshot[0])
         json_object_set_new(doc, "snapshot", json_string(ws->snapshot));
     return doc;
