@@ -114,7 +114,7 @@ is "$(cat "$w/ka.out")" "\$(touch /workspace/injected)|; touch /workspace/inject
 docker exec "$C" test -e /workspace/injected; ok $((! $?)) "and none of it ran as shell"
 
 # --- the long poll: it returns on new bytes, and on the end
-start k2 0 . sh -c 'echo ready; while [ ! -e /workspace/go ]; do sleep 0.05; done; echo late; sleep 30'
+start k2 0 . sh -c 'echo ready; while [ ! -e /workspace/go ]; do sleep 0.05; done; echo late; sleep 600'
 until_out k2 ready; ok $? "a running command's first line is read"
 words=$(poll k2 2 100)
 is "$(field state "$words") $(field out_len "$words")" "running 0" "a poll with nothing new answers at its wait, running"
