@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # test/sandboxd/sanitize.sh: the daemon tests (test/sandboxd/*.t) against the sanitizer builds
 # of mesh-sandboxd: ThreadSanitizer (make tsan) and, side by side with it, AddressSanitizer +
-# LeakSanitizer + UndefinedBehaviorSanitizer (make asan). Prints TAP; fails on any failing test and on any
-# sanitizer report. Reports go to files (log_path), because the tests keep daemon stderr in
-# directories they delete; every daemon stops with SIGTERM first so LeakSanitizer runs.
+# LeakSanitizer + UndefinedBehaviorSanitizer (make asan). Prints TAP; fails on any failing test
+# and on any sanitizer report. Reports go to files (log_path), because the tests keep daemon
+# stderr in directories they delete; every daemon stops with SIGTERM first so LeakSanitizer runs.
 #
 #   bash test/sandboxd/sanitize.sh [tsan|asan ...]     (default: both)
 set -uo pipefail
