@@ -116,7 +116,9 @@ CREATE TABLE mesh.workspaces (
     last_used_at        timestamptz,
     released_at         timestamptz,
     owner_role          regrole,         -- the role that declared the run (current_user of mesh_acquire)
-    status_reason_code  mesh.status_reason_code  -- what status_reason says, for code to branch on
+    status_reason_code  mesh.status_reason_code,  -- what status_reason says, for code to branch on
+    -- bytes of output the run's commands stored in mesh.exec_output, ever (mesh.output_run_quota)
+    output_bytes        bigint NOT NULL DEFAULT 0
 );
 -- Not on last_used_at: every exec touches it, and an indexed column would make each of those
 -- updates a new index entry in every index (no HOT update); the reaper's idle test reads
@@ -163,7 +165,13 @@ CREATE TABLE mesh.execs (
     -- which redaction makes differ from stdout_bytes)
     background     boolean NOT NULL DEFAULT false,
     stdout_read    bigint NOT NULL DEFAULT 0,
-    stderr_read    bigint NOT NULL DEFAULT 0
+    stderr_read    bigint NOT NULL DEFAULT 0,
+    -- why storing the command's output stopped short (the command itself ran on): a
+    -- background stream reached mesh.exec_output_limit, or a bound on what all output may
+    -- take was reached (src/exec_output.c); output_unstored counts the bytes not stored
+    output_stopped text CHECK (output_stopped IN ('command limit', 'run quota', 'install quota',
+                                                  'disk reserve')),
+    output_unstored bigint NOT NULL DEFAULT 0
 );
 CREATE INDEX execs_workspace_idx ON mesh.execs (workspace_id, id);
 CREATE INDEX execs_running_idx ON mesh.execs (started_at) WHERE status = 'running';
@@ -1214,7 +1222,8 @@ CREATE VIEW mesh.exec_log AS
 SELECT e.id AS exec_id, e.run_id, w.agent_id, w.created_by_actor_id, e.argv, e.dir, e.env_names,
        e.status, e.exit_code, e.truncated, e.wall_seconds, e.cpu_seconds, e.memory_peak_bytes, e.charged_seconds,
        e.charge_basis, e.error, e.started_at, e.finished_at, e.stdout, e.stderr,
-       e.stdout_bytes, e.stderr_bytes, e.stdout_dropped, e.stderr_dropped
+       e.stdout_bytes, e.stderr_bytes, e.stdout_dropped, e.stderr_dropped,
+       e.output_stopped, e.output_unstored
   FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id
  WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
@@ -2061,7 +2070,7 @@ CREATE TABLE mesh.exec_output (
 );
 -- the execs whose output the reaper may have to expire
 CREATE INDEX execs_output_kept_idx ON mesh.execs (finished_at)
-    WHERE stdout_dropped < stdout_bytes OR stderr_dropped < stderr_bytes;
+    WHERE stdout_dropped < stdout_bytes OR stderr_dropped < stderr_bytes OR stdout <> '' OR stderr <> '';
 SELECT pg_catalog.pg_extension_config_dump('mesh.exec_output', '');
 
 -- Bytes as text a person (and a text column) can hold: NUL and invalid UTF-8 become U+FFFD.
@@ -2077,44 +2086,100 @@ RETURNS void LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
     INSERT INTO mesh.exec_output (exec_id, stream, start_offset, data)
     VALUES (p_exec_id, p_stream, p_start_offset, p_data);
 $$;
+-- How many more bytes of output exec p_exec_id may store: what is left of its run's
+-- quota (p_run_quota, counted in mesh.workspaces.output_bytes) and of the install's
+-- (p_total_quota, against what mesh.exec_output takes on disk, dead rows and indexes
+-- included), with the bound that leaves the least; nothing once its storing stopped.
+-- The worker adds the data directory's free-space reserve (src/exec_output.c).
+CREATE FUNCTION mesh.exec_output_allowance(p_exec_id bigint, p_run_quota bigint, p_total_quota bigint,
+                                           OUT allowed bigint, OUT reason text)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    run_left bigint;
+    total_left bigint;
+    stopped text;
+BEGIN
+    SELECT p_run_quota - w.output_bytes, e.output_stopped INTO run_left, stopped
+      FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id WHERE e.id = p_exec_id;
+    IF stopped IS NOT NULL THEN
+        allowed := 0;
+        reason := stopped;
+        RETURN;
+    END IF;
+    total_left := p_total_quota - pg_catalog.pg_total_relation_size('mesh.exec_output'::regclass);
+    IF total_left < run_left THEN
+        allowed := greatest(total_left, 0);
+        reason := 'install quota';
+    ELSE
+        allowed := greatest(run_left, 0);
+        reason := 'run quota';
+    END IF;
+END;
+$$;
+
+-- What storing an exec's output took from its run's quota (p_stored bytes), and, when
+-- storing stopped short (p_stopped: why; p_unstored: the bytes not stored), the exec's
+-- marker and, the first time, an output_truncated event.  Returns whether the marker is new.
+CREATE FUNCTION mesh.exec_output_account(p_exec_id bigint, p_stored bigint, p_stopped text,
+                                         p_unstored bigint)
+RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    e mesh.execs;
+    was text;
+BEGIN
+    IF p_stored > 0 THEN
+        UPDATE mesh.workspaces w SET output_bytes = w.output_bytes + p_stored
+          FROM mesh.execs x WHERE x.id = p_exec_id AND w.id = x.workspace_id;
+    END IF;
+    IF p_stopped IS NULL THEN
+        RETURN false;
+    END IF;
+    SELECT x.output_stopped INTO was FROM mesh.execs x WHERE x.id = p_exec_id FOR UPDATE;
+    UPDATE mesh.execs x SET output_stopped = coalesce(x.output_stopped, p_stopped),
+                            output_unstored = x.output_unstored + coalesce(p_unstored, 0)
+     WHERE x.id = p_exec_id RETURNING x.* INTO e;
+    IF was IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    INSERT INTO mesh.events (kind, run_id, workspace_id, detail)
+    VALUES ('output_truncated', e.run_id, e.workspace_id,
+            jsonb_build_object('exec_id', e.id, 'reason', p_stopped, 'unstored_bytes', p_unstored));
+    RETURN true;
+END;
+$$;
+
+-- A command's output stored (src/exec_output.c): each stream's length and leading bytes not
+-- kept on the exec's row, with what it took from the run's quota and why it stopped short,
+-- in the transaction that stored the chunks.  Returns whether the stop is new.
 CREATE FUNCTION mesh.exec_output_counts(p_exec_id bigint, p_stdout_bytes bigint, p_stdout_dropped bigint,
-                                        p_stderr_bytes bigint, p_stderr_dropped bigint)
-RETURNS void LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
+                                        p_stderr_bytes bigint, p_stderr_dropped bigint,
+                                        p_stored bigint, p_stopped text, p_unstored bigint)
+RETURNS boolean
+LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
     UPDATE mesh.execs
        SET stdout_bytes = p_stdout_bytes, stdout_dropped = p_stdout_dropped,
            stderr_bytes = p_stderr_bytes, stderr_dropped = p_stderr_dropped
      WHERE id = p_exec_id;
+    SELECT mesh.exec_output_account(p_exec_id, p_stored, p_stopped, p_unstored);
 $$;
 
--- A background command's progress: each stream's length as stored and how far the worker has
--- read it from the backend, in the transaction that stored the new chunks; beyond p_limit bytes
--- a stream keeps its tail (whole chunks go from its head, counted as dropped).  A definer's
--- function: the only other deletion mesh_worker may cause.
+-- A background command's progress: each stream's length as stored (NULL: unchanged, as once
+-- its storing stopped) and how far the worker has read it from the backend, in the
+-- transaction that stored the new chunks, which are only ever appended: past
+-- mesh.exec_output_limit or a quota the stream stops growing (src/store_background.c), so
+-- a flood rewrites nothing.  Returns whether the stop is new.
 CREATE FUNCTION mesh.exec_output_progress(p_exec_id bigint, p_stdout_bytes bigint, p_stderr_bytes bigint,
-                                          p_stdout_read bigint, p_stderr_read bigint, p_limit bigint)
-RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
-BEGIN
-    -- the common case (within the ceiling) is one UPDATE; past it, whole head chunks go first
-    IF p_stdout_bytes > p_limit OR p_stderr_bytes > p_limit THEN
-        DELETE FROM mesh.exec_output o
-         WHERE o.exec_id = p_exec_id
-           AND o.start_offset + length(o.data)
-               <= CASE o.stream WHEN 'stdout' THEN p_stdout_bytes ELSE p_stderr_bytes END - p_limit;
-    END IF;
+                                          p_stdout_read bigint, p_stderr_read bigint,
+                                          p_stored bigint, p_stopped text, p_unstored bigint)
+RETURNS boolean
+LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
     UPDATE mesh.execs e
-       SET stdout_bytes = p_stdout_bytes, stderr_bytes = p_stderr_bytes,
-           stdout_read = p_stdout_read, stderr_read = p_stderr_read,
-           stdout_dropped = CASE WHEN p_stdout_bytes > p_limit
-                                 THEN (SELECT coalesce(min(o.start_offset), p_stdout_bytes) FROM mesh.exec_output o
-                                        WHERE o.exec_id = p_exec_id AND o.stream = 'stdout')
-                                 ELSE e.stdout_dropped END,
-           stderr_dropped = CASE WHEN p_stderr_bytes > p_limit
-                                 THEN (SELECT coalesce(min(o.start_offset), p_stderr_bytes) FROM mesh.exec_output o
-                                        WHERE o.exec_id = p_exec_id AND o.stream = 'stderr')
-                                 ELSE e.stderr_dropped END
+       SET stdout_bytes = coalesce(p_stdout_bytes, e.stdout_bytes),
+           stderr_bytes = coalesce(p_stderr_bytes, e.stderr_bytes),
+           stdout_read = p_stdout_read, stderr_read = p_stderr_read
      WHERE e.id = p_exec_id;
-END;
+    SELECT mesh.exec_output_account(p_exec_id, p_stored, p_stopped, p_unstored);
 $$;
 
 -- What people see of a stored stream (mesh_exec's clamp, for a background command's end): all
@@ -2162,17 +2227,20 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
        AND o.start_offset < p_upto AND o.start_offset + length(o.data) > p_from;
 $$;
 
--- The reaper: output of execs that ended over p_minutes ago goes (a bounded batch per call).
--- The only deletion mesh_worker may cause, hence a definer's function, not a DELETE grant.
-CREATE FUNCTION mesh.exec_output_expire(p_minutes integer) RETURNS bigint
+-- The reaper: output of execs that ended over p_minutes ago goes, with the clamped copies
+-- on their rows, p_batch execs per call (src/reaper.c calls it until a batch comes back
+-- short, each call its own transaction).  The only deletion mesh_worker may cause, hence a
+-- definer's function, not a DELETE grant.
+CREATE FUNCTION mesh.exec_output_expire(p_minutes integer, p_batch integer) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
     WITH old AS (
         SELECT id FROM mesh.execs
-         WHERE (stdout_dropped < stdout_bytes OR stderr_dropped < stderr_bytes)
+         WHERE (stdout_dropped < stdout_bytes OR stderr_dropped < stderr_bytes OR stdout <> '' OR stderr <> '')
            AND finished_at < now() - make_interval(mins => p_minutes)
-         ORDER BY finished_at LIMIT 1000 FOR UPDATE SKIP LOCKED),
+         ORDER BY finished_at LIMIT p_batch FOR UPDATE SKIP LOCKED),
     gone AS (DELETE FROM mesh.exec_output o USING old WHERE o.exec_id = old.id),
-    marked AS (UPDATE mesh.execs e SET stdout_dropped = e.stdout_bytes, stderr_dropped = e.stderr_bytes
+    marked AS (UPDATE mesh.execs e SET stdout_dropped = e.stdout_bytes, stderr_dropped = e.stderr_bytes,
+                                       stdout = NULL, stderr = NULL
                  FROM old WHERE e.id = old.id RETURNING 1)
     SELECT count(*) FROM marked
 $$;

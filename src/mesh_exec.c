@@ -43,6 +43,9 @@ int			mesh_reaper_sweep_timeout_ms = 60000;
 int			mesh_exec_output_limit_bytes = 64 * 1024 * 1024;
 int			mesh_exec_notify_interval_ms = 50;
 int			mesh_exec_output_retention_min = 7 * 24 * 60;
+int			mesh_output_run_quota_mb = 1024;
+int			mesh_output_total_quota_mb = -1;
+int			mesh_output_disk_reserve_mb = -1;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -118,6 +121,19 @@ define_settings(void)
 							"How long a command's stored output is kept after it ends; 0 keeps it.",
 							NULL, &mesh_exec_output_retention_min, 7 * 24 * 60, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MIN, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.output_run_quota",
+							"Bytes of output one run's commands may store in all (beyond it storing stops, the commands run on).",
+							NULL, &mesh_output_run_quota_mb, 1024, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MB, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.output_total_quota",
+							"Disk space all stored output may take; -1: a tenth of the data directory's filesystem.",
+							NULL, &mesh_output_total_quota_mb, -1, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MB, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.output_disk_reserve",
+							"Free space on the data directory's (and pg_wal's) filesystem below which no output is stored; "
+							"-1: a tenth of the filesystem, or twice max_wal_size if that is more.",
+							NULL, &mesh_output_disk_reserve_mb, -1, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MB, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("mesh");
 }
 

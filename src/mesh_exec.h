@@ -29,6 +29,9 @@ extern int	mesh_reaper_sweep_timeout_ms;
 extern int	mesh_exec_output_limit_bytes;
 extern int	mesh_exec_notify_interval_ms;
 extern int	mesh_exec_output_retention_min;
+extern int	mesh_output_run_quota_mb;
+extern int	mesh_output_total_quota_mb;
+extern int	mesh_output_disk_reserve_mb;
 
 /* bgworker entry points (src/worker.c, src/launcher.c, src/reaper.c, src/broker.c) */
 extern PGDLLEXPORT void mesh_worker_main(Datum arg);

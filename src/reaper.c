@@ -128,24 +128,35 @@ fail_lost_execs(json_t *rows)
 	}
 }
 
+/* Execs whose output one transaction of the expiry clears. */
+#define EXPIRE_BATCH 5000
+
 /*
- * Stored output past mesh.exec_output_retention goes, a bounded batch per
- * sweep; the exec rows then say all their output was dropped.
+ * Stored output past mesh.exec_output_retention goes (and the clamped
+ * copies on the exec rows), a batch per transaction until a batch comes
+ * back short or the sweep's time is up, so expiry keeps up with any rate of
+ * execs; the exec rows then say all their output was dropped.
  */
 static void
-expire_output(json_t *rows)
+expire_output(json_t *rows, TimestampTz deadline)
 {
-	MeshParam	minutes = mesh_int4_param(mesh_exec_output_retention_min);
-	MeshRows   *done;
+	MeshParam	p[2] = {mesh_int4_param(mesh_exec_output_retention_min), mesh_int4_param(EXPIRE_BATCH)};
+	int64		total = 0;
 	int64		n;
 
 	if (mesh_exec_output_retention_min == 0)
 		return;
-	done = reaper_query("SELECT mesh.exec_output_expire($1) AS expired", 1, &minutes);
-	n = done && done->n == 1 ? mesh_col_int64(done, 0, "expired") : 0;
-	if (n > 0)
+	do
+	{
+		MeshRows   *done = reaper_query("SELECT mesh.exec_output_expire($1, $2) AS expired", 2, p);
+
+		n = done && done->n == 1 ? mesh_col_int64(done, 0, "expired") : 0;
+		total += n;
+		CHECK_FOR_INTERRUPTS();
+	} while (n == EXPIRE_BATCH && GetCurrentTimestamp() < deadline);
+	if (total > 0)
 		note(rows, "output_expired", NULL, NULL,
-			 psprintf("the stored output of " INT64_FORMAT " exec(s) passed mesh.exec_output_retention", n));
+			 psprintf("the stored output of " INT64_FORMAT " exec(s) passed mesh.exec_output_retention", total));
 }
 
 /*--------------------------------------------------------------------------
@@ -678,7 +689,9 @@ sweep(json_t *rows)
 		/* right after a start, a sweep would find the embedded daemon not yet serving */
 		mesh_wait_for_embedded_daemon(deadline);
 		fail_lost_execs(rows);
-		expire_output(rows);
+		/* a third of the sweep at most: a backlog of expired output waits for the next one */
+		expire_output(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														(deadline - GetCurrentTimestamp()) / 3000));
 		release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													  (deadline - GetCurrentTimestamp()) / 2000));
 		/* two thirds of what is left for the workspaces, the rest for the snapshots */

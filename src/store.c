@@ -657,6 +657,7 @@ typedef struct ExecFinishArgs
 	const MeshParam *params;
 	const MeshOutputStream *output;
 	const char *notify;
+	const char *output_stopped;	/* out: why storing the output stopped short */
 } ExecFinishArgs;
 
 static void
@@ -666,7 +667,7 @@ exec_finish_body(void *arg)
 
 	(void) mesh_sql(exec_finish_sql, 13, a->params);
 	if (a->output)
-		exec_output_store(a->exec_id, a->output);
+		a->output_stopped = exec_output_store(a->exec_id, a->output);
 	if (a->notify)
 		Async_Notify(psprintf("mesh_exec_" INT64_FORMAT, a->exec_id), a->notify);
 }
@@ -678,10 +679,12 @@ exec_finish_body(void *arg)
  * asynchronously: the worker flushes the WAL up to *commit_lsn before the
  * caller hears of it, once for all the results of a turn of its loop
  * (worker_want_durable).  stdout and stderr in rec->result must already be
- * sanitized text.
+ * sanitized text.  *output_stopped (when asked for) says why storing the
+ * output stopped short, or is NULL.
  */
 bool
-store_exec_finished(int64 exec_id, const MeshExecRecord *rec, XLogRecPtr *commit_lsn, ErrorData **err)
+store_exec_finished(int64 exec_id, const MeshExecRecord *rec, XLogRecPtr *commit_lsn,
+					const char **output_stopped, ErrorData **err)
 {
 	const MeshExecResult *r = rec->result;
 	MeshParam	p[13] = {
@@ -700,11 +703,13 @@ store_exec_finished(int64 exec_id, const MeshExecRecord *rec, XLogRecPtr *commit
 		mesh_text_param(r ? r->egress_denials : NULL)
 	};
 
-	ExecFinishArgs a = {exec_id, p, rec->output, rec->notify};
+	ExecFinishArgs a = {exec_id, p, rec->output, rec->notify, NULL};
 
 	if (!mesh_txn("mesh worker: exec finished", MESH_COMMIT_DEFERRED, exec_finish_body, &a, err))
 		return false;
 	*commit_lsn = mesh_txn_commit_lsn();
+	if (output_stopped)
+		*output_stopped = a.output_stopped;
 	return true;
 }
 

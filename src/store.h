@@ -158,7 +158,7 @@ extern void store_exec_start_here(MeshWorkspace *ws, const MeshExecSpec *spec, i
 								  List **delivered);
 extern bool store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err);
 extern bool store_exec_finished(int64 exec_id, const MeshExecRecord *rec, XLogRecPtr *commit_lsn,
-								ErrorData **err);
+								const char **output_stopped, ErrorData **err);
 extern bool store_tier_climb_on_oom(int64 exec_id, char **notice, ErrorData **err);
 extern bool store_file_event(MeshWorkspace *ws, const char *kind, const char *path, int64 bytes,
 							 const char *failure, ErrorData **err);

@@ -32,44 +32,81 @@ typedef struct ProgressArgs
 } ProgressArgs;
 
 static const char progress_sql[] =
-"SELECT mesh.exec_output_progress($1, $2, $3, $4, $5, $6)";
+"SELECT mesh.exec_output_progress($1, $2, $3, $4, $5, $6, $7, $8) AS new_stop";
+
+/*
+ * How much of each stream's new bytes FRESH may be stored (SHARE), and why
+ * not all (the return, or NULL): a stream stops at mesh.exec_output_limit,
+ * both at the allowance.  Only ever the head: stored chunks are appended,
+ * never rewritten, so a flood writes no more than what is kept.
+ */
+static const char *
+progress_share(int64 exec_id, const MeshOutputStream *fresh, size_t share[2])
+{
+	const char *reason = NULL;
+	const char *quota_reason;
+	size_t		len[2];
+	int64		allowed;
+
+	for (int i = 0; i < 2; i++)
+	{
+		int64		room = Max((int64) mesh_exec_output_limit_bytes - fresh[i].dropped, 0);
+
+		len[i] = (size_t) Min((int64) fresh[i].len, room);
+		if (len[i] < fresh[i].len)
+			reason = "command limit";
+	}
+	allowed = exec_output_allowance(exec_id, &quota_reason);
+	if ((int64) (len[0] + len[1]) > allowed)
+		reason = quota_reason;
+	exec_output_share(allowed, len, share);
+	return reason;
+}
 
 static void
 progress_body(void *arg)
 {
 	ProgressArgs *a = (ProgressArgs *) arg;
-	int64		total[2];
-	MeshParam	p[6];
+	size_t		share[2];
+	const char *stopped = progress_share(a->exec_id, a->fresh, share);
+	MeshParam	p[8];
 
+	p[0] = mesh_int8_param(a->exec_id);
 	for (int i = 0; i < 2; i++)
 	{
-		const MeshOutputStream *s = &a->fresh[i];
+		MeshOutputStream s = a->fresh[i];
 
-		total[i] = s->dropped + (int64) s->len;
-		if (s->len == 0)
+		s.len = share[i];
+		/* a stream that stored nothing keeps its length (it may have stopped before) */
+		p[1 + i] = s.len > 0 ? mesh_int8_param(s.dropped + (int64) s.len) : mesh_null_param(INT8OID);
+		if (s.len == 0)
 			continue;
-		exec_output_store_stream(a->exec_id, i, s);
+		exec_output_store_stream(a->exec_id, i, &s);
 		/* a listener reads from offset on with mesh_exec_output */
 		Async_Notify(psprintf("mesh_exec_" INT64_FORMAT, a->exec_id),
 					 psprintf("{\"stream\": \"%s\", \"offset\": " INT64_FORMAT
 							  ", \"bytes\": %zu, \"next\": " INT64_FORMAT "}",
-							  stream_names[i], s->dropped, s->len, total[i]));
+							  stream_names[i], s.dropped, s.len, s.dropped + (int64) s.len));
 	}
-	p[0] = mesh_int8_param(a->exec_id);
-	p[1] = mesh_int8_param(total[0]);
-	p[2] = mesh_int8_param(total[1]);
 	p[3] = mesh_int8_param(a->read[0]);
 	p[4] = mesh_int8_param(a->read[1]);
-	p[5] = mesh_int8_param(mesh_exec_output_limit_bytes);
-	(void) mesh_sql(progress_sql, 6, p);
+	p[5] = mesh_int8_param((int64) (share[0] + share[1]));
+	p[6] = mesh_text_param(stopped);
+	p[7] = mesh_int8_param((int64) (a->fresh[0].len + a->fresh[1].len - share[0] - share[1]));
+	if (mesh_col_bool(mesh_sql(progress_sql, 8, p), 0, "new_stop"))
+		Async_Notify(psprintf("mesh_exec_" INT64_FORMAT, a->exec_id),
+					 psprintf("{\"stopped\": \"%s\", \"setting\": \"%s\"}",
+							  stopped, exec_output_stop_setting(stopped)));
 }
 
 /*
  * A background command's new output (FRESH: each stream's new bytes, with
  * the offset they start at as stored) and how far the backend's streams
  * have been read (READ), in one transaction that also tells listeners.
- * Committed without waiting for its flush: the worker flushes to
- * *commit_lsn before it tells the backend these bytes are kept.
+ * Past a stream's limit or the allowance the bytes are read and not stored
+ * (the row says why, once).  Committed without waiting for its flush: the
+ * worker flushes to *commit_lsn before it tells the backend these bytes
+ * are kept.
  */
 bool
 store_exec_progress(int64 exec_id, const MeshOutputStream *fresh, const int64 read[2],

@@ -323,6 +323,23 @@ keep_output(WorkerCall *call, MeshExecResult *result, MeshOutputStream streams[2
 					  clamp_bytes(call), &result->truncated);
 }
 
+/* The caller hears that not all of its command's output was stored, and why. */
+static void
+notice_output_stopped(WorkerCall *call, const char *reason)
+{
+	if (reason == NULL)
+		return;
+	queue_notice(call, psprintf("mesh: not all output of exec " INT64_FORMAT " of run \"%s\" was stored: "
+								"the %s is reached (%s); the command ran to its end, "
+								"and its row says output_stopped = '%s'",
+								call->exec_id, call->run_id,
+								strcmp(reason, "disk reserve") == 0 ? "data directory's free-space reserve"
+								: strcmp(reason, "run quota") == 0 ? "run's output quota"
+								: strcmp(reason, "install quota") == 0 ? "install's output quota"
+								: "command's output limit",
+								exec_output_stop_setting(reason), reason));
+}
+
 /*
  * Record the exec's end with its output stored whole, in one transaction.
  * When that fails, the end alone (the rows say all the output was dropped):
@@ -335,16 +352,20 @@ record_exec_end(WorkerCall *call, MeshExecRecord *rec, MeshOutputStream streams[
 	MeshOutputStream none[2] = {
 		{NULL, 0, streams[0].dropped + (int64) streams[0].len},
 		{NULL, 0, streams[1].dropped + (int64) streams[1].len}};
+	const char *stopped = NULL;
 
 	rec->output = streams;
-	if (store_exec_finished(call->exec_id, rec, lsn, err))
+	if (store_exec_finished(call->exec_id, rec, lsn, &stopped, err))
+	{
+		notice_output_stopped(call, stopped);
 		return true;
+	}
 	ereport(LOG,
 			(errmsg("mesh: the output of exec " INT64_FORMAT " was not stored: %s",
 					call->exec_id, (*err)->message)));
 	FreeErrorData(*err);
 	rec->output = none;
-	return store_exec_finished(call->exec_id, rec, lsn, err);
+	return store_exec_finished(call->exec_id, rec, lsn, NULL, err);
 }
 
 /*
@@ -463,7 +484,7 @@ record_exec_end_only(WorkerCall *call, const MeshExecRecord *rec)
 	ErrorData  *err;
 	XLogRecPtr	lsn;
 
-	if (!store_exec_finished(call->exec_id, rec, &lsn, &err))
+	if (!store_exec_finished(call->exec_id, rec, &lsn, NULL, &err))
 	{
 		ereport(LOG,
 				(errmsg("mesh: the end of exec " INT64_FORMAT " was not recorded: %s",
