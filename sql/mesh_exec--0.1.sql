@@ -274,7 +274,7 @@ LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     FOR i IN 1 .. cardinality(names) LOOP
         IF missing[i] THEN
-            RAISE EXCEPTION 'mesh.%: % must not be NULL', fn, names[i]
+            RAISE EXCEPTION '%: % must not be NULL', CASE WHEN fn LIKE 'mesh\_%' THEN fn ELSE 'mesh.' || fn END, names[i]
                 USING ERRCODE = 'null_value_not_allowed', HINT = format('Pass a value for %s.', names[i]);
         END IF;
     END LOOP;
@@ -361,9 +361,9 @@ $$;
 CREATE FUNCTION mesh.backend_set_credential(name text, credential text)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
-    PERFORM mesh.require_args('backend_set_credential', ARRAY['name'],
-        ARRAY[backend_set_credential.name IS NULL]);
-    IF credential IS NULL OR credential = '' THEN
+    PERFORM mesh.require_args('backend_set_credential', ARRAY['name', 'credential'],
+        ARRAY[backend_set_credential.name IS NULL, backend_set_credential.credential IS NULL]);
+    IF credential = '' THEN
         RAISE EXCEPTION 'credential must not be empty'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -1330,8 +1330,9 @@ RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, 
 DECLARE
     new_version integer;
 BEGIN
-    PERFORM mesh.require_args('secret_set', ARRAY['agent_id'], ARRAY[secret_set.agent_id IS NULL]);
-    IF value IS NULL OR value = '' THEN
+    PERFORM mesh.require_args('secret_set', ARRAY['agent_id', 'name', 'value'],
+        ARRAY[secret_set.agent_id IS NULL, secret_set.name IS NULL, secret_set.value IS NULL]);
+    IF value = '' THEN
         RAISE EXCEPTION 'a secret value must not be empty' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF name IS NULL OR name !~ '^[A-Za-z_][A-Za-z0-9_.-]{0,127}$' THEN
@@ -1377,8 +1378,8 @@ RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mes
 DECLARE
     need jsonb;
 BEGIN
-    PERFORM mesh.require_args('environment_set', ARRAY['name'],
-        ARRAY[environment_set.name IS NULL]);
+    PERFORM mesh.require_args('environment_set', ARRAY['name', 'needs'],
+        ARRAY[environment_set.name IS NULL, environment_set.needs IS NULL]);
     IF jsonb_typeof(needs) IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'needs must be a JSON array of grants' USING ERRCODE = 'invalid_parameter_value',
             HINT = 'For example [{"kind": "secret", "name": "github_pat", "as": "GH_TOKEN", "ttl": "1 hour"}].';
@@ -1429,6 +1430,7 @@ RETURNS TABLE (kind text, name text, scope text, delivered_as text, issued_at ti
                expires_at timestamptz, revoked_at timestamptz, revoked_reason text,
                uses integer, first_used_at timestamptz, last_used_at timestamptz, live boolean)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT mesh.require_args('run_grants', ARRAY['run_id'], ARRAY[p_run_id IS NULL]);
     SELECT g.kind, g.name, g.scope, g.deliver_as, g.issued_at, g.expires_at, g.revoked_at, g.revoked_reason,
            g.uses, g.first_used_at, g.last_used_at,
            g.revoked_at IS NULL AND (g.expires_at IS NULL OR g.expires_at > now())
@@ -1624,8 +1626,10 @@ $$;
 CREATE FUNCTION mesh.set_egress_policy(policy jsonb) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    parsed jsonb := egress_policy_parse(policy, false);
+    parsed jsonb;
 BEGIN
+    PERFORM mesh.require_args('set_egress_policy', ARRAY['policy'], ARRAY[policy IS NULL]);
+    parsed := egress_policy_parse(policy, false);
     INSERT INTO mesh.egress_settings (policy) VALUES (parsed)
     ON CONFLICT (singleton) DO UPDATE SET policy = excluded.policy, set_at = now();
     INSERT INTO mesh.events (kind, detail) VALUES ('egress_policy_set', parsed);
@@ -1662,6 +1666,7 @@ $$;
 -- "What could this run see" on the network: its workspace's captured policy.
 CREATE FUNCTION mesh.run_network(p_run_id text) RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT mesh.require_args('run_network', ARRAY['run_id'], ARRAY[p_run_id IS NULL]);
     SELECT coalesce(w.egress, jsonb_build_object('mode', 'not materialized'))
            || jsonb_build_object('backend', w.backend_kind, 'status', w.status::text)
       FROM mesh.workspaces w WHERE w.run_id = p_run_id
@@ -2258,6 +2263,7 @@ LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     e mesh.exec_log;
 BEGIN
+    PERFORM mesh.require_args('readable_exec', ARRAY['exec_id'], ARRAY[p_exec_id IS NULL]);
     SELECT l.* INTO e FROM mesh.exec_log l WHERE l.exec_id = p_exec_id;
     IF e.exec_id IS NULL THEN
         RAISE EXCEPTION 'exec % does not exist', coalesce(p_exec_id::text, 'NULL')
@@ -2284,13 +2290,13 @@ DECLARE
     b integer;
     seq integer;
 BEGIN
-    IF p_from IS NULL OR p_from < 0 OR p_from > total THEN
+    IF p_from < 0 OR p_from > total THEN
         RAISE EXCEPTION 'offset % is outside % of exec % (0 to % bytes)',
                         coalesce(p_from::text, 'NULL'), p_stream, e.exec_id, total
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass 0, or the *_next offset the previous call returned.';
     END IF;
-    IF p_max IS NULL OR p_max <= 0 THEN
+    IF p_max <= 0 THEN
         RAISE EXCEPTION 'max_bytes must be positive' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     first := greatest(p_from, dropped);
@@ -2335,10 +2341,13 @@ RETURNS TABLE (status text, exit_code integer, stdout text, stderr text,
                stdout_next bigint, stderr_next bigint)
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    e mesh.exec_log := mesh.readable_exec(exec_id);
+    e mesh.exec_log;
     o record;
     r record;
 BEGIN
+    PERFORM mesh.require_args('mesh_exec_output', ARRAY['exec_id', 'stdout_from', 'stderr_from', 'max_bytes'],
+        ARRAY[exec_id IS NULL, stdout_from IS NULL, stderr_from IS NULL, max_bytes IS NULL]);
+    e := mesh.readable_exec(exec_id);
     o := mesh.output_slice(e, 'stdout', stdout_from, max_bytes, true);
     r := mesh.output_slice(e, 'stderr', stderr_from, max_bytes, true);
     RETURN QUERY SELECT e.status::text, e.exit_code, mesh.output_text(o.data),
@@ -2353,13 +2362,16 @@ CREATE FUNCTION @extschema@.mesh_exec_output_bytes(exec_id bigint, stream text D
 RETURNS TABLE (data bytea, next_offset bigint)
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    e mesh.exec_log := mesh.readable_exec(exec_id);
+    e mesh.exec_log;
     s record;
 BEGIN
-    IF stream IS NULL OR stream NOT IN ('stdout', 'stderr') THEN
-        RAISE EXCEPTION 'stream must be % or %, not %', 'stdout', 'stderr', coalesce(stream, 'NULL')
+    PERFORM mesh.require_args('mesh_exec_output_bytes', ARRAY['exec_id', 'stream', 'from_offset', 'max_bytes'],
+        ARRAY[exec_id IS NULL, stream IS NULL, from_offset IS NULL, max_bytes IS NULL]);
+    IF stream NOT IN ('stdout', 'stderr') THEN
+        RAISE EXCEPTION 'stream must be % or %, not %', 'stdout', 'stderr', stream
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    e := mesh.readable_exec(exec_id);
     s := mesh.output_slice(e, stream, from_offset, max_bytes, false);
     RETURN QUERY SELECT s.data, s.next;
 END;

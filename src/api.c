@@ -520,7 +520,7 @@ mesh_exec_start(PG_FUNCTION_ARGS)
 
 static const char exec_row_sql[] =
 "SELECT e.exit_code, e.stdout, e.stderr, e.status::text, e.truncated, e.exec_id, "
-"       e.stdout_bytes, e.stderr_bytes, e.run_id "
+"       e.stdout_bytes, e.stderr_bytes, e.run_id, e.output_stopped "
 "  FROM mesh.readable_exec($1) e";
 
 /* The exec's row as mesh_exec returns it (and its run), read now; a copy in the caller's context. */
@@ -565,8 +565,8 @@ mesh_exec_wait(PG_FUNCTION_ARGS)
 	TimestampTz deadline = 0;
 	HeapTuple	row;
 	TupleDesc	desc;
-	Datum		values[9];
-	bool		nulls[9];
+	Datum		values[10];
+	bool		nulls[10];
 
 	require_arg(fcinfo, 0, "exec_id", "Pass the id mesh_exec_start returned.");
 	exec_id = PG_GETARG_INT64(0);
@@ -599,6 +599,12 @@ mesh_exec_wait(PG_FUNCTION_ARGS)
 	}
 	ConditionVariableCancelSleep();
 	heap_deform_tuple(row, desc, values, nulls);
+	if (!nulls[9])
+		ereport(NOTICE,
+				(errmsg("mesh: not all output of exec " INT64_FORMAT " was stored: %s",
+						exec_id, TextDatumGetCString(values[9])),
+				 errdetail("The command ran on; its row says output_stopped and output_unstored."),
+				 errhint("See mesh.exec_output_limit, mesh.output_run_quota, mesh.output_total_quota and mesh.output_disk_reserve.")));
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return (Datum) 0;
 }
@@ -634,7 +640,7 @@ Datum
 mesh_exec_kill(PG_FUNCTION_ARGS)
 {
 	int64		exec_id;
-	const char *signal = signal_arg(fcinfo, 1);
+	const char *signal;
 	HeapTuple	row;
 	TupleDesc	desc;
 	char	   *status;
@@ -645,6 +651,7 @@ mesh_exec_kill(PG_FUNCTION_ARGS)
 
 	require_arg(fcinfo, 0, "exec_id", "Pass the id mesh_exec_start returned.");
 	exec_id = PG_GETARG_INT64(0);
+	signal = signal_arg(fcinfo, 1);
 	row = exec_row(exec_id, &desc);
 	status = exec_row_text(row, desc, 4);
 	run_id = exec_row_text(row, desc, 9);
