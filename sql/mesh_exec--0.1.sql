@@ -2445,6 +2445,8 @@ GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec_output(bigint, bigint, bigint, b
 GRANT SELECT ON mesh.exec_output_chunks, mesh.exec_output_text TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.live_workspaces, mesh.run_workspaces, mesh.exec_log, mesh.spend_by_run TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION mesh.may_drive(regrole, oid) TO mesh_harness, mesh_admin;
+-- the one NULL check, which the harness's own functions call as their caller
+GRANT EXECUTE ON FUNCTION mesh.require_args(text, text[], boolean[]) TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.spend_by_agent, mesh.run_limits, mesh.settings, mesh.run_budgets, mesh.tier_climbs TO mesh_admin;
 GRANT SELECT ON mesh.secret_catalog, mesh.environments, mesh.grants TO mesh_admin;
 GRANT SELECT ON mesh.backend_catalog, mesh.event_log TO mesh_admin;

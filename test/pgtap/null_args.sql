@@ -2,9 +2,13 @@
 -- where a value is required with SQLSTATE 22004 (null_value_not_allowed), before it looks
 -- anything up: the probe calls each one with NULL in one required argument at a time and
 -- plausible values in the others.  A function given a NULL check nowhere is caught (the
--- positive control below plants one).
+-- positive control below plants one).  Each function is called as a member of the group it is
+-- granted to (the harness's, the admin's), as its real callers would.
 BEGIN;
 SELECT plan(6);
+
+CREATE ROLE null_probe_harness IN ROLE mesh_harness;
+CREATE ROLE null_probe_admin IN ROLE mesh_admin;
 
 CREATE FUNCTION pg_temp.null_probe()
 RETURNS TABLE (fn text, arg integer, outcome text)
@@ -15,13 +19,15 @@ DECLARE
     t regtype;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure::text AS sig, p.proname, n.nspname, p.pronargs, p.pronargdefaults,
-                    p.proargtypes
+                    p.proargtypes,
+                    CASE WHEN has_function_privilege('mesh_harness', p.oid, 'EXECUTE')
+                         THEN 'null_probe_harness' ELSE 'null_probe_admin' END AS caller
                FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
               WHERE (has_function_privilege('mesh_harness', p.oid, 'EXECUTE')
                      OR has_function_privilege('mesh_admin', p.oid, 'EXECUTE'))
                 AND (n.nspname = 'mesh' OR p.proname LIKE 'mesh\_%') AND p.pronargs > 0
-                -- helpers of views and functions, not an API: NULL in, NULL out
-                AND p.proname NOT IN ('may_drive', 'output_text', 'output_slice')
+                -- helpers of views and functions, not an API (NULL in, NULL out; the NULL check itself)
+                AND p.proname NOT IN ('may_drive', 'output_text', 'output_slice', 'require_args')
               ORDER BY 1 LOOP
         FOR i IN 1 .. f.pronargs - f.pronargdefaults LOOP
             args := '{}';
@@ -41,8 +47,10 @@ BEGIN
             fn := f.sig;
             arg := i;
             BEGIN
+                EXECUTE format('SET LOCAL ROLE %I', f.caller);
                 EXECUTE format('SELECT %I.%I(%s)', f.nspname, f.proname, array_to_string(args, ','));
                 outcome := 'no error';
+                RESET ROLE;
             EXCEPTION WHEN OTHERS THEN
                 outcome := SQLSTATE || ' ' || SQLERRM;
             END;
