@@ -3,7 +3,7 @@
 -- sentences rendered from reason codes, and that only mesh_worker may call them.
 -- Rows are made by hand in a transaction that is rolled back: no backend is called.
 BEGIN;
-SELECT plan(84);
+SELECT plan(86);
 
 -- Only the workers call them.
 SELECT ok(NOT has_function_privilege(r, f, 'EXECUTE'), r || ' cannot call ' || f)
@@ -194,8 +194,9 @@ SELECT is((SELECT error FROM mesh.execs WHERE id = pg_temp.ws('fresh')),
 SELECT throws_ok($$SELECT * FROM mesh.fail_lost_execs('restart')$$, '22023', NULL,
                  'a restart names the worker and the pool size');
 
--- Background commands: a restart takes them up (never fails them), progress keeps the tail
--- past the ceiling, the clamp is mesh_exec's, the release ends them, a late finish changes nothing.
+-- Background commands: a restart takes them up (never fails them), progress only appends (a
+-- stopped stream keeps its length), the clamp is mesh_exec's, the release ends them, a late
+-- finish changes nothing.
 SELECT pg_temp.make('bgws', 'ready');
 INSERT INTO ids SELECT 'bg', mesh.exec_begin(pg_temp.ws('bgws'), ARRAY['sleep', '9'], NULL, NULL, 0, 60000, true);
 SELECT ok(pg_temp.ws('bg') NOT IN (SELECT exec_id FROM mesh.fail_lost_execs('restart', 0, 1)),
@@ -204,11 +205,15 @@ SELECT is(ARRAY(SELECT exec_id FROM mesh.background_execs(0, 1)), ARRAY[pg_temp.
           'it follows it again instead');
 SELECT mesh.exec_output_chunk(pg_temp.ws('bg'), 'stdout', 0, '\x61626364');
 SELECT mesh.exec_output_chunk(pg_temp.ws('bg'), 'stdout', 4, '\x65666768');
-SELECT lives_ok(format('SELECT mesh.exec_output_progress(%s, 8, 0, 9, 0, 4)', pg_temp.ws('bg')), 'progress is stored');
+SELECT lives_ok(format('SELECT mesh.exec_output_progress(%s, 8, 0, 9, 0, 8, NULL, 0)', pg_temp.ws('bg')), 'progress is stored');
 SELECT is((SELECT (stdout_bytes, stdout_dropped, stdout_read)::text FROM mesh.execs WHERE id = pg_temp.ws('bg')),
-          '(8,4,9)', 'past the ceiling whole chunks go from the head; the backend''s offset is kept apart');
+          '(8,0,9)', 'the stream''s stored length, and the backend''s offset kept apart');
+SELECT lives_ok(format('SELECT mesh.exec_output_progress(%s, NULL, NULL, 30, 0, 0, ''command limit'', 21)', pg_temp.ws('bg')),
+                'a step past the limit stores nothing');
+SELECT is((SELECT (stdout_bytes, stdout_dropped, stdout_read, output_stopped, output_unstored)::text FROM mesh.execs WHERE id = pg_temp.ws('bg')),
+          '(8,0,30,"command limit",21)', 'the stream keeps its length and head; the row says why and how much was not stored');
 SELECT is((SELECT clamped || '|' || truncated FROM mesh.exec_output_clamped(pg_temp.ws('bg'), 'stdout', 2)),
-          E'e\n\u2026[mesh: 6 bytes omitted]\u2026\nh|true', 'the clamp is mesh_exec''s: head and tail of what is kept');
+          E'a\n\u2026[mesh: 6 bytes omitted]\u2026\nh|true', 'the clamp is mesh_exec''s: head and tail of what is kept');
 SELECT mesh.workspace_released(pg_temp.ws('bgws'), 'destroyed', NULL);
 SELECT is((SELECT status::text || ': ' || error FROM mesh.execs WHERE id = pg_temp.ws('bg')),
           'killed: killed: the run released its workspace', 'the release ends a running background command');
