@@ -446,6 +446,41 @@ def check_fixture_is_driver(directory, docs):
     return problems
 
 
+# ---- the CEL interpreter itself: the semantics the policy's rules rely on ----
+
+ERROR = "error"
+CEL_CASES = [
+    ("has(object.spec.hostUsers)", True),
+    ("has(object.spec.hostNetwork)", False),
+    ("has(object.spec.nothing.deeper)", ERROR),             # selecting a missing field errs
+    ("object.spec.hostNetwork == true", ERROR),
+    ("true || object.spec.nothing", True),                  # || and && absorb the other side's error
+    ("object.spec.nothing || true", True),
+    ("object.spec.nothing && false", False),
+    ("object.spec.nothing || false", ERROR),
+    ("object.spec.containers.all(c, c.image.startsWith('registry.example/'))", True),
+    ("object.spec.containers.all(c, c.securityContext.runAsUser == 0)", ERROR),
+    ("object.spec.containers.exists(c, c.name == 'sandboxd')", True),
+    ("[1, 2].all(x, x > 1)", False),
+    ("size(object.spec.containers[0].securityContext.capabilities.drop) == 1", True),
+    ("1 == true", False),                                   # no cross-type equality
+    ("'a' + 'b' == 'ab' && !(1 != 1) && (false ? 1 : 2) == 2 && 'x' in ['x']", True),
+]
+
+
+def check_cel_interpreter(directory, docs):
+    """The interpreter's answers (values and errors) on the driver's pod, case by case."""
+    problems = []
+    for expression, want in CEL_CASES:
+        try:
+            got = pod_policy.evaluate(pod_policy.Parser(expression).parse(), {"object": driver_pod()})
+        except pod_policy.CelError:
+            got = ERROR
+        if got != want or type(got) is not type(want):
+            problems.append(f"{expression} gave {got!r}, CEL gives {want!r}")
+    return problems
+
+
 # ---- mutations of the manifests, each breaking one property ----
 
 def edit_text(name, old, new=""):
@@ -508,6 +543,7 @@ def role_rule(index, **changes):
 
 
 CHECKS = [
+    ("the CEL interpreter answers as CEL does, errors included", check_cel_interpreter, []),
     ("Pod Security: restricted enforced, audited, warned, version pinned; the driver's pod meets it",
      check_pod_security, [
          ("enforce lowered to baseline", edit_text("namespace.yaml", "enforce: restricted", "enforce: baseline")),

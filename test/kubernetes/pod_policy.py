@@ -136,14 +136,19 @@ class Parser:
             else:
                 return node
 
-    def call(self, name, target):
-        self.take("(")
-        args = []
-        while not self.peek(")"):
-            args.append(self.conditional())
+    def items(self, close):
+        """Comma-separated expressions up to close (a call's arguments, a list's items)."""
+        items = []
+        while not self.peek(close):
+            items.append(self.conditional())
             if self.peek(","):
                 self.take()
-        self.take(")")
+        self.take(close)
+        return items
+
+    def call(self, name, target):
+        self.take("(")
+        args = self.items(")")
         if name in ("all", "exists") and target is not None:
             if len(args) != 2 or args[0][0] != "ident":
                 raise SyntaxError(f"CEL: {name}() takes a variable and a predicate")
@@ -161,13 +166,7 @@ class Parser:
             self.take(")")
             return node
         if value == "[":
-            items = []
-            while not self.peek("]"):
-                items.append(self.conditional())
-                if self.peek(","):
-                    self.take()
-            self.take("]")
-            return ("list", items)
+            return ("list", self.items("]"))
         if kind == "id":
             if value in ("true", "false"):
                 return ("lit", value == "true")
