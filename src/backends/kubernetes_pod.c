@@ -120,14 +120,23 @@ container_security(void)
  * The pod's security context: a non-root daemon, and the seccomp profile
  * that lets bubblewrap make namespaces and mounts (the runtime's default
  * refuses them) while refusing the rest of the kernel surface the daemon's
- * own filter refuses (deploy/kubernetes/seccomp/mesh-sandboxd.json).
+ * own filter refuses (deploy/kubernetes/seccomp/mesh-sandboxd.json).  On
+ * nodes with AppArmor, whose default profile denies mounts, the config's
+ * "apparmor_profile" names a Localhost profile that allows them.
  */
 static json_t *
-pod_security(void)
+pod_security(const MeshBackend *be)
 {
-	return json_pack("{s:b,s:i,s:i,s:{s:s,s:s}}",
-					 "runAsNonRoot", true, "runAsUser", K8S_DAEMON_UID, "runAsGroup", K8S_DAEMON_UID,
-					 "seccompProfile", "type", "Localhost", "localhostProfile", K8S_SECCOMP_PROFILE);
+	json_t	   *apparmor = json_object_get(be->config, "apparmor_profile");
+	json_t	   *security = json_pack("{s:b,s:i,s:i,s:{s:s,s:s}}",
+									 "runAsNonRoot", true, "runAsUser", K8S_DAEMON_UID,
+									 "runAsGroup", K8S_DAEMON_UID, "seccompProfile", "type", "Localhost",
+									 "localhostProfile", K8S_SECCOMP_PROFILE);
+
+	if (apparmor)
+		json_object_set_new(security, "appArmorProfile",
+							json_pack("{s:s,s:O}", "type", "Localhost", "localhostProfile", apparmor));
+	return security;
 }
 
 /*
@@ -165,7 +174,7 @@ pod_manifest(const MeshBackend *be, const char *ref, MeshSize size, const char *
 		json_object_set(container, "imagePullPolicy", pull);
 	spec = json_pack("{s:s,s:b,s:b,s:b,s:o,s:[o]}", "restartPolicy", "Never",
 					 "automountServiceAccountToken", false, "enableServiceLinks", false,
-					 "hostUsers", false, "securityContext", pod_security(),
+					 "hostUsers", false, "securityContext", pod_security(be),
 					 "containers", container);
 	if (runtime)
 		json_object_set(spec, "runtimeClassName", runtime);

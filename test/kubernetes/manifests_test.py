@@ -238,6 +238,11 @@ def check_pod_security(directory, docs):
     if len(versions) != 1:
         problems.append(f"enforce, audit and warn pin different versions: {sorted(versions)}")
     problems += [f"the driver's pod breaks {v}" for v in pod_policy.pod_security_violations(driver_pod(), docs, NAMESPACE)]
+    with_apparmor = driver_pod()   # config "apparmor_profile": a Localhost AppArmor profile
+    with_apparmor["spec"]["securityContext"]["appArmorProfile"] = {"type": "Localhost", "localhostProfile": "mesh-sandboxd"}
+    problems += [f"the driver's pod with an AppArmor profile breaks {v}"
+                 for v in pod_policy.pod_security_violations(with_apparmor, docs, NAMESPACE) +
+                 pod_policy.policy_refusals(with_apparmor, docs, NAMESPACE)]
     return problems
 
 
