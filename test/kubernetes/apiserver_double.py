@@ -64,6 +64,7 @@ RUNTIME = {}       # (ns, name) -> {"proc", "port", "dir", "cgroup"}
 EVENTS = []        # (resourceVersion, type, pod snapshot)
 RV = [1000]
 MODE = ["normal"]
+ADMISSION = []     # the shipped manifests (deploy/kubernetes/), once read
 
 # ---- schema for strict decoding: field -> type, nested objects by name ----
 SCHEMA = {
@@ -213,7 +214,9 @@ def admit(pod, ns):
     """Admission as deploy/kubernetes/ asks of the API server: 403 Forbidden for a pod that
     breaks the namespace's Pod Security level or the pod-shape policy (namespaces the
     manifests do not configure admit everything, as a real cluster's unlabelled ones would)."""
-    docs = pod_policy.load_documents()
+    if not ADMISSION:
+        ADMISSION.append(pod_policy.load_documents())   # read once: the files do not change
+    docs = ADMISSION[0]
     name = (pod.get("metadata") or {}).get("name", "")
     level, version = pod_policy.namespace_level(docs, ns)
     if level is None:

@@ -331,6 +331,16 @@ def binding_selects(binding, namespace):
         bool(selector.get("matchLabels"))
 
 
+PARSED = {}
+
+
+def parsed(expression):
+    """An expression's tree, parsed once."""
+    if expression not in PARSED:
+        PARSED[expression] = Parser(expression).parse()
+    return PARSED[expression]
+
+
 def policy_refusals(pod, docs, namespace="mesh", params=None, skip=()):
     """The messages of the policy's validations that refuse pod (empty: admitted).
 
@@ -354,7 +364,7 @@ def policy_refusals(pod, docs, namespace="mesh", params=None, skip=()):
             if v["message"].split(":")[0] in skip:
                 continue
             try:
-                admitted = boolean(evaluate(Parser(v["expression"]).parse(), env))
+                admitted = boolean(evaluate(parsed(v["expression"]), env))
             except CelError as e:
                 admitted = False
                 v = {**v, "message": f"{v['message']} (evaluation error: {e})"}
