@@ -56,11 +56,8 @@ def driver_pod():
 # ---- sample pods each must refuse (the manifest's header comment lists the same names)
 
 def sandboxd(pod):
+    """The pod's one container, the daemon's."""
     return pod["spec"]["containers"][0]
-
-
-def container_sc(pod):
-    return sandboxd(pod)["securityContext"]
 
 
 def with_extra(kind, **security):
@@ -84,6 +81,7 @@ def set_path(path, value):
 
 
 def drop_path(path):
+    """A mutation removing pod[path...]."""
     def mutate(pod):
         node = pod
         for key in path[:-1]:
@@ -186,6 +184,7 @@ def check_policy_static(directory, docs):
 
 
 def check_policy_admits_driver(directory, docs):
+    """The driver's pod passes every rule of the policy."""
     return pod_policy.policy_refusals(driver_pod(), docs, NAMESPACE)
 
 
@@ -247,6 +246,7 @@ def check_pod_security(directory, docs):
 
 
 def check_pod_security_refuses(directory, docs):
+    """Each break of restricted (PSS_BREAKS) is refused at the namespace's level."""
     problems = []
     for what, mutate in PSS_BREAKS:
         pod = driver_pod()
@@ -285,6 +285,7 @@ def driver_verbs():
 
 
 def check_rbac(directory, docs):
+    """Namespaced Role only, core group only, verbs equal to the driver's needs, no token automount."""
     problems = []
     if pod_policy.of_kind(docs, "ClusterRole") or pod_policy.of_kind(docs, "ClusterRoleBinding"):
         problems.append("a cluster-wide role is shipped")
@@ -331,6 +332,7 @@ def workspace_policies(docs):
 
 
 def covered(required, excepts):
+    """Whether one except range holds the whole required range."""
     net = ipaddress.ip_network(required)
     return any(net.version == e.version and net.subnet_of(e) for e in excepts)
 
@@ -346,6 +348,7 @@ def check_ipblock(block):
 
 
 def check_network(directory, docs):
+    """Default deny; ingress only from one address to 7070; egress only public or DNS, in both families."""
     problems = []
     policies = workspace_policies(docs)
     if not any(set(p["spec"].get("policyTypes", [])) == {"Ingress", "Egress"} and not p["spec"].get("ingress")
@@ -402,6 +405,7 @@ def daemon_denied_calls():
 
 
 def check_seccomp(directory, docs):
+    """The profile refuses seccomp.c's list less bubblewrap's needs, refuses none of those, covers x86's 32-bit calls, and is the pod's."""
     problems = []
     path = os.path.join(directory, "seccomp", "mesh-sandboxd.json")
     with open(path) as f:
@@ -514,6 +518,7 @@ def edit_yaml(name, change):
 
 
 def edit_json(name, change):
+    """A mutation of one JSON file of the copy."""
     def mutate(directory):
         path = os.path.join(directory, name)
         with open(path) as f:
@@ -525,6 +530,7 @@ def edit_json(name, change):
 
 
 def drop_validation(rule):
+    """A mutation removing one rule's validation from the policy."""
     def change(docs):
         spec = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"][0]["spec"]
         spec["validations"] = [v for v in spec["validations"] if not v["message"].startswith(rule + ":")]
@@ -532,6 +538,7 @@ def drop_validation(rule):
 
 
 def weaken_validation(rule, old, new):
+    """A mutation rewriting part of one rule's expression."""
     def change(docs):
         spec = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"][0]["spec"]
         for v in spec["validations"]:
@@ -542,6 +549,7 @@ def weaken_validation(rule, old, new):
 
 
 def role_rule(index, **changes):
+    """A mutation changing one rule of the Role."""
     def change(docs):
         [d for d in docs if d["kind"] == "Role"][0]["rules"][index].update(changes)
     return edit_yaml("rbac.yaml", change)
@@ -632,6 +640,7 @@ def run_check(fn, directory):
 
 
 def main():
+    """Every check on the shipped manifests, then on each mutated copy; TAP on stdout."""
     shipped = os.path.join(ROOT, "deploy", "kubernetes")
     with tempfile.TemporaryDirectory(prefix="mesh-k8s-manifests.") as tmp:
         for name, fn, mutations in CHECKS:

@@ -73,10 +73,12 @@ class Parser:
         self.tokens, self.i = tokenize(text), 0
 
     def peek(self, value=None):
+        """The next token (kind, value), or whether its value is value."""
         kind, val = self.tokens[self.i]
         return val == value if value is not None else (kind, val)
 
     def take(self, value=None):
+        """Consume the next token, which must be value when one is given."""
         kind, val = self.tokens[self.i]
         if value is not None and val != value:
             raise SyntaxError(f"CEL: expected {value!r}, found {val!r}")
@@ -84,12 +86,14 @@ class Parser:
         return kind, val
 
     def parse(self):
+        """The whole expression's tree; trailing tokens are a syntax error."""
         tree = self.conditional()
         if self.peek()[0] != "end":
             raise SyntaxError(f"CEL: unexpected {self.peek()[1]!r}")
         return tree
 
     def conditional(self):
+        """c ? a : b, the lowest precedence."""
         test = self.binary(0)
         if self.peek("?"):
             self.take("?")
@@ -101,6 +105,7 @@ class Parser:
     LEVELS = [("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">=", "in"), ("+", "-")]
 
     def binary(self, level):
+        """Left-associative binary operators, by CEL's precedence (LEVELS, lowest first)."""
         if level == len(self.LEVELS):
             return self.unary()
         left = self.binary(level + 1)
@@ -110,6 +115,7 @@ class Parser:
         return left
 
     def unary(self):
+        """! and unary -."""
         if self.peek("!"):
             self.take()
             return ("!", self.unary())
@@ -119,6 +125,7 @@ class Parser:
         return self.member()
 
     def member(self):
+        """Field selection, method calls and indexing after a primary."""
         node = self.primary()
         while True:
             if self.peek("."):
@@ -147,6 +154,7 @@ class Parser:
         return items
 
     def call(self, name, target):
+        """A call: the all()/exists() macros bind a variable; others are functions or methods."""
         self.take("(")
         args = self.items(")")
         if name in ("all", "exists") and target is not None:
@@ -156,6 +164,7 @@ class Parser:
         return ("call", name, target, args)
 
     def primary(self):
+        """Literals, identifiers, global calls, parentheses and list literals."""
         kind, value = self.take()
         if kind == "num":
             return ("lit", int(value))
@@ -393,6 +402,7 @@ def containers_of(spec):
 
 
 def security(container):
+    """A container's securityContext, or an empty one."""
     return container.get("securityContext") or {}
 
 
