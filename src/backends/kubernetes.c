@@ -17,8 +17,8 @@
  *	  {"api_server": "https://host:6443", "namespace": "mesh",
  *	   "ca_bundle": "-----BEGIN CERTIFICATE-----...", "image": "reg/mesh-sandboxd:tag"}
  *	  optional: "runtime_class", "node_selector" {..}, "tolerations" [..],
- *				"image_pull_policy", "daemon_port" (7070), "request_timeout_ms",
- *				"ready_timeout_ms"
+ *				"image_pull_policy", "apparmor_profile", "daemon_port" (7070),
+ *				"request_timeout_ms", "ready_timeout_ms"
  * The credential (mesh.backend_set_credential) is a service-account bearer
  * token; it travels only in the Authorization header.  The daemon in a pod
  * accepts a key derived from it and the workspace (HMAC-SHA256), sent in
@@ -101,6 +101,24 @@ check_toleration(json_t *t)
 	return NULL;
 }
 
+/*
+ * The name of a Localhost AppArmor profile loaded on the nodes: the runtime's
+ * default profile denies the mounts bubblewrap makes (docs/kubernetes.md).
+ */
+static bool
+apparmor_name(const char *s)
+{
+	size_t		n = strlen(s);
+
+	if (n == 0 || n > 253)
+		return false;
+	for (const char *p = s; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+			  *p == '-' || *p == '_' || *p == '.' || *p == '/'))
+			return false;
+	return true;
+}
+
 /* The optional scheduling fields: runtime class, node selector, tolerations, pull policy. */
 static const char *
 check_scheduling(json_t *config)
@@ -109,6 +127,7 @@ check_scheduling(json_t *config)
 	json_t	   *selector = json_object_get(config, "node_selector");
 	json_t	   *tolerations = json_object_get(config, "tolerations");
 	json_t	   *pull = json_object_get(config, "image_pull_policy");
+	json_t	   *apparmor = json_object_get(config, "apparmor_profile");
 	const char *key;
 	json_t	   *value;
 	size_t		i;
@@ -136,6 +155,8 @@ check_scheduling(json_t *config)
 				  strcmp(json_string_value(pull), "IfNotPresent") != 0 &&
 				  strcmp(json_string_value(pull), "Never") != 0)))
 		return "image_pull_policy: must be \"Always\", \"IfNotPresent\" or \"Never\"";
+	if (apparmor && (!json_is_string(apparmor) || !apparmor_name(json_string_value(apparmor))))
+		return "apparmor_profile: must name a Localhost AppArmor profile loaded on the nodes (letters, digits, '-', '_', '.', '/')";
 	return NULL;
 }
 
@@ -145,7 +166,8 @@ k8s_validate_config(json_t *config)
 {
 	static const char *const known[] = {
 		"api_server", "namespace", "ca_bundle", "image", "runtime_class", "node_selector",
-		"tolerations", "image_pull_policy", "daemon_port", "request_timeout_ms", "ready_timeout_ms",
+		"tolerations", "image_pull_policy", "apparmor_profile", "daemon_port", "request_timeout_ms",
+		"ready_timeout_ms",
 	};
 	json_t	   *api = json_object_get(config, "api_server");
 	json_t	   *ns = json_object_get(config, "namespace");
@@ -164,7 +186,7 @@ k8s_validate_config(json_t *config)
 		for (size_t i = 0; i < lengthof(known); i++)
 			found |= strcmp(key, known[i]) == 0;
 		if (!found)
-			return psprintf("%s: unknown field (expected api_server, namespace, ca_bundle, image, runtime_class, node_selector, tolerations, image_pull_policy, daemon_port, request_timeout_ms, ready_timeout_ms)", key);
+			return psprintf("%s: unknown field (expected api_server, namespace, ca_bundle, image, runtime_class, node_selector, tolerations, image_pull_policy, apparmor_profile, daemon_port, request_timeout_ms, ready_timeout_ms)", key);
 	}
 	if (!string_field(api) || strncmp(json_string_value(api), "https://", 8) != 0)
 		return "api_server: must be the API server's https:// URL (e.g. \"https://10.0.0.1:6443\")";

@@ -27,6 +27,8 @@
 #define K8S_WATCH_SECONDS 1
 #define K8S_DAEMON_OVERHEAD_MI 128	/* memory of the daemon beside the workspace */
 #define K8S_MANAGED_BY "mesh-exec"
+#define K8S_DAEMON_UID 10001		/* the image's mesh-sandboxd user (deploy/kubernetes/Dockerfile) */
+#define K8S_SECCOMP_PROFILE "mesh-sandboxd.json"	/* deploy/kubernetes/seccomp/, on each node */
 
 /* Pod limits per size tier: mesh-sandboxd's tiers (capabilities.c) plus the daemon. */
 static const struct
@@ -99,10 +101,52 @@ tier_limits(MeshSize size)
 }
 
 /*
+ * The container's security context: no privilege escalation, no
+ * capabilities, and /proc unmasked.  bubblewrap mounts a fresh /proc for
+ * each sandbox's pid namespace, which the kernel refuses while parts of the
+ * container's /proc are masked; unmasked is allowed only in the pod's own
+ * user namespace (hostUsers false), where /proc/sys and the rest stay
+ * owned by the node's root.  deploy/kubernetes/namespace.yaml says why.
+ */
+static json_t *
+container_security(void)
+{
+	return json_pack("{s:b,s:b,s:{s:[s]},s:s}",
+					 "allowPrivilegeEscalation", false, "privileged", false,
+					 "capabilities", "drop", "ALL", "procMount", "Unmasked");
+}
+
+/*
+ * The pod's security context: a non-root daemon, and the seccomp profile
+ * that lets bubblewrap make namespaces and mounts (the runtime's default
+ * refuses them) while refusing the rest of the kernel surface the daemon's
+ * own filter refuses (deploy/kubernetes/seccomp/mesh-sandboxd.json).  On
+ * nodes with AppArmor, whose default profile denies mounts, the config's
+ * "apparmor_profile" names a Localhost profile that allows them.
+ */
+static json_t *
+pod_security(const MeshBackend *be)
+{
+	json_t	   *apparmor = json_object_get(be->config, "apparmor_profile");
+	json_t	   *security = json_pack("{s:b,s:i,s:i,s:{s:s,s:s}}",
+									 "runAsNonRoot", true, "runAsUser", K8S_DAEMON_UID,
+									 "runAsGroup", K8S_DAEMON_UID, "seccompProfile", "type", "Localhost",
+									 "localhostProfile", K8S_SECCOMP_PROFILE);
+
+	if (apparmor)
+		json_object_set_new(security, "appArmorProfile",
+							json_pack("{s:s,s:O}", "type", "Localhost", "localhostProfile", apparmor));
+	return security;
+}
+
+/*
  * The Pod: labels for reconciliation (never parsed for meaning), the daemon
  * in single-workspace mode with its derived key, no service-account token
- * mounted (the workspace must not reach the API), the tier's resources, and
- * a readiness probe on the daemon's port.
+ * mounted (the workspace must not reach the API), the tier's resources, a
+ * readiness probe on the daemon's port, and the shape the sandbox
+ * namespace admits (Pod Security "restricted" and the ValidatingAdmission-
+ * Policy of deploy/kubernetes/pod-policy.yaml): its own user namespace,
+ * non-root, no capabilities.
  */
 static json_t *
 pod_manifest(const MeshBackend *be, const char *ref, MeshSize size, const char *install_id)
@@ -114,7 +158,7 @@ pod_manifest(const MeshBackend *be, const char *ref, MeshSize size, const char *
 	json_t	   *spec;
 
 	container = json_pack("{s:s,s:s,s:[s,s],s:[{s:s,s:s},{s:s,s:s}],s:[{s:s,s:I,s:s}],s:o,"
-						  "s:{s:{s:I},s:i,s:i}}",
+						  "s:{s:{s:I},s:i,s:i},s:o}",
 						  "name", "sandboxd",
 						  "image", json_string_value(json_object_get(be->config, "image")),
 						  "args", "--single-workspace", ref,
@@ -124,11 +168,13 @@ pod_manifest(const MeshBackend *be, const char *ref, MeshSize size, const char *
 						  "protocol", "TCP",
 						  "resources", tier_limits(size),
 						  "readinessProbe", "tcpSocket", "port", (json_int_t) port,
-						  "periodSeconds", 1, "failureThreshold", 3);
+						  "periodSeconds", 1, "failureThreshold", 3,
+						  "securityContext", container_security());
 	if (pull)
 		json_object_set(container, "imagePullPolicy", pull);
-	spec = json_pack("{s:s,s:b,s:b,s:[o]}", "restartPolicy", "Never",
+	spec = json_pack("{s:s,s:b,s:b,s:b,s:o,s:[o]}", "restartPolicy", "Never",
 					 "automountServiceAccountToken", false, "enableServiceLinks", false,
+					 "hostUsers", false, "securityContext", pod_security(be),
 					 "containers", container);
 	if (runtime)
 		json_object_set(spec, "runtimeClassName", runtime);

@@ -12,7 +12,7 @@
 if [ -z "${MESH_K8S_URL:-}" ]; then
   echo "1..0 # SKIP ${MESH_K8S_URL_SKIP:-MESH_K8S_URL is not set (test/run.sh starts the double)}"; exit 0
 fi
-plan 37
+plan 39
 tag="kf$$"
 token=$(cat "$MESH_K8S_TOKEN_FILE")
 cfg=$(python3 -c 'import json,sys;c=json.loads(sys.argv[1]);c["request_timeout_ms"]=2000;print(json.dumps(c))' "$MESH_K8S_CONFIG")
@@ -26,6 +26,12 @@ alive_pods() {
     python3 -c 'import json,sys;print(" ".join(sorted(p["metadata"]["name"] for p in json.load(sys.stdin)["items"] if "deletionTimestamp" not in p["metadata"])))'
 }
 pod_code() { mesh_k8s_api -o /dev/null -w '%{http_code}' "/api/v1/namespaces/mesh/pods/$1"; }
+# the driver's pod (test/kubernetes/fixtures/pod-create-request.json, the shape the namespace
+# admits) named $1 with the test image, changed by the python statement $2 on it (p)
+shaped() {
+  python3 -c 'import json,sys;p=json.load(open(sys.argv[1]));p["metadata"]["name"]=sys.argv[2];p["spec"]["containers"][0]["image"]="mesh-sandboxd:test";exec(sys.argv[3]);print(json.dumps(p))' \
+    "$(dirname "$0")/../kubernetes/fixtures/pod-create-request.json" "$1" "${2:-pass}"
+}
 
 q "SELECT mesh.backend_add('$tag', 'kubernetes', '$cfg', catalog_order => 1000)" >/dev/null
 q "SELECT mesh.backend_set_credential('$tag', trim(pg_read_file('$MESH_K8S_TOKEN_FILE'), E'\\n'))" >/dev/null
@@ -97,7 +103,7 @@ q "SELECT mesh.backend_configure('$tag', '$cfg')" >/dev/null
 # 4. the reaper reconciles with the recovered server: a labelled pod without a row is deleted
 install=$(q "SELECT system_identifier FROM pg_control_system()")
 orphan="mesh-$install-999999$$"
-manifest="{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$orphan\",\"labels\":{\"mesh.install\":\"$install\",\"mesh.backend\":\"$tag\"}},\"spec\":{\"restartPolicy\":\"Never\",\"containers\":[{\"name\":\"sandboxd\",\"image\":\"mesh-sandboxd:test\",\"args\":[\"--single-workspace\",\"$orphan\"],\"env\":[{\"name\":\"MESH_SANDBOXD_TOKEN\",\"value\":\"x$$\"}]}]}}"
+manifest=$(shaped "$orphan" "p['metadata']['labels']={'mesh.install':'$install','mesh.backend':'$tag'};p['spec']['containers'][0]['args'][1]='$orphan';p['spec']['containers'][0]['env']=[{'name':'MESH_SANDBOXD_TOKEN','value':'x$$'}]")
 is "$(mesh_k8s_api -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' --data "$manifest" /api/v1/namespaces/mesh/pods)" 201 \
    "an orphan pod with this install's labels is created behind mesh's back"
 actions=$(q "SELECT string_agg(action || ':' || coalesce(backend, ''), ' ') FROM mesh.sweep()")
@@ -163,6 +169,12 @@ is "$(post text/plain "$(pod_json "probe-$$")")" 415 "a body that is not JSON by
 is "$(post application/json "$(pod_json "probe-$$" ',"env":[{"name":"A","value":1}]')")" 400 "a number where a string belongs: 400"
 is "$(post application/json "$(pod_json "Probe_$$")")" 422 "an invalid pod name: 422 Invalid"
 is "$(post application/json "$(pod_json "probe-$$" '' ',"runtimeClassName":"gvisor"')")" 403 "a RuntimeClass the cluster lacks: 403 from admission"
+# ... and what the shipped manifests (deploy/kubernetes/) refuse in the sandbox namespace: every
+# pod the driver made above was admitted by the same checks
+is "$(post application/json "$(shaped "probe-$$" 'p["spec"]["containers"][0]["securityContext"]["privileged"]=True')")" 403 \
+   "a privileged pod: 403 from admission (Pod Security restricted, the pod-shape policy)"
+is "$(post application/json "$(shaped "probe-$$" 'p["spec"]["automountServiceAccountToken"]=True')")" 403 \
+   "a pod that would mount a service-account token: 403 from the pod-shape policy"
 is "$(curl -s -m 10 -o /dev/null -w '%{http_code}' --cacert "$MESH_K8S_CA_FILE" "$MESH_K8S_URL/api/v1/namespaces/mesh/pods")" 401 "no token: 401"
 
 # nothing leaked

@@ -15,7 +15,10 @@ and errors of the Kubernetes API reference (v1.28):
 Errors are meta/v1 Status objects (kind, status Failure, reason, code, message, details).
 A missing or wrong bearer token is 401 Unauthorized; the --denied-token-file token authenticates
 but no Role binds it (403 Forbidden on everything); a pod naming a RuntimeClass the double
-does not have is 403 Forbidden (admission); unknown fields under fieldValidation=Strict and
+does not have is 403 Forbidden (admission), and so is a pod the shipped manifests
+(deploy/kubernetes/) refuse in their namespace: Pod Security at the namespace's level and the
+pod-shape ValidatingAdmissionPolicy, evaluated by pod_policy.py, with the policy's image
+repository taken from the double's own --image; unknown fields under fieldValidation=Strict and
 wrong JSON types are 400 BadRequest; semantic errors 422 Invalid; a body that is not
 application/json is 415 UnsupportedMediaType.  Pods take time: Pending (scheduled) first, then
 Running with the Ready condition only once the container serves.  The container is a REAL
@@ -51,6 +54,9 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit, parse_qs, unquote
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pod_policy  # noqa: E402  (the admission the shipped manifests ask for)
+
 ARGS = None
 LOCK = threading.Condition()
 PODS = {}          # (ns, name) -> pod dict
@@ -58,6 +64,7 @@ RUNTIME = {}       # (ns, name) -> {"proc", "port", "dir", "cgroup"}
 EVENTS = []        # (resourceVersion, type, pod snapshot)
 RV = [1000]
 MODE = ["normal"]
+ADMISSION = []     # the shipped manifests (deploy/kubernetes/), once read
 
 # ---- schema for strict decoding: field -> type, nested objects by name ----
 SCHEMA = {
@@ -73,7 +80,8 @@ SCHEMA = {
                 "tolerations": ["Toleration"], "serviceAccountName": str,
                 "securityContext": dict, "volumes": list, "terminationGracePeriodSeconds": int,
                 "activeDeadlineSeconds": int, "hostNetwork": bool, "dnsPolicy": str,
-                "priorityClassName": str, "affinity": dict, "nodeName": str},
+                "priorityClassName": str, "affinity": dict, "nodeName": str, "hostUsers": bool,
+                "hostPID": bool, "hostIPC": bool, "ephemeralContainers": list},
     "Container": {"name": str, "image": str, "imagePullPolicy": str, "command": [str],
                   "args": [str], "env": ["EnvVar"], "ports": ["ContainerPort"],
                   "resources": "ResourceRequirements", "readinessProbe": "Probe",
@@ -200,6 +208,28 @@ def validate_pod(pod, ns):
     rc = spec.get("runtimeClassName")
     if rc is not None and rc not in ARGS.runtime_class:
         raise Reject(403, "Forbidden", f'pods "{name}" is forbidden: pod rejected: RuntimeClass "{rc}" not found')
+
+
+def admit(pod, ns):
+    """Admission as deploy/kubernetes/ asks of the API server: 403 Forbidden for a pod that
+    breaks the namespace's Pod Security level or the pod-shape policy (namespaces the
+    manifests do not configure admit everything, as a real cluster's unlabelled ones would)."""
+    if not ADMISSION:
+        ADMISSION.append(pod_policy.load_documents())   # read once: the files do not change
+    docs = ADMISSION[0]
+    name = (pod.get("metadata") or {}).get("name", "")
+    level, version = pod_policy.namespace_level(docs, ns)
+    if level is None:
+        return
+    broken = pod_policy.pod_security_violations(pod, docs, ns)
+    if broken:
+        raise Reject(403, "Forbidden", f'pods "{name}" is forbidden: violates PodSecurity '
+                     f'"{level}:v{version[0]}.{version[1]}": {", ".join(broken)}')
+    repository = next(iter(ARGS.images), "").rsplit(":", 1)[0]
+    refusals = pod_policy.policy_refusals(pod, docs, ns, params={"data": {"imageRepository": repository}})
+    if refusals:
+        raise Reject(403, "Forbidden", f'pods "{name}" is forbidden: ValidatingAdmissionPolicy '
+                     f"'mesh-exec-pod-shape' with binding 'mesh-exec-pod-shape' denied request: {refusals[0]}")
 
 
 # ---- pod store and events ----
@@ -561,6 +591,7 @@ class Handler(BaseHTTPRequestHandler):
     def create(self, ns, raw, query):
         pod = self.json_body(raw, "Pod", query)
         validate_pod(pod, ns)
+        admit(pod, ns)
         name = pod["metadata"]["name"]
         with LOCK:
             if (ns, name) in PODS:

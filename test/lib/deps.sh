@@ -8,6 +8,7 @@ MESH_PACKAGES=(
   postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
   libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev libseccomp-dev libcap-dev libkrb5-dev
   bubblewrap iproute2 procps psmisc python3 python3-psycopg2 jq e2fsprogs util-linux
+  python3-yaml                 # k8s_manifests.t: the Kubernetes manifests, read as YAML
   strace                       # 19-standby.t: which umask calls the daemon makes
   clang libclang-rt-14-dev     # sanitizer builds and fuzzers of mesh-sandboxd (CI)
   docker.io busybox-static

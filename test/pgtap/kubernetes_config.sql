@@ -1,7 +1,7 @@
 -- test/pgtap/kubernetes_config.sql: the kubernetes driver's config is validated when written,
 -- and the error names the bad field (src/backends/kubernetes.c, docs/kubernetes.md).
 BEGIN;
-SELECT plan(15);
+SELECT plan(16);
 
 CREATE TEMP TABLE good AS SELECT jsonb_build_object(
     'api_server', 'https://10.0.0.1:6443', 'namespace', 'mesh', 'image', 'reg.example/mesh-sandboxd:0.1',
@@ -11,6 +11,7 @@ SELECT lives_ok($$SELECT mesh.validate_backend_config('kubernetes', (SELECT c FR
                 'a complete config is accepted');
 SELECT lives_ok($$SELECT mesh.validate_backend_config('kubernetes', (SELECT c || '{"runtime_class": "gvisor",
                   "node_selector": {"pool": "agents"}, "image_pull_policy": "Always", "daemon_port": 7443,
+                  "apparmor_profile": "mesh-sandboxd",
                   "tolerations": [{"key": "agents", "operator": "Equal", "value": "yes", "effect": "NoSchedule"}]}' FROM good))$$,
                 'with every optional field');
 
@@ -39,6 +40,7 @@ SELECT is(pg_temp.refused(text '{"tolerations": [{"key": "a", "operator": "Maybe
 SELECT is(pg_temp.refused(text '{"tolerations": [{"keey": "a"}]}'), 'tolerations', 'a toleration field must be known');
 SELECT is(pg_temp.refused(text '{"image_pull_policy": "Sometimes"}'), 'image_pull_policy', 'the pull policy must be known');
 SELECT is(pg_temp.refused(text '{"daemon_port": 70000}'), 'daemon_port', 'the daemon port must be a port');
+SELECT is(pg_temp.refused(text '{"apparmor_profile": "un confined"}'), 'apparmor_profile', 'an AppArmor profile must be a name');
 SELECT is(pg_temp.refused(text '{"token": "abc"}'), 'token', 'an unknown field (a token in the config) is refused by name');
 
 SELECT * FROM finish();

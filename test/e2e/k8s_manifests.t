@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The shipped Kubernetes manifests (deploy/kubernetes/) keep every least-privilege property they
+# promise: test/kubernetes/manifests_test.py checks them statically, evaluates the pod-shape
+# policy's CEL and Pod Security against the driver's pod and samples, and proves each check
+# can fail on mutated copies.  Needs python3 and PyYAML (python3-yaml), no cluster.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+if ! python3 -c 'import yaml' 2>/dev/null; then
+  echo "1..1"; echo "not ok 1 - python3 with PyYAML (python3-yaml, test/lib/deps.sh) is installed"; exit 1
+fi
+exec python3 "$root/test/kubernetes/manifests_test.py"
