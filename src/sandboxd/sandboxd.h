@@ -292,6 +292,7 @@ struct capture_exclusions {
     char *text;   /* the list as read; the patterns point into it */
 };
 bool capture_exclusions_load(int workspace, struct capture_exclusions *ex, struct api_error *err);
+bool capture_exclusions_parse(char *text, struct capture_exclusions *ex, struct api_error *err);
 bool capture_excludes(const struct capture_exclusions *ex, const char *path, const char *name,
                       bool is_dir);
 void capture_exclusions_free(struct capture_exclusions *ex);

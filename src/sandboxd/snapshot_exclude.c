@@ -247,21 +247,12 @@ static int list_open(int workspace, struct api_error *err)
     return -1;
 }
 
-/*
- * Loads /workspace/.meshignore from WORKSPACE (a directory descriptor of /workspace) into EX.
- * No list is no pattern; a list that cannot be taken as it is refuses the capture (false,
- * ERR): the project meant to leave something out.
- */
-bool capture_exclusions_load(int workspace, struct capture_exclusions *ex, struct api_error *err)
+/* Parses list TEXT (NUL-terminated, at most MESHIGNORE_MAX_BYTES; EX takes it over) into EX;
+ * false with ERR for a line that is not supported or too many patterns. */
+bool capture_exclusions_parse(char *text, struct capture_exclusions *ex, struct api_error *err)
 {
     memset(ex, 0, sizeof *ex);
-    int fd = list_open(workspace, err);
-    if (fd < 0)
-        return errno == ENOENT;
-    ex->text = list_read(fd, err);
-    close(fd);
-    if (!ex->text)
-        return false;
+    ex->text = text;
     ex->patterns = calloc(MESHIGNORE_MAX_PATTERNS, sizeof *ex->patterns);
     if (!ex->patterns) {
         api_error_from_errno(err, ENOMEM, "cannot read /workspace/" MESHIGNORE_NAME);
@@ -281,6 +272,22 @@ bool capture_exclusions_load(int workspace, struct capture_exclusions *ex, struc
         line = end ? end + 1 : NULL;
     }
     return true;
+}
+
+/*
+ * Loads /workspace/.meshignore from WORKSPACE (a directory descriptor of /workspace) into EX.
+ * No list is no pattern; a list that cannot be taken as it is refuses the capture (false,
+ * ERR): the project meant to leave something out.
+ */
+bool capture_exclusions_load(int workspace, struct capture_exclusions *ex, struct api_error *err)
+{
+    memset(ex, 0, sizeof *ex);
+    int fd = list_open(workspace, err);
+    if (fd < 0)
+        return errno == ENOENT;
+    char *text = list_read(fd, err);
+    close(fd);
+    return text && capture_exclusions_parse(text, ex, err);
 }
 
 /* Frees what capture_exclusions_load made. */
