@@ -285,7 +285,7 @@ json_t *snapshot_delete(const char *id, struct api_error *err);
 
 /* ---- what a capture leaves out (snapshot_exclude.c) ---- */
 #define MESHIGNORE_MAX_BYTES (64 * 1024)   /* a larger /workspace/.meshignore refuses the capture */
-#define MESHIGNORE_MAX_PATTERNS 1000
+#define MESHIGNORE_MAX_PATTERNS 512   /* 512 cost ~50 us of matching per entry captured */
 struct capture_exclusions {
     struct exclude_pattern *patterns;
     int count;
