@@ -6,9 +6,10 @@
 # trace of A's; a run without grants finds no /workspace/.mesh at all. Then a retired snapshot
 # is reclaimed (row and the daemon's tree) within seconds, without mesh.sweep(), in the three
 # ways one is freed: the release of the last run on it, mesh.snapshot_retire, and a capture
-# that replaces the project's current one. (The reaper's sweep is every 10 minutes by default.)
+# that replaces the project's current one (the reaper's sweep is every 10 minutes by default).
+# A hostile .meshignore fails a capture with a clear error.
 . "$(dirname "$0")/lib.sh"
-plan 17
+plan 19
 SNAPS="$PGDIR/data/mesh_sandboxd/workspaces/.snapshots"
 tag="hyg$$"
 project="github.com/$tag/app"
@@ -87,5 +88,14 @@ q "SELECT 1 FROM mesh_snapshot('$tag-a')" >/dev/null
 is "$(reclaimed_within "$SC")" "reclaimed gone" "a capture that replaces the current snapshot frees it within seconds"
 is "$(q "SELECT count(*) FROM mesh.events WHERE kind = 'snapshot_reclaimed' AND (detail->>'snapshot')::bigint IN ($SA, $SB, $SC)")" 3 \
    "each reclaim is an event"
+
+# a hostile .meshignore fails the capture clearly and leaves the current snapshot current
+SD=$(snap_of "$tag-a")
+out "$tag-a" 'rm .meshignore; ln -s /etc/shadow .meshignore' >/dev/null
+err=$(psql -X -qAt -v VERBOSITY=verbose -c "SELECT mesh_snapshot('$tag-a')" 2>&1 | head -1)
+case "$err" in *22023*"/workspace/.meshignore is a symlink"*) r=0 ;; *) r=1 ;; esac
+ok $r "a .meshignore that is a symlink to /etc/shadow fails the capture with 22023 and why: $err"
+is "$(q "SELECT string_agg(status::text, ' ' ORDER BY id) FROM mesh.snapshots WHERE source_run_id = '$tag-a' AND id >= $SD")" \
+   "ready failed" "its row is failed; the project's current snapshot stays current"
 q "SELECT mesh_release('$tag-a')" >/dev/null
 done_testing
