@@ -676,9 +676,12 @@ extension_installed(void)
 	return rows != NULL && rows->n > 0;
 }
 
-/* One bounded sweep; what it did is appended to rows. */
+/*
+ * One bounded sweep; what it did is appended to rows.  RECLAIM_ONLY: step
+ * 4's reclaim alone (a snapshot was retired or freed), bounded alike.
+ */
 static void
-sweep(json_t *rows)
+sweep(json_t *rows, bool reclaim_only)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													   mesh_reaper_sweep_timeout_ms);
@@ -686,40 +689,23 @@ sweep(json_t *rows)
 											  ALLOCSET_DEFAULT_SIZES);
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 
-	pgstat_report_activity(STATE_RUNNING, "mesh reaper: sweeping");
+	pgstat_report_activity(STATE_RUNNING, reclaim_only ? "mesh reaper: reclaiming snapshots"
+						   : "mesh reaper: sweeping");
 	if (extension_installed())
 	{
 		/* right after a start, a sweep would find the embedded daemon not yet serving */
 		mesh_wait_for_embedded_daemon(deadline);
-		fail_lost_execs(rows);
-		expire_output(rows);
-		release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													  (deadline - GetCurrentTimestamp()) / 2000));
-		/* two thirds of what is left for the workspaces, the rest for the snapshots */
-		reconcile_all(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														(deadline - GetCurrentTimestamp()) / 1500));
-		sweep_snapshots(rows, deadline, true);
-	}
-	pgstat_report_activity(STATE_IDLE, NULL);
-	MemoryContextSwitchTo(old);
-	MemoryContextDelete(cxt);
-}
-
-/* Step 4's reclaim alone, bounded as a sweep: a snapshot was retired or freed. */
-static void
-reclaim_now(json_t *rows)
-{
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													   mesh_reaper_sweep_timeout_ms);
-	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "mesh reclaim",
-											  ALLOCSET_DEFAULT_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(cxt);
-
-	pgstat_report_activity(STATE_RUNNING, "mesh reaper: reclaiming snapshots");
-	if (extension_installed())
-	{
-		mesh_wait_for_embedded_daemon(deadline);
-		sweep_snapshots(rows, deadline, false);
+		if (!reclaim_only)
+		{
+			fail_lost_execs(rows);
+			expire_output(rows);
+			release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														  (deadline - GetCurrentTimestamp()) / 2000));
+			/* two thirds of what is left for the workspaces, the rest for the snapshots */
+			reconcile_all(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															(deadline - GetCurrentTimestamp()) / 1500));
+		}
+		sweep_snapshots(rows, deadline, !reclaim_only);
 	}
 	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(old);
@@ -787,7 +773,7 @@ serve_sweep_request(dsm_handle handle)
 	times.handoff_ns = mesh_clock_ns() - hdr->queued_at_ns;
 	times.worker_txn_ns = mesh_txn_time_ns;
 	rows = json_array();
-	sweep(rows);
+	sweep(rows, false);
 	times.worker_txn_ns = mesh_txn_time_ns - times.worker_txn_ns;
 	initStringInfo(&msg);
 	mesh_msg_begin(&msg, MESH_MSG_REPLY, MESH_OP_SWEEP, sizeof(r));
@@ -851,6 +837,8 @@ mesh_reaper_main(Datum arg)
 	{
 		dsm_handle	handle;
 		long		wait_ms;
+		bool		due;
+		bool		reclaim;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -860,23 +848,18 @@ mesh_reaper_main(Datum arg)
 		}
 		while (mesh_worker_pop(MESH_REAPER_SLOT, &handle))
 			serve_sweep_request(handle);
-		if (pg_atomic_exchange_u32(&mesh_shared->reclaim_wanted, 0) != 0)
+		due = GetCurrentTimestamp() >= next_sweep;
+		reclaim = pg_atomic_exchange_u32(&mesh_shared->reclaim_wanted, 0) != 0;
+		if (due || reclaim)
 		{
 			json_t	   *rows = json_array();
 
-			reclaim_now(rows);
+			sweep(rows, !due);	/* a whole sweep reclaims too */
 			log_sweep(rows);
 			json_decref(rows);
-		}
-		if (GetCurrentTimestamp() >= next_sweep)
-		{
-			json_t	   *rows = json_array();
-
-			sweep(rows);
-			log_sweep(rows);
-			json_decref(rows);
-			next_sweep = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													 (int64) mesh_reaper_interval_s * 1000);
+			if (due)
+				next_sweep = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 (int64) mesh_reaper_interval_s * 1000);
 		}
 		wait_ms = (long) ((next_sweep - GetCurrentTimestamp()) / 1000);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

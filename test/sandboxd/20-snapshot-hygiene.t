@@ -9,12 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 plan 30
 id postgres >/dev/null 2>&1 || { echo "1..0 # skip no postgres user"; exit 0; }
-sd_prepare_as postgres
-CG="mesh-test-$$-$RANDOM"
-SD_CGROUPS+=("$CG")
-"$SANDBOXD" --setup-host postgres --state-dir "$SD_STATE" --cgroup-name "$CG" \
-    --disk-bytes $((48 << 20)) > "$SD_DIR/setup.out" 2>&1 || { echo "Bail out! setup-host failed"; exit 1; }
-sd_launch_as postgres
+sd_start_setup_as postgres $((48 << 20))
 SNAPS="$SD_STATE/workspaces/.snapshots"
 # tree_list SNAPSHOT -> the snapshot's entries, one a line, names with a newline shown as \n
 tree_list() { (cd "$SNAPS/$1/tree" && find . -mindepth 1 -printf '%P\0' | sed -z 's/\n/\\n/g' | tr '\0' '\n' | LC_ALL=C sort); }
