@@ -209,6 +209,10 @@ CREATE FUNCTION mesh.drivers() RETURNS text[]
 -- Run a reaper sweep now; returns what it did.
 CREATE FUNCTION mesh.sweep() RETURNS TABLE (action text, run_id text, backend text, detail text)
     AS 'MODULE_PATHNAME', 'mesh_sweep' LANGUAGE C;
+-- Once the calling transaction commits, the reaper reclaims the retired snapshots no live
+-- workspace stands on (called where a snapshot is retired or a workspace on one released).
+CREATE FUNCTION mesh.snapshot_reclaim_soon() RETURNS void
+    AS 'MODULE_PATHNAME', 'mesh_snapshot_reclaim_soon' LANGUAGE C VOLATILE;
 
 -- Where the time of the calls answered since the server started (or the last reset) went:
 -- per operation and stage (handoff, worker_txn, http, reply, total), cumulative; every
@@ -913,6 +917,11 @@ BEGIN
      WHERE t.run_id = ws.run_id AND t.revoked_at IS NULL;
     PERFORM mesh.background_execs_end(p_id, 'killed', 'killed: the run released its workspace');
     PERFORM mesh.workspace_event(ws, 'released', jsonb_build_object('outcome', p_outcome));
+    -- the last workspace on a retired snapshot gives its disk back now, not at the next sweep
+    IF ws.snapshot_id IS NOT NULL AND EXISTS (SELECT 1 FROM mesh.snapshots s
+                                               WHERE s.id = ws.snapshot_id AND s.status = 'retired') THEN
+        PERFORM mesh.snapshot_reclaim_soon();
+    END IF;
     RETURN ws.status;
 END
 $$;
@@ -1889,6 +1898,9 @@ BEGIN
         UPDATE mesh.snapshots x SET status = 'retired', retired_at = now(),
                                     status_reason = format('replaced by snapshot %s', p_id)
          WHERE x.project = s.project AND x.backend = s.backend AND x.status = 'ready';
+        IF FOUND THEN
+            PERFORM mesh.snapshot_reclaim_soon();
+        END IF;
         UPDATE mesh.snapshots x SET status = 'ready', ready_at = now(), size_bytes = p_size_bytes,
                                     file_count = p_file_count
          WHERE x.id = p_id RETURNING * INTO s;
@@ -1905,7 +1917,8 @@ END
 $$;
 
 -- The admin retires a snapshot: no new run starts from it; the reaper reclaims
--- it once no live workspace stands on it.
+-- it as soon as no live workspace stands on it (woken at commit, or by the
+-- release of the last one).
 CREATE FUNCTION mesh.snapshot_retire(id bigint) RETURNS mesh.snapshots
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
@@ -1928,14 +1941,19 @@ BEGIN
     INSERT INTO mesh.events (kind, run_id, backend, detail)
     VALUES ('snapshot_retired', s.source_run_id, s.backend,
             jsonb_build_object('snapshot', s.id, 'project', s.project, 'by', session_user));
+    IF mesh.snapshot_live_workspaces(s.id) = 0 THEN
+        PERFORM mesh.snapshot_reclaim_soon();
+    END IF;
     RETURN s;
 END
 $$;
 
--- Live workspaces standing on a snapshot (anything not released holds it).
+-- Live workspaces standing on a snapshot (anything not released holds it; a
+-- failed run's workspace keeps its status once released, with released_at).
 CREATE FUNCTION mesh.snapshot_live_workspaces(p_id bigint) RETURNS bigint
 LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
-    SELECT count(*) FROM mesh.workspaces w WHERE w.snapshot_id = p_id AND w.status <> 'released'
+    SELECT count(*) FROM mesh.workspaces w
+     WHERE w.snapshot_id = p_id AND w.status <> 'released' AND w.released_at IS NULL
 $$;
 
 -- For the reaper: backends with retired snapshots that no live workspace
@@ -2014,8 +2032,8 @@ CREATE VIEW mesh.project_snapshots AS
 SELECT s.project, s.backend, s.id AS snapshot_id, s.status, (s.status = 'ready') AS current,
        date_trunc('second', now() - coalesce(s.ready_at, s.created_at)) AS age,
        s.size_bytes, s.file_count,
-       (SELECT count(*) FROM mesh.workspaces w
-         WHERE w.snapshot_id = s.id AND w.status <> 'released') AS live_workspaces,
+       (SELECT count(*) FROM mesh.workspaces w     -- mesh.snapshot_live_workspaces, for any reader
+         WHERE w.snapshot_id = s.id AND w.status <> 'released' AND w.released_at IS NULL) AS live_workspaces,
        s.source_run_id, s.actor_id, s.status_reason, s.created_at, s.ready_at, s.retired_at
   FROM mesh.snapshots s
  WHERE s.status <> 'reclaimed'

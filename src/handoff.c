@@ -97,6 +97,7 @@ mesh_shmem_startup(void)
 						   mesh_embedded_sandboxd ? MESH_DAEMON_STARTING : MESH_DAEMON_ABSENT);
 		ConditionVariableInit(&mesh_shared->daemon_ready);
 		ConditionVariableInit(&mesh_shared->exec_ended);
+		pg_atomic_init_u32(&mesh_shared->reclaim_wanted, 0);
 		for (int i = 0; i <= MESH_MAX_WORKERS; i++)
 		{
 			SpinLockInit(&mesh_shared->workers[i].mutex);
@@ -535,6 +536,14 @@ mesh_worker_attach_slot(int index)
 	slot->head = slot->tail;
 	SpinLockRelease(&slot->mutex);
 	ConditionVariableBroadcast(&slot->queue_changed);
+}
+
+/* Wakes the worker (or reaper) of slot INDEX, if it runs, to look at what shared memory asks. */
+void
+mesh_worker_wake(int index)
+{
+	if (mesh_shared->workers[index].pid != 0)
+		SetLatch(worker_latch(index));
 }
 
 void

@@ -85,6 +85,7 @@ typedef struct MeshShared
 	pg_atomic_uint32 daemon_state;	/* MeshDaemonState */
 	ConditionVariable daemon_ready; /* broadcast when daemon_state changes */
 	ConditionVariable exec_ended;	/* broadcast when background commands' ends are recorded */
+	pg_atomic_uint32 reclaim_wanted;	/* a snapshot was retired or freed: the reaper reclaims */
 	MeshWorkerSlot workers[MESH_MAX_WORKERS + 1];	/* workers, then the reaper */
 	MeshStageCounters stages[MESH_OP_COUNT];	/* by MeshOp */
 } MeshShared;
@@ -134,6 +135,7 @@ extern bool mesh_worker_has_queued(int index);
 extern dsm_segment *mesh_attach_call(dsm_handle handle, MeshCall **hdr, MeshMsg *request,
 									 const char **blob, shm_mq_handle **mqh);
 extern void mesh_worker_detach_slot(int index);
+extern void mesh_worker_wake(int index);
 
 /* stages.c */
 extern uint64 mesh_clock_ns(void);

@@ -25,6 +25,14 @@
  *	   snapshot no row explains is deleted and logged; a row whose snapshot
  *	   vanished, or an interrupted capture, is marked failed).
  *
+ * Reclaiming does not wait for a sweep: a transaction that retires a
+ * snapshot, or releases the last live workspace on a retired one, calls
+ * mesh.snapshot_reclaim_soon(), which at its commit sets reclaim_wanted in
+ * shared memory and this worker's latch; the worker then runs step 4's
+ * reclaim alone, so a retired snapshot's disk comes back within seconds.
+ * The sweep stays the backstop (a wake lost to a crash, a delete that
+ * failed).
+ *
  * Backends share the sweep's time fairly: each gets an equal share of what
  * is left when its turn comes, so one hung backend cannot starve the rest.
  * An operator runs a sweep now with mesh.sweep(), which asks this worker
@@ -62,6 +70,7 @@
 #include "runner.h"
 
 PG_FUNCTION_INFO_V1(mesh_sweep);
+PG_FUNCTION_INFO_V1(mesh_snapshot_reclaim_soon);
 
 /* A backend's list of a whole install's workspaces can be long. */
 #define REAPER_MAX_RESPONSE (16 * 1024 * 1024)
@@ -634,9 +643,13 @@ reconcile_snapshots(json_t *rows, const MeshBackend *be, TimestampTz until)
 	}
 }
 
-/* Every backend whose driver keeps snapshots, each with its fair share of the time left. */
+/*
+ * Every backend whose driver keeps snapshots, each with its fair share of
+ * the time left: its retired snapshots reclaimed, and when RECONCILE its
+ * list reconciled with the rows.
+ */
 static void
-sweep_snapshots(json_t *rows, TimestampTz deadline)
+sweep_snapshots(json_t *rows, TimestampTz deadline, bool reconcile)
 {
 	MeshRows   *backends = reaper_query(backends_sql, 0, NULL);
 
@@ -654,7 +667,8 @@ sweep_snapshots(json_t *rows, TimestampTz deadline)
 			!(be.driver->needs_credential(be.config) && be.credential == NULL))
 		{
 			reclaim_snapshots(rows, &be, until);
-			reconcile_snapshots(rows, &be, until);
+			if (reconcile)
+				reconcile_snapshots(rows, &be, until);
 		}
 		json_decref(be.config);
 	}
@@ -673,9 +687,12 @@ extension_installed(void)
 	return rows != NULL && rows->n > 0;
 }
 
-/* One bounded sweep; what it did is appended to rows. */
+/*
+ * One bounded sweep; what it did is appended to rows.  RECLAIM_ONLY: step
+ * 4's reclaim alone (a snapshot was retired or freed), bounded alike.
+ */
 static void
-sweep(json_t *rows)
+sweep(json_t *rows, bool reclaim_only)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													   mesh_reaper_sweep_timeout_ms);
@@ -683,25 +700,69 @@ sweep(json_t *rows)
 											  ALLOCSET_DEFAULT_SIZES);
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 
-	pgstat_report_activity(STATE_RUNNING, "mesh reaper: sweeping");
+	pgstat_report_activity(STATE_RUNNING, reclaim_only ? "mesh reaper: reclaiming snapshots"
+						   : "mesh reaper: sweeping");
 	if (extension_installed())
 	{
 		/* right after a start, a sweep would find the embedded daemon not yet serving */
 		mesh_wait_for_embedded_daemon(deadline);
-		fail_lost_execs(rows);
-		/* a third of the sweep at most: a backlog of expired output waits for the next one */
-		expire_output(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														(deadline - GetCurrentTimestamp()) / 3000));
-		release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													  (deadline - GetCurrentTimestamp()) / 2000));
-		/* two thirds of what is left for the workspaces, the rest for the snapshots */
-		reconcile_all(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														(deadline - GetCurrentTimestamp()) / 1500));
-		sweep_snapshots(rows, deadline);
+		if (!reclaim_only)
+		{
+			fail_lost_execs(rows);
+			/* a third of the sweep at most: a backlog of expired output waits for the next one */
+			expire_output(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															(deadline - GetCurrentTimestamp()) / 3000));
+			release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														  (deadline - GetCurrentTimestamp()) / 2000));
+			/* two thirds of what is left for the workspaces, the rest for the snapshots */
+			reconcile_all(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															(deadline - GetCurrentTimestamp()) / 1500));
+		}
+		sweep_snapshots(rows, deadline, !reclaim_only);
 	}
 	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
+}
+
+/* Set by mesh.snapshot_reclaim_soon() in this transaction: wake the reaper at its commit. */
+static bool reclaim_at_commit = false;
+
+/* At commit (not before: the reaper would not see the rows yet), ask the reaper to reclaim. */
+static void
+reclaim_xact_callback(XactEvent event, void *arg)
+{
+	if (!reclaim_at_commit)
+		return;
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+	{
+		pg_atomic_write_u32(&mesh_shared->reclaim_wanted, 1);
+		mesh_worker_wake(MESH_REAPER_SLOT);
+	}
+	if (event != XACT_EVENT_PRE_COMMIT && event != XACT_EVENT_PARALLEL_PRE_COMMIT &&
+		event != XACT_EVENT_PRE_PREPARE)
+		reclaim_at_commit = false;	/* committed, aborted or prepared (the sweep then) */
+}
+
+/*
+ * mesh.snapshot_reclaim_soon(): once the calling transaction commits, the
+ * reaper reclaims the retired snapshots no live workspace stands on.
+ * Called by the install script's functions that retire a snapshot or
+ * release a workspace standing on a retired one; a wake with nothing to
+ * reclaim costs one query.
+ */
+Datum
+mesh_snapshot_reclaim_soon(PG_FUNCTION_ARGS)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		RegisterXactCallback(reclaim_xact_callback, NULL);
+		registered = true;
+	}
+	reclaim_at_commit = true;
+	PG_RETURN_VOID();
 }
 
 /* An operator's mesh.sweep(): sweep now and send back what was done. */
@@ -725,7 +786,7 @@ serve_sweep_request(dsm_handle handle)
 	times.handoff_ns = mesh_clock_ns() - hdr->queued_at_ns;
 	times.worker_txn_ns = mesh_txn_time_ns;
 	rows = json_array();
-	sweep(rows);
+	sweep(rows, false);
 	times.worker_txn_ns = mesh_txn_time_ns - times.worker_txn_ns;
 	initStringInfo(&msg);
 	mesh_msg_begin(&msg, MESH_MSG_REPLY, MESH_OP_SWEEP, sizeof(r));
@@ -789,6 +850,8 @@ mesh_reaper_main(Datum arg)
 	{
 		dsm_handle	handle;
 		long		wait_ms;
+		bool		due;
+		bool		reclaim;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -798,15 +861,18 @@ mesh_reaper_main(Datum arg)
 		}
 		while (mesh_worker_pop(MESH_REAPER_SLOT, &handle))
 			serve_sweep_request(handle);
-		if (GetCurrentTimestamp() >= next_sweep)
+		due = GetCurrentTimestamp() >= next_sweep;
+		reclaim = pg_atomic_exchange_u32(&mesh_shared->reclaim_wanted, 0) != 0;
+		if (due || reclaim)
 		{
 			json_t	   *rows = json_array();
 
-			sweep(rows);
+			sweep(rows, !due);	/* a whole sweep reclaims too */
 			log_sweep(rows);
 			json_decref(rows);
-			next_sweep = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													 (int64) mesh_reaper_interval_s * 1000);
+			if (due)
+				next_sweep = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 (int64) mesh_reaper_interval_s * 1000);
 		}
 		wait_ms = (long) ((next_sweep - GetCurrentTimestamp()) / 1000);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -287,7 +287,7 @@ static bool write_replace(int dir, const char *name, unsigned mode, const unsign
                           size_t len)
 {
     char tmp[64];
-    snprintf(tmp, sizeof tmp, ".mesh-write-%lx-%lx", (unsigned long)pthread_self(),
+    snprintf(tmp, sizeof tmp, FILES_TEMP_PREFIX "%lx-%lx", (unsigned long)pthread_self(),
              (unsigned long)(monotonic_ms() * 1000));
     int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)

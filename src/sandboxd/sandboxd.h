@@ -283,6 +283,20 @@ json_t *snapshot_get(const char *id, struct api_error *err);
 json_t *snapshot_list(const char *label_filter, struct api_error *err);
 json_t *snapshot_delete(const char *id, struct api_error *err);
 
+/* ---- what a capture leaves out (snapshot_exclude.c) ---- */
+#define MESHIGNORE_MAX_BYTES (64 * 1024)   /* a larger /workspace/.meshignore refuses the capture */
+#define MESHIGNORE_MAX_PATTERNS 512   /* 512 cost ~50 us of matching per entry captured */
+struct capture_exclusions {
+    struct exclude_pattern *patterns;
+    int count;
+    char *text;   /* the list as read; the patterns point into it */
+};
+bool capture_exclusions_load(int workspace, struct capture_exclusions *ex, struct api_error *err);
+bool capture_exclusions_parse(char *text, struct capture_exclusions *ex, struct api_error *err);
+bool capture_excludes(const struct capture_exclusions *ex, const char *path, const char *name,
+                      bool is_dir);
+void capture_exclusions_free(struct capture_exclusions *ex);
+
 /* ---- sandbox holder (sandbox.c) ---- */
 void sandbox_init(void);
 bool sandbox_start(struct workspace *ws, struct api_error *err);
@@ -372,6 +386,7 @@ bool seccomp_apply(void);
 int seccomp_program_fd(void);
 
 /* ---- files (files.c) ---- */
+#define FILES_TEMP_PREFIX ".mesh-write-"   /* an atomic write's temporary file, beside its target */
 struct file_data {
     unsigned char *bytes;
     size_t len;

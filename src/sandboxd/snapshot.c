@@ -21,12 +21,15 @@
  * next start, never a half-made snapshot. Capture never pauses the workspace's commands (the
  * bound is zero); a file written while it is copied is captured as the copy found it. The
  * copy opens every entry relative to its parent without following symlinks (they are copied
- * as links), so nothing outside the workspace can be read into a snapshot.
+ * as links), so nothing outside the workspace can be read into a snapshot. It leaves out the
+ * run token's /workspace/.mesh, the file call's temporary files and what /workspace/.meshignore
+ * names (snapshot_exclude.c), and copies a file's data only: holes stay holes.
  */
 #include "sandboxd.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/mount.h>
 #include <sched.h>
 #include <signal.h>
@@ -43,6 +46,8 @@
 #define TRASH_PREFIX ".trash-"
 #define CAPTURE_MAX_DEPTH 256     /* directory levels a captured tree may have */
 #define COPY_BUFFER_BYTES (256 * 1024)
+/* the longest path from /workspace a capture walks: CAPTURE_MAX_DEPTH names and their '/' */
+#define CAPTURE_PATH_BYTES ((CAPTURE_MAX_DEPTH + 2) * (NAME_MAX + 1))
 
 /* Ids being captured now; under snap_lock (taken before registry_lock, never after). */
 static pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -502,11 +507,15 @@ json_t *snapshot_delete(const char *id, struct api_error *err)
 
 /* One capture's running totals and its first failure. */
 struct copy_state {
-    uint64_t bytes;          /* regular files' contents */
+    uint64_t bytes;          /* regular files' data (holes are not copied) */
     uint64_t files;          /* every entry but directories */
     unsigned char *buffer;   /* COPY_BUFFER_BYTES, when copy_file_range cannot be used */
+    bool no_copy_file_range; /* it failed here once (another filesystem): pread/pwrite */
     struct api_error *err;
     char where[256];         /* the entry being copied, for the error message */
+    struct capture_exclusions exclusions;   /* what is left out (snapshot_exclude.c) */
+    char *path;              /* CAPTURE_PATH_BYTES: the entry's path from /workspace */
+    size_t path_len;
 };
 
 /* Records the failure of copying the current entry: a full filesystem is disk_full (nothing
@@ -534,29 +543,35 @@ static bool copy_owner(int dir, const char *name)
                                          AT_SYMLINK_NOFOLLOW) == 0;
 }
 
-/* Copies the contents of regular file SRC to DST: copy_file_range (in-kernel; a reflink where
- * the filesystem can), or read/write where it cannot cross filesystems. */
-static bool copy_contents(int src, int dst, struct copy_state *cs)
+/* Copies LEN bytes at OFFSET of SRC to the same offset of DST: copy_file_range (in-kernel; a
+ * reflink where the filesystem can), or pread/pwrite where it cannot cross filesystems. False
+ * with the failure recorded; a file that shrank meanwhile ends the range early. */
+static bool copy_range(int src, int dst, off_t offset, off_t len, struct copy_state *cs)
 {
-    bool fallback = false;
-    for (;;) {
+    off_t in = offset, out = offset, end = offset + len;
+    while (in < end) {
+        size_t want = (size_t)(end - in < (1 << 30) ? end - in : (1 << 30));
         ssize_t n;
-        if (!fallback) {
-            n = copy_file_range(src, NULL, dst, NULL, 1 << 30, 0);
+        if (!cs->no_copy_file_range) {
+            n = copy_file_range(src, &in, dst, &out, want, 0);
             if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
                           errno == EOPNOTSUPP)) {
-                fallback = true;
+                cs->no_copy_file_range = true;
                 continue;
             }
         } else {
-            n = read(src, cs->buffer, COPY_BUFFER_BYTES);
+            n = pread(src, cs->buffer, want < COPY_BUFFER_BYTES ? want : COPY_BUFFER_BYTES, in);
             for (ssize_t done = 0; n > 0 && done < n;) {
-                ssize_t w = write(dst, cs->buffer + done, (size_t)(n - done));
+                ssize_t w = pwrite(dst, cs->buffer + done, (size_t)(n - done), out + done);
                 if (w < 0 && errno == EINTR)
                     continue;
                 if (w <= 0)
                     return copy_fail(cs, w < 0 ? errno : ENOSPC, "copy");
                 done += w;
+            }
+            if (n > 0) {
+                in += n;
+                out += n;
             }
         }
         if (n == 0)
@@ -566,6 +581,31 @@ static bool copy_contents(int src, int dst, struct copy_state *cs)
         if (n > 0)
             cs->bytes += (uint64_t)n;
     }
+    return true;
+}
+
+/* Copies the contents of regular file SRC to DST, data only: the ranges SEEK_DATA/SEEK_HOLE
+ * find (the whole file where the filesystem cannot tell), then DST's size set to SRC's, so a
+ * hole stays a hole and a 1 GiB sparse file costs its data. */
+static bool copy_contents(int src, int dst, struct copy_state *cs)
+{
+    off_t pos = 0, size = lseek(src, 0, SEEK_END);
+    if (size < 0)
+        return copy_fail(cs, errno, "read");
+    while (pos < size) {
+        off_t data = lseek(src, pos, SEEK_DATA);
+        if (data < 0 && errno == ENXIO)
+            break;                      /* only a hole is left */
+        off_t hole = data < 0 ? size : lseek(src, data, SEEK_HOLE);
+        if (data < 0)
+            data = pos;                 /* no SEEK_DATA here: all of it is data */
+        if (hole < 0 || hole > size)
+            hole = size;
+        if (!copy_range(src, dst, data, hole - data, cs))
+            return false;
+        pos = hole;
+    }
+    return ftruncate(dst, size) == 0 || copy_fail(cs, errno, "copy");
 }
 
 /* Copies regular file NAME (already lstat'ed as ST) from directory SRC to DST. Opened with
@@ -645,8 +685,30 @@ static bool copy_subdir(int src, int dst, const char *name, const struct stat *s
     return ok;
 }
 
-/* Copies every entry of directory SRC into directory DST. FIFOs are made anew; sockets and
- * device nodes (which a sandbox cannot create usefully) are skipped. */
+/* Appends NAME to the path of the entry being copied. CAPTURE_PATH_BYTES hold the deepest one
+ * (copy_subdir stops at CAPTURE_MAX_DEPTH, a name has at most NAME_MAX bytes); the bound is
+ * checked all the same. */
+static void path_push(struct copy_state *cs, const char *name)
+{
+    size_t len = strlen(name), sep = cs->path_len > 0;
+    if (cs->path_len + sep + len >= CAPTURE_PATH_BYTES)
+        return;
+    if (sep)
+        cs->path[cs->path_len++] = '/';
+    memcpy(cs->path + cs->path_len, name, len + 1);
+    cs->path_len += len;
+}
+
+/* Back to the parent's path, LEN bytes. */
+static void path_pop(struct copy_state *cs, size_t len)
+{
+    cs->path_len = len;
+    cs->path[len] = '\0';
+}
+
+/* Copies every entry of directory SRC into directory DST but those the capture leaves out
+ * (snapshot_exclude.c). FIFOs are made anew; sockets and device nodes (which a sandbox cannot
+ * create usefully) are skipped. */
 static bool copy_tree(int src, int dst, int depth, struct copy_state *cs)
 {
     int fd = dup(src);
@@ -667,7 +729,11 @@ static bool copy_tree(int src, int dst, int depth, struct copy_state *cs)
             ok = errno == ENOENT || copy_fail(cs, errno, "read");
             continue;
         }
-        if (S_ISDIR(st.st_mode))
+        size_t parent_len = cs->path_len;
+        path_push(cs, e->d_name);
+        if (capture_excludes(&cs->exclusions, cs->path, e->d_name, S_ISDIR(st.st_mode)))
+            ;   /* left out, with everything under it */
+        else if (S_ISDIR(st.st_mode))
             ok = copy_subdir(src, dst, e->d_name, &st, depth, cs);
         else if (S_ISREG(st.st_mode))
             ok = copy_file(src, dst, e->d_name, &st, cs);
@@ -676,6 +742,7 @@ static bool copy_tree(int src, int dst, int depth, struct copy_state *cs)
         else if (S_ISFIFO(st.st_mode))
             ok = (mkfifoat(dst, e->d_name, st.st_mode & 0777) == 0 && copy_owner(dst, e->d_name) &&
                   ++cs->files) || copy_fail(cs, errno, "create");
+        path_pop(cs, parent_len);
     }
     if (ok && errno != 0)
         ok = copy_fail(cs, errno, "list");
@@ -694,6 +761,7 @@ static bool capture_tree(struct workspace *ws, const char *tree, struct copy_sta
     struct stat st;
     snprintf(cs->where, sizeof cs->where, "/workspace");
     bool ok = (src >= 0 && fstat(src, &st) == 0) || copy_fail(cs, errno, "open");
+    ok = ok && capture_exclusions_load(src, &cs->exclusions, cs->err);
     ok = ok && ((mkdir(tree, 0700) == 0 &&
                  (dst = open(tree, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) ||
                 copy_fail(cs, errno, "create"));
@@ -758,10 +826,11 @@ static bool capture_claim(const char *id, json_t **existing, struct api_error *e
 static bool capture_into(const char *id, const char *staging, struct workspace *ws,
                          json_t *labels, struct api_error *err, json_t **meta_out)
 {
-    struct copy_state cs = {.err = err, .buffer = malloc(COPY_BUFFER_BYTES)};
+    struct copy_state cs = {.err = err, .buffer = malloc(COPY_BUFFER_BYTES),
+                            .path = calloc(1, CAPTURE_PATH_BYTES)};
     char *tree = xasprintf("%s/tree", staging);
     double started = monotonic_ms();
-    bool ok = cs.buffer ? true : (api_error_from_errno(err, ENOMEM, "capture"), false);
+    bool ok = cs.buffer && cs.path ? true : (api_error_from_errno(err, ENOMEM, "capture"), false);
     ok = ok && ((mkdir(staging, 0711) == 0) || copy_fail(&cs, errno, "create"));
     ok = ok && capture_tree(ws, tree, &cs);
     json_t *meta = NULL;
@@ -786,6 +855,8 @@ static bool capture_into(const char *id, const char *staging, struct workspace *
     *meta_out = meta;
     free(tree);
     free(cs.buffer);
+    free(cs.path);
+    capture_exclusions_free(&cs.exclusions);
     return ok;
 }
 

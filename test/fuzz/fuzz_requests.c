@@ -3,9 +3,10 @@
  * workspace: exec bodies (exec.c), acquire bodies (workspace.c), snapshot capture bodies and
  * snapshot list filters (snapshot.c), file paths and modes (files.c), label filters and
  * workspace ids, and the capture of a command's output in pieces of any size (capture.c: the
- * kept tail must be exactly the stream's last bytes). The first byte picks the parser, the
- * rest is the untrusted input. The daemon's sources are included to reach their static parsers; the
- * rest of the daemon is linked as is (no main.c).
+ * kept tail must be exactly the stream's last bytes), and a /workspace/.meshignore with the
+ * paths it is matched against (snapshot_exclude.c). The first byte picks the parser, the rest
+ * is the untrusted input. The daemon's sources are included to reach their static parsers;
+ * the rest of the daemon is linked as is (no main.c).
  */
 #include "../../src/sandboxd/exec.c"
 #include "../../src/sandboxd/capture.c"
@@ -158,6 +159,40 @@ static void fuzz_capture(const uint8_t *data, size_t size)
     free(stream);
 }
 
+/*
+ * A /workspace/.meshignore (snapshot_exclude.c) and a path to match, split at the first NUL:
+ * the list is parsed as a capture reads it, then the path (its NULs made '/') is matched as a
+ * file and as a directory. Nothing may crash or take long (libFuzzer's timeout: the matching
+ * must stay linear in the list and the path), and /workspace/.mesh is always left out.
+ */
+static void fuzz_meshignore(const uint8_t *data, size_t size)
+{
+    const uint8_t *nul = memchr(data, '\0', size);
+    size_t list_len = nul ? (size_t)(nul - data) : size;
+    if (list_len > MESHIGNORE_MAX_BYTES)
+        return;
+    struct capture_exclusions ex;
+    struct api_error err = {0};
+    if (!capture_exclusions_parse(strndup((const char *)data, list_len), &ex, &err))
+        return;
+    if (!capture_excludes(&ex, ".mesh", ".mesh", true))
+        abort();
+    if (nul && size - list_len > 1) {
+        size_t len = size - list_len - 1;
+        char *path = malloc(len + 1);
+        memcpy(path, nul + 1, len);
+        path[len] = '\0';
+        for (size_t i = 0; i < len; i++)
+            if (path[i] == '\0')
+                path[i] = '/';
+        const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        capture_excludes(&ex, path, name, false);
+        capture_excludes(&ex, path, name, true);
+        free(path);
+    }
+    capture_exclusions_free(&ex);
+}
+
 /* One input: selector byte, then the bytes for that parser. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -165,11 +200,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     g_config.max_output_bytes = 1 << 20;
     g_caps.egress_control = true;
-    uint8_t which = data[0] % 6;
+    uint8_t which = data[0] % 7;
     data++;
     size--;
     if (which == 5) {
         fuzz_capture(data, size);
+        return 0;
+    }
+    if (which == 6) {
+        fuzz_meshignore(data, size);
         return 0;
     }
     char *text = strndup((const char *)data, size);

@@ -3,7 +3,7 @@
 -- reclaim, reconcile), the operators' view and who may call what. Rows are made directly
 -- here (as the workers would) and everything is rolled back.
 BEGIN;
-SELECT plan(48);
+SELECT plan(52);
 
 SELECT has_table('mesh', 'snapshots', 'table mesh.snapshots');
 SELECT enum_has_labels('mesh', 'snapshot_status', ARRAY['capturing', 'ready', 'retired', 'reclaimed', 'failed']);
@@ -85,6 +85,14 @@ SELECT is((SELECT live_workspaces::int FROM mesh.project_snapshots WHERE snapsho
 SELECT is((SELECT array_agg(current ORDER BY snapshot_id) FROM mesh.project_snapshots WHERE project = 'github.com/org/repo'), ARRAY[false, true, false],
           'and says which snapshot is current');
 
+-- a failed run's workspace holds its (retired) snapshot until released; it keeps its status then
+INSERT INTO mesh.workspaces (run_id, agent_id, created_by_actor_id, status, backend_kind, external_ref, project, snapshot_id)
+VALUES ('snap-run-failed', 'ag', 'alice', 'failed', 'snap-a', 'ref-f', 'github.com/org/repo', (SELECT id FROM s1));
+SELECT is(mesh.snapshot_live_workspaces((SELECT id FROM s1)), 1::bigint, 'a failed workspace not yet released holds its snapshot');
+SELECT is(mesh.workspace_released((SELECT id FROM mesh.workspaces WHERE run_id = 'snap-run-failed'), 'destroyed', NULL)::text, 'failed',
+          'its release keeps the failed status');
+SELECT is(mesh.snapshot_live_workspaces((SELECT id FROM s1)), 0::bigint, 'and frees the snapshot');
+
 -- retire and reclaim: only what no live workspace stands on
 SELECT is((mesh.snapshot_retire((SELECT id FROM s2))).status::text, 'retired', 'the admin retires a snapshot');
 SELECT is(ARRAY(SELECT id FROM mesh.snapshot_reclaimable('snap-a', 10)), ARRAY[(SELECT id FROM s1)], 'only retired snapshots no live workspace stands on are reclaimable');
@@ -106,6 +114,9 @@ SELECT ok(NOT has_function_privilege('mesh_harness', 'mesh.snapshot_retire(bigin
 SELECT ok(has_table_privilege('mesh_admin', 'mesh.project_snapshots', 'SELECT') AND NOT has_table_privilege('mesh_harness', 'mesh.snapshots', 'SELECT'),
           'the admin reads the view; the harness does not read the table');
 SELECT ok(NOT has_function_privilege('public', 'mesh.snapshot_begin(text, boolean)', 'EXECUTE'), 'PUBLIC cannot begin captures');
+SELECT ok(NOT has_function_privilege('mesh_harness', 'mesh.snapshot_reclaim_soon()', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'mesh.snapshot_reclaim_soon()', 'EXECUTE'),
+          'only the install script''s functions wake the reaper');
 SELECT ok(has_function_privilege('mesh_harness', 'mesh_snapshot(text)', 'EXECUTE')
           AND NOT has_function_privilege('public', 'mesh_snapshot(text)', 'EXECUTE'),
           'the harness calls mesh_snapshot; PUBLIC does not');

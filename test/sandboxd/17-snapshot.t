@@ -8,12 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 plan 46
 id postgres >/dev/null 2>&1 || { echo "1..0 # skip no postgres user"; exit 0; }
-sd_prepare_as postgres
-CG="mesh-test-$$-$RANDOM"
-SD_CGROUPS+=("$CG")
-"$SANDBOXD" --setup-host postgres --state-dir "$SD_STATE" --cgroup-name "$CG" \
-    --disk-bytes $((48 << 20)) > "$SD_DIR/setup.out" 2>&1 || { echo "Bail out! setup-host failed"; exit 1; }
-sd_launch_as postgres
+sd_start_setup_as postgres $((48 << 20))
 SNAPS="$SD_STATE/workspaces/.snapshots"
 is "$(field "$(api GET /v1/capabilities)" .capabilities.snapshot)" true "snapshot is declared as postgres"
 

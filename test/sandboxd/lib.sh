@@ -209,6 +209,18 @@ sd_launch_as() {
     sd_wait_ready
 }
 
+# sd_start_setup_as USER DISK_BYTES: a non-root daemon on a host its --setup-host prepared (a
+# delegated cgroup subtree, a workspaces filesystem of DISK_BYTES), started; bails out when the
+# set-up fails.
+sd_start_setup_as() {
+    sd_prepare_as "$1"
+    local cg="mesh-test-$$-$RANDOM"
+    SD_CGROUPS+=("$cg")
+    "$SANDBOXD" --setup-host "$1" --state-dir "$SD_STATE" --cgroup-name "$cg" \
+        --disk-bytes "$2" > "$SD_DIR/setup.out" 2>&1 || { echo "Bail out! setup-host failed"; exit 1; }
+    sd_launch_as "$1"
+}
+
 # sd_start_as USER [daemon flags...]: prepares and starts a non-root daemon.
 sd_start_as() {
     sd_prepare_as "$@"
