@@ -27,7 +27,6 @@
 #include "mesh_json.h"
 
 #include "catalog/pg_type.h"
-#include "commands/async.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -668,7 +667,7 @@ exec_finish_body(void *arg)
 	if (a->output)
 		exec_output_store(a->exec_id, a->output);
 	if (a->notify)
-		Async_Notify(psprintf("mesh_exec_" INT64_FORMAT, a->exec_id), a->notify);
+		store_exec_notify(a->exec_id, a->notify);
 }
 
 /*

@@ -34,6 +34,26 @@ typedef struct ProgressArgs
 static const char progress_sql[] =
 "SELECT mesh.exec_output_progress($1, $2, $3, $4, $5, $6)";
 
+static const char channel_sql[] =
+"SELECT mesh.exec_channel_name(e.id, e.notify_key) AS channel FROM mesh.execs e WHERE e.id = $1";
+
+/*
+ * NOTIFY the exec's listeners with payload, in the current transaction, on
+ * its channel: mesh_exec_<id>_<its row's random key>, a name only the roles
+ * that may read the exec learn (mesh_exec_channel), so no other role can
+ * LISTEN to its progress.
+ */
+void
+store_exec_notify(int64 exec_id, const char *payload)
+{
+	MeshParam	p = mesh_int8_param(exec_id);
+	MeshRows   *rows = mesh_sql(channel_sql, 1, &p);
+
+	if (rows->n == 0)
+		elog(ERROR, "mesh: exec " INT64_FORMAT " has no row to notify for", exec_id);
+	Async_Notify(mesh_col_text(rows, 0, "channel"), payload);
+}
+
 static void
 progress_body(void *arg)
 {
@@ -50,10 +70,10 @@ progress_body(void *arg)
 			continue;
 		exec_output_store_stream(a->exec_id, i, s);
 		/* a listener reads from offset on with mesh_exec_output */
-		Async_Notify(psprintf("mesh_exec_" INT64_FORMAT, a->exec_id),
-					 psprintf("{\"stream\": \"%s\", \"offset\": " INT64_FORMAT
-							  ", \"bytes\": %zu, \"next\": " INT64_FORMAT "}",
-							  stream_names[i], s->dropped, s->len, total[i]));
+		store_exec_notify(a->exec_id,
+						  psprintf("{\"stream\": \"%s\", \"offset\": " INT64_FORMAT
+								   ", \"bytes\": %zu, \"next\": " INT64_FORMAT "}",
+								   stream_names[i], s->dropped, s->len, total[i]));
 	}
 	p[0] = mesh_int8_param(a->exec_id);
 	p[1] = mesh_int8_param(total[0]);
