@@ -4,9 +4,10 @@
 # NOTIFYs on a channel only A can name (mesh_exec_channel); B and the outsider LISTEN on every
 # name they can derive and see none of its progress or its end, nor the channel's name in
 # pg_stat_activity, while A's own listener gets every step.  The outsider's connection does get
-# a notification on a channel it knows, so its silence is not a deaf connection.
+# a notification on a channel it knows, so its silence is not a deaf connection.  Two roles
+# declaring their first run under the same new agent at once: exactly one claims it.
 . "$(dirname "$0")/lib.sh"
-plan 10
+plan 12
 PY=/usr/bin/python3             # Debian's python, where python3-psycopg2 lives
 run=ten-$$
 roles="ten_a_$$ ten_b_$$ ten_out_$$"
@@ -96,6 +97,23 @@ is "$(echo "$res" | jq -c '.b_heard')" "[]" "B, LISTENing on every name it can d
 is "$(echo "$res" | jq -c '.out_heard')" "[]" "nor did the role outside the harness group"
 is "$(echo "$res" | jq -c '.key_in_activity')" "[0,0]" "neither finds the channel's key in pg_stat_activity"
 is "$(echo "$res" | jq -c '.out_control')" '["hello"]' "the outsider's connection hears a channel it knows"
+
+# a race for ten fresh agents: both roles declare under each at once, through their workers
+for i in $(seq 1 10); do
+  for r in a b; do
+    PGUSER=ten_${r}_$$ psql -X -qAt -c "SELECT status FROM mesh_acquire('$run-race-$r$i', '$run-race-agent-$i', '$r')" \
+      >/dev/null 2>&1 &
+  done
+done
+wait
+is "$(q "SELECT string_agg(DISTINCT n::text, ',') FROM (SELECT count(*) AS n FROM mesh.workspaces
+           WHERE run_id LIKE '$run-race-%' GROUP BY agent_id) c")" "1" \
+   "under each contested agent exactly one role's declaration went through"
+is "$(q "SELECT count(*) || ' ' || count(DISTINCT agent_id) || ' ' || bool_and(w.owner_role::oid = r.role::oid)
+           FROM mesh.agent_access r JOIN mesh.workspaces w ON w.agent_id = r.agent_id
+          WHERE r.agent_id LIKE '$run-race-agent-%'")" "10 10 true" \
+   "each was claimed once, by the role whose run it holds"
+q "SELECT count(mesh_release(run_id)) FROM mesh.workspaces WHERE run_id LIKE '$run-race-%'" >/dev/null
 
 for r in $roles; do q "DROP ROLE $r" >/dev/null; done
 done_testing
