@@ -109,7 +109,7 @@ wait
 is "$(q "SELECT string_agg(DISTINCT n::text, ',') FROM (SELECT count(*) AS n FROM mesh.workspaces
            WHERE run_id LIKE '$run-race-%' GROUP BY agent_id) c")" "1" \
    "under each contested agent exactly one role's declaration went through"
-is "$(q "SELECT count(*) || ' ' || count(DISTINCT agent_id) || ' ' || bool_and(w.owner_role::oid = r.role::oid)
+is "$(q "SELECT count(*) || ' ' || count(DISTINCT r.agent_id) || ' ' || bool_and(w.owner_role::oid = r.role::oid)
            FROM mesh.agent_access r JOIN mesh.workspaces w ON w.agent_id = r.agent_id
           WHERE r.agent_id LIKE '$run-race-agent-%'")" "10 10 true" \
    "each was claimed once, by the role whose run it holds"
