@@ -684,7 +684,9 @@ DECLARE
     -- project and from_snapshot are checked by mesh.snapshot_declare (it raises)
     v_project text := mesh.snapshot_declare(p_project, p_from_snapshot, p_owner);
 BEGIN
-    PERFORM mesh.agent_admit(p_agent_id, p_owner);
+    IF NOT mesh.agent_usable(p_agent_id, p_owner) THEN
+        PERFORM mesh.agent_claim(p_agent_id, p_owner);   -- or raises
+    END IF;
     INSERT INTO mesh.workspaces AS w (run_id, agent_id, created_by_actor_id, parent_run_id, environment, owner_role,
                                       project, from_snapshot)
     VALUES (p_run_id, p_agent_id, p_actor_id, p_parent_run_id, p_environment, p_owner::regrole,
@@ -1193,31 +1195,18 @@ $$;
 -- (mesh.set_policy(run_ownership => false)): every harness role then sees and
 -- drives every run, agent and snapshot.
 ------------------------------------------------------------------------------
--- Is caller a member of role?  False for a role dropped since it was
--- recorded (pg_has_role would raise on its oid).
-CREATE FUNCTION mesh.role_in(caller oid, role oid) RETURNS boolean
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = role)
-       OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = caller) THEN
-        RETURN false;
-    END IF;
-    RETURN pg_has_role(caller, role, 'MEMBER');
-END
-$$;
-
 -- May role caller see and drive what owner owns?  Its owner's members,
 -- mesh_admin's members and superusers always may.  PL/pgSQL, not SQL: a SQL
 -- function that cannot be inlined (this one is SECURITY DEFINER) is parsed
 -- and planned again for every statement that calls it, and the workers call
 -- it for every call; PL/pgSQL keeps its plan for the session.
+-- (pg_has_role answers false for a role dropped since it was recorded.)
 CREATE FUNCTION mesh.may_drive(owner regrole, caller oid) RETURNS boolean
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
-    IF owner IS NULL OR caller IS NULL OR NOT (SELECT s.run_ownership FROM mesh.settings s) THEN
-        RETURN true;
-    END IF;
-    RETURN mesh.role_in(caller, 'mesh_admin'::regrole) OR mesh.role_in(caller, owner::oid);
+    RETURN (SELECT NOT s.run_ownership OR owner IS NULL OR caller IS NULL
+                   OR pg_has_role(caller, owner::oid, 'MEMBER') OR pg_has_role(caller, 'mesh_admin', 'MEMBER')
+              FROM mesh.settings s);
 END
 $$;
 
@@ -1227,28 +1216,25 @@ CREATE FUNCTION mesh.agent_usable(p_agent_id text, caller oid) RETURNS boolean
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
     IF caller IS NULL OR NOT (SELECT s.run_ownership FROM mesh.settings s)
-       OR mesh.role_in(caller, 'mesh_admin'::regrole) THEN
+       OR pg_has_role(caller, 'mesh_admin', 'MEMBER') THEN
         RETURN true;
     END IF;
     RETURN EXISTS (SELECT 1 FROM mesh.agent_roles r
-                    WHERE r.agent_id = p_agent_id AND mesh.role_in(caller, r.role_oid::oid));
+                    WHERE r.agent_id = p_agent_id AND pg_has_role(caller, r.role_oid::oid, 'MEMBER'));
 END
 $$;
 
 -- At a run's declaration (mesh.workspace_declare, in the worker's
--- transaction): the declaring role may use the agent, or claims it when
--- nobody has (under the agent's row lock, so two roles cannot both claim
--- it).  An agent that holds secrets is never claimed: an admin gives it
--- (mesh.agent_grant), as the secrets.  The refusal names nothing of who
--- uses the agent.
-CREATE FUNCTION mesh.agent_admit(p_agent_id text, caller oid) RETURNS void
+-- transaction), when the declaring role may not use the agent
+-- (mesh.agent_usable): it claims the agent if nobody has (under the agent's
+-- row lock, so two roles cannot both claim it), else is refused.  An agent
+-- that holds secrets is never claimed: an admin gives it (mesh.agent_grant),
+-- as the secrets.  The refusal names nothing of who uses the agent.
+CREATE FUNCTION mesh.agent_claim(p_agent_id text, caller oid) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     claimed_at timestamptz;
 BEGIN
-    IF mesh.agent_usable(p_agent_id, caller) THEN
-        RETURN;
-    END IF;
     INSERT INTO mesh.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
     SELECT a.access_set_at INTO claimed_at FROM mesh.agents a WHERE a.agent_id = p_agent_id FOR UPDATE;
     IF claimed_at IS NULL AND NOT EXISTS (SELECT 1 FROM mesh.secrets s WHERE s.agent_id = p_agent_id) THEN
@@ -1881,7 +1867,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_
 BEGIN
     RETURN mesh.may_drive(p_owner, caller)
         OR EXISTS (SELECT 1 FROM mesh.snapshot_shares sh
-                    WHERE sh.snapshot_id = p_id AND mesh.role_in(caller, sh.role_oid::oid));
+                    WHERE sh.snapshot_id = p_id AND pg_has_role(caller, sh.role_oid::oid, 'MEMBER'));
 END
 $$;
 
@@ -2648,8 +2634,7 @@ GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec_channel(bigint),
                           @extschema@.mesh_snapshot_unshare(bigint, regrole),
                           mesh.snapshot_owned(bigint, text),
                           mesh.snapshot_usable(bigint, regrole, oid),
-                          mesh.raise_unknown_snapshot(bigint),
-                          mesh.role_in(oid, oid)
+                          mesh.raise_unknown_snapshot(bigint)
       TO mesh_harness, mesh_admin;
 GRANT SELECT ON mesh.project_snapshots TO mesh_harness;
 GRANT SELECT, INSERT, DELETE ON mesh.snapshot_shares_owned TO mesh_harness, mesh_admin;
