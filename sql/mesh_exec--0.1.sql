@@ -523,8 +523,7 @@ BEGIN
     IF ws.id IS NULL OR ws.size IS NULL THEN
         RETURN NULL;
     END IF;
-    INSERT INTO mesh.agents (agent_id) VALUES (ws.agent_id) ON CONFLICT DO NOTHING;
-    PERFORM 1 FROM mesh.agents a WHERE a.agent_id = ws.agent_id FOR UPDATE;
+    PERFORM mesh.agent_lock(ws.agent_id);
     -- once per run, however many of its commands run out of memory
     PERFORM 1 FROM mesh.events ev WHERE ev.run_id = ws.run_id AND ev.kind IN ('tier_climb', 'tier_climb_capped');
     IF FOUND THEN
@@ -736,17 +735,28 @@ BEGIN
 END
 $$;
 
+-- The agent's row, made if it has none yet, locked until the transaction
+-- ends: what serialises the checks, claims and climbs of one agent.
+CREATE FUNCTION mesh.agent_lock(p_agent_id text) RETURNS mesh.agents
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ag mesh.agents;
+BEGIN
+    INSERT INTO mesh.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
+    SELECT * INTO ag FROM mesh.agents a WHERE a.agent_id = p_agent_id FOR UPDATE;
+    RETURN ag;
+END
+$$;
+
 -- The agent's concurrency limit, checked under a lock on the agent's row so
 -- two runs of one agent going live at once on different workers cannot both
 -- pass: the second counts after the first committed.
 CREATE FUNCTION mesh.agent_check_concurrency(p_agent_id text, p_workspace_id bigint) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    lim integer;
+    lim integer := (mesh.agent_lock(p_agent_id)).max_concurrent_workspaces;
     live bigint;
 BEGIN
-    INSERT INTO mesh.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
-    SELECT a.max_concurrent_workspaces INTO lim FROM mesh.agents a WHERE a.agent_id = p_agent_id FOR UPDATE;
     IF lim IS NULL THEN
         RETURN;
     END IF;
@@ -1233,10 +1243,8 @@ $$;
 CREATE FUNCTION mesh.agent_claim(p_agent_id text, caller oid) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    claimed_at timestamptz;
+    claimed_at timestamptz := (mesh.agent_lock(p_agent_id)).access_set_at;
 BEGIN
-    INSERT INTO mesh.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
-    SELECT a.access_set_at INTO claimed_at FROM mesh.agents a WHERE a.agent_id = p_agent_id FOR UPDATE;
     IF claimed_at IS NULL AND NOT EXISTS (SELECT 1 FROM mesh.secrets s WHERE s.agent_id = p_agent_id) THEN
         INSERT INTO mesh.agent_roles (agent_id, role_oid, how) VALUES (p_agent_id, caller::regrole, 'claimed');
         UPDATE mesh.agents a SET access_set_at = now() WHERE a.agent_id = p_agent_id;
