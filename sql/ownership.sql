@@ -132,6 +132,12 @@ SELECT state, replace(message, (:snap_a + 1)::text, '<id>') AS message
   FROM regress.try(format('SELECT mesh_acquire(%L, %L, %L, from_snapshot => %s)', 'own-b-fork', 'agent-b', 'bob', :snap_a + 1));
 SELECT state, regress.names_owner(message, hint) AS names_owner
   FROM regress.try(format('SELECT mesh_acquire(%L, %L, %L, project => %L, from_snapshot => %s)', 'own-b-fork', 'agent-b', 'bob', 'x/y', :snap_a));
+-- nor can it share the snapshot with itself: not through the API, the shares' view or the table
+SELECT state, replace(message, :'snap_a', '<id>') AS message
+  FROM regress.try(format('SELECT mesh_snapshot_share(%s, %L)', :snap_a, 'svc_b'));
+SELECT state, message FROM regress.try(format('INSERT INTO mesh.snapshot_shares_owned (snapshot_id, role_oid) VALUES (%s, %L)', :snap_a, 'svc_b'));
+SELECT state, message FROM regress.try(format('INSERT INTO mesh.snapshot_shares (snapshot_id, role_oid) VALUES (%s, %L)', :snap_a, 'svc_b'));
+SELECT count(*) AS seen FROM mesh.project_snapshots WHERE snapshot_id = :snap_a;
 -- the same project name: svc_b's run starts empty, svc_a's state is not in it
 SELECT status FROM mesh_acquire('own-b-proj', 'agent-b', 'bob', project => 'tenant-a/app');
 SELECT stdout FROM mesh_exec('own-b-proj', ARRAY['sh', '-c', 'cat state.txt 2>/dev/null || echo empty']);
@@ -163,7 +169,11 @@ SELECT status FROM mesh_acquire('own-b-proj-3', 'agent-b', 'bob', project => 'te
 SELECT stdout FROM mesh_exec('own-b-proj-3', ARRAY['cat', 'state.txt']);
 -- a run declared while shared, materialized after the share ended: refused
 SELECT project FROM mesh_acquire('own-b-late', 'agent-b', 'bob', from_snapshot => :snap_a);
+-- nor end another role's share of it
+SELECT count(*) AS shares_seen FROM mesh.snapshot_shares_owned WHERE snapshot_id = :snap_a;
+DELETE FROM mesh.snapshot_shares_owned WHERE snapshot_id = :snap_a;
 SET ROLE svc_a;
+SELECT role_oid FROM mesh.snapshot_shares_owned WHERE snapshot_id = :snap_a ORDER BY role_oid::text;
 SELECT mesh_snapshot_unshare(:snap_a, 'svc_b');
 SELECT state, replace(message, :'snap_a', '<id>') AS message
   FROM regress.try(format('SELECT mesh_snapshot_unshare(%s, %L)', :snap_a, 'svc_b'));
