@@ -27,6 +27,7 @@
 #include "mesh_json.h"
 
 #include "catalog/pg_type.h"
+#include "commands/async.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -667,7 +668,7 @@ exec_finish_body(void *arg)
 	if (a->output)
 		exec_output_store(a->exec_id, a->output);
 	if (a->notify)
-		store_exec_notify(a->exec_id, a->notify);
+		Async_Notify(store_exec_channel(a->exec_id), a->notify);
 }
 
 /*

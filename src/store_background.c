@@ -38,20 +38,20 @@ static const char channel_sql[] =
 "SELECT mesh.exec_channel_name(e.id, e.notify_key) AS channel FROM mesh.execs e WHERE e.id = $1";
 
 /*
- * NOTIFY the exec's listeners with payload, in the current transaction, on
- * its channel: mesh_exec_<id>_<its row's random key>, a name only the roles
- * that may read the exec learn (mesh_exec_channel), so no other role can
- * LISTEN to its progress.
+ * The exec's NOTIFY channel, read in the current transaction:
+ * mesh_exec_<id>_<its row's random key>, a name only the roles that may read
+ * the exec learn (mesh_exec_channel), so no other role can LISTEN to its
+ * progress.
  */
-void
-store_exec_notify(int64 exec_id, const char *payload)
+char *
+store_exec_channel(int64 exec_id)
 {
 	MeshParam	p = mesh_int8_param(exec_id);
 	MeshRows   *rows = mesh_sql(channel_sql, 1, &p);
 
 	if (rows->n == 0)
 		elog(ERROR, "mesh: exec " INT64_FORMAT " has no row to notify for", exec_id);
-	Async_Notify(mesh_col_text(rows, 0, "channel"), payload);
+	return mesh_col_text(rows, 0, "channel");
 }
 
 static void
@@ -60,6 +60,7 @@ progress_body(void *arg)
 	ProgressArgs *a = (ProgressArgs *) arg;
 	int64		total[2];
 	MeshParam	p[6];
+	char	   *channel = NULL;
 
 	for (int i = 0; i < 2; i++)
 	{
@@ -70,10 +71,12 @@ progress_body(void *arg)
 			continue;
 		exec_output_store_stream(a->exec_id, i, s);
 		/* a listener reads from offset on with mesh_exec_output */
-		store_exec_notify(a->exec_id,
-						  psprintf("{\"stream\": \"%s\", \"offset\": " INT64_FORMAT
-								   ", \"bytes\": %zu, \"next\": " INT64_FORMAT "}",
-								   stream_names[i], s->dropped, s->len, total[i]));
+		if (channel == NULL)
+			channel = store_exec_channel(a->exec_id);
+		Async_Notify(channel,
+					 psprintf("{\"stream\": \"%s\", \"offset\": " INT64_FORMAT
+							  ", \"bytes\": %zu, \"next\": " INT64_FORMAT "}",
+							  stream_names[i], s->dropped, s->len, total[i]));
 	}
 	p[0] = mesh_int8_param(a->exec_id);
 	p[1] = mesh_int8_param(total[0]);
