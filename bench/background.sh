@@ -6,7 +6,7 @@
 # A command prints LINES lines, 100 ms apart, each with the time it was printed.  Latency of a
 # line = when a client has it - when it was printed:
 #   1. mesh: the command runs with mesh_exec_start in a warm workspace (embedded daemon); a
-#      psycopg2 client LISTENs on mesh_exec_<id> and reads each line with mesh_exec_output
+#      psycopg2 client LISTENs on its mesh_exec_channel and reads each line with mesh_exec_output
 #      when notified (the README's pattern);
 #   2. baseline: the same command on the host, its stdout a local pipe the client reads.
 # Prints p50 and p99 of each and their ratio.  mesh.exec_notify_interval (50 ms) bounds how
@@ -41,7 +41,8 @@ conn.set_isolation_level(psycopg2.extensions.ISOLATION_LEVEL_AUTOCOMMIT)
 cur = conn.cursor()
 cur.execute("SELECT mesh_exec_start('bench-bg', ARRAY['sh', '-c', %s])", (printer,))
 exec_id = cur.fetchone()[0]
-cur.execute('LISTEN "mesh_exec_%d"' % exec_id)
+cur.execute("SELECT mesh_exec_channel(%s)", (exec_id,))
+cur.execute('LISTEN "%s"' % cur.fetchone()[0])
 mesh, off, status = [], 0, "running"
 while status == "running":
     select.select([conn], [], [], 1.0)

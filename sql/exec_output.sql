@@ -64,10 +64,9 @@ SELECT status, exit_code, stdout, stdout_bytes, stdout_dropped,
 SELECT mesh_release('out-1');
 SELECT status, stdout, stdout_next FROM mesh_exec_output(:utf);
 
--- another harness role under run ownership: the exec does not exist for it
+-- another harness role (run ownership is on by default): the exec does not exist for it
 CREATE ROLE out_other IN ROLE mesh_harness;
 GRANT USAGE ON SCHEMA regress TO out_other;
-SELECT run_ownership FROM mesh.set_policy(run_ownership => true);
 SET ROLE out_other;
 SELECT state, replace(message, :'utf', '<id>') AS message
   FROM regress.try(format('SELECT * FROM mesh_exec_output(%s)', :utf));
@@ -75,7 +74,6 @@ SELECT count(*) AS chunks_seen FROM mesh.exec_output_chunks WHERE exec_id = :utf
 SELECT count(*) AS streams_seen FROM mesh.exec_output_text WHERE exec_id = :utf;
 SELECT * FROM regress.try('SELECT count(*) FROM mesh.exec_output');
 RESET ROLE;
-SELECT run_ownership FROM mesh.set_policy(run_ownership => false);
 REVOKE USAGE ON SCHEMA regress FROM out_other;
 DROP ROLE out_other;
 

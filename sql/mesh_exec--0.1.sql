@@ -66,7 +66,21 @@ CREATE TABLE mesh.agents (
     climbed_size              mesh.size_tier,
     climbed_at                timestamptz,
     clean_runs_since_climb    integer NOT NULL DEFAULT 0,
-    created_at   timestamptz NOT NULL DEFAULT now()
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    -- run ownership: when a role first claimed the agent or an admin first granted it
+    -- (mesh.agent_roles); from then on nobody claims it
+    access_set_at             timestamptz
+);
+
+-- Run ownership: the roles (and their members) that may declare runs under
+-- an agent: the one that claimed it by declaring its first run, and those an
+-- admin granted it to (mesh.agent_grant).
+CREATE TABLE mesh.agent_roles (
+    agent_id   text NOT NULL,
+    role_oid   regrole NOT NULL,
+    how        text NOT NULL CHECK (how IN ('claimed', 'granted')),
+    granted_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (agent_id, role_oid)
 );
 
 -- Per-run overrides of the agent's budget.
@@ -83,7 +97,7 @@ CREATE TABLE mesh.settings (
     max_run_lifetime    interval NOT NULL DEFAULT '24 hours' CHECK (max_run_lifetime > '0'),
     idle_timeout        interval NOT NULL DEFAULT '1 hour' CHECK (idle_timeout > '0'),
     max_compute_seconds double precision CHECK (max_compute_seconds > 0),
-    run_ownership       boolean NOT NULL DEFAULT false,  -- a harness role sees and drives only its own runs
+    run_ownership       boolean NOT NULL DEFAULT true,   -- a harness role sees and drives only its own runs, agents and snapshots
     -- clean runs at a climbed tier after which an agent's climb is reset
     tier_climb_reset_runs integer NOT NULL DEFAULT 3 CHECK (tier_climb_reset_runs > 0)
 );
@@ -171,7 +185,10 @@ CREATE TABLE mesh.execs (
     -- take was reached (src/exec_output.c); output_unstored counts the bytes not stored
     output_stopped text CHECK (output_stopped IN ('command limit', 'run quota', 'install quota',
                                                   'disk reserve')),
-    output_unstored bigint NOT NULL DEFAULT 0
+    output_unstored bigint NOT NULL DEFAULT 0,
+    -- the secret part of its NOTIFY channel (mesh.exec_channel_name): 122 random bits, so
+    -- only a role that may read the exec learns the channel (mesh_exec_channel)
+    notify_key     text NOT NULL DEFAULT replace(gen_random_uuid()::text, '-', '')
 );
 CREATE INDEX execs_workspace_idx ON mesh.execs (workspace_id, id);
 CREATE INDEX execs_running_idx ON mesh.execs (started_at) WHERE status = 'running';
@@ -193,6 +210,7 @@ CREATE INDEX events_kind_idx ON mesh.events (kind, at);
 SELECT pg_catalog.pg_extension_config_dump('mesh.backends', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.backend_credentials', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.agents', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.agent_roles', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.run_budgets', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.settings', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.workspaces', '');
@@ -517,8 +535,7 @@ BEGIN
     IF ws.id IS NULL OR ws.size IS NULL THEN
         RETURN NULL;
     END IF;
-    INSERT INTO mesh.agents (agent_id) VALUES (ws.agent_id) ON CONFLICT DO NOTHING;
-    PERFORM 1 FROM mesh.agents a WHERE a.agent_id = ws.agent_id FOR UPDATE;
+    PERFORM mesh.agent_lock(ws.agent_id);
     -- once per run, however many of its commands run out of memory
     PERFORM 1 FROM mesh.events ev WHERE ev.run_id = ws.run_id AND ev.kind IN ('tier_climb', 'tier_climb_capped');
     IF FOUND THEN
@@ -676,8 +693,11 @@ DECLARE
     env mesh.environments;
     missing text;
     -- project and from_snapshot are checked by mesh.snapshot_declare (it raises)
-    v_project text := mesh.snapshot_declare(p_project, p_from_snapshot);
+    v_project text := mesh.snapshot_declare(p_project, p_from_snapshot, p_owner);
 BEGIN
+    IF NOT mesh.agent_usable(p_agent_id, p_owner) THEN
+        PERFORM mesh.agent_claim(p_agent_id, p_owner);   -- or raises
+    END IF;
     INSERT INTO mesh.workspaces AS w (run_id, agent_id, created_by_actor_id, parent_run_id, environment, owner_role,
                                       project, from_snapshot)
     VALUES (p_run_id, p_agent_id, p_actor_id, p_parent_run_id, p_environment, p_owner::regrole,
@@ -727,17 +747,28 @@ BEGIN
 END
 $$;
 
+-- The agent's row, made if it has none yet, locked until the transaction
+-- ends: what serialises the checks, claims and climbs of one agent.
+CREATE FUNCTION mesh.agent_lock(p_agent_id text) RETURNS mesh.agents
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ag mesh.agents;
+BEGIN
+    INSERT INTO mesh.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
+    SELECT * INTO ag FROM mesh.agents a WHERE a.agent_id = p_agent_id FOR UPDATE;
+    RETURN ag;
+END
+$$;
+
 -- The agent's concurrency limit, checked under a lock on the agent's row so
 -- two runs of one agent going live at once on different workers cannot both
 -- pass: the second counts after the first committed.
 CREATE FUNCTION mesh.agent_check_concurrency(p_agent_id text, p_workspace_id bigint) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    lim integer;
+    lim integer := (mesh.agent_lock(p_agent_id)).max_concurrent_workspaces;
     live bigint;
 BEGIN
-    INSERT INTO mesh.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
-    SELECT a.max_concurrent_workspaces INTO lim FROM mesh.agents a WHERE a.agent_id = p_agent_id FOR UPDATE;
     IF lim IS NULL THEN
         RETURN;
     END IF;
@@ -1182,17 +1213,21 @@ END
 $$;
 
 ------------------------------------------------------------------------------
--- Run ownership: with mesh.settings.run_ownership on, a run belongs to the
--- role that declared it.  The workers check it for every call, the views
--- the harness reads filter by it, so several harness services can share a
--- database.  Off (the default), every harness role sees and drives every run.
+-- Run ownership (mesh.settings.run_ownership, on by default): a run belongs
+-- to the role that declared it, a snapshot to the role that owns the run it
+-- was captured from, an agent to the role that claimed it and those an admin
+-- granted it to.  The workers check it for every call, the views the harness
+-- reads filter by it, so several harness services share a database without
+-- reaching each other.  An admin turns it off for a single-tenant install
+-- (mesh.set_policy(run_ownership => false)): every harness role then sees and
+-- drives every run, agent and snapshot.
 ------------------------------------------------------------------------------
--- May role caller see and drive a run declared by owner?  Its owner's
--- members, mesh_admin's members and superusers always may.  PL/pgSQL, not
--- SQL: a SQL function that cannot be inlined (this one is SECURITY
--- DEFINER) is parsed and planned again for every statement that calls it,
--- and the workers call it for every call; PL/pgSQL keeps its plan for the
--- session.
+-- May role caller see and drive what owner owns?  Its owner's members,
+-- mesh_admin's members and superusers always may.  PL/pgSQL, not SQL: a SQL
+-- function that cannot be inlined (this one is SECURITY DEFINER) is parsed
+-- and planned again for every statement that calls it, and the workers call
+-- it for every call; PL/pgSQL keeps its plan for the session.
+-- (pg_has_role answers false for a role dropped since it was recorded.)
 CREATE FUNCTION mesh.may_drive(owner regrole, caller oid) RETURNS boolean
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
@@ -1201,6 +1236,100 @@ BEGIN
               FROM mesh.settings s);
 END
 $$;
+
+-- May role caller declare runs under the agent?  A role the agent was
+-- claimed by or granted to, or one of its members; an admin always may.
+CREATE FUNCTION mesh.agent_usable(p_agent_id text, caller oid) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    IF caller IS NULL OR NOT (SELECT s.run_ownership FROM mesh.settings s)
+       OR pg_has_role(caller, 'mesh_admin', 'MEMBER') THEN
+        RETURN true;
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM mesh.agent_roles r
+                    WHERE r.agent_id = p_agent_id AND pg_has_role(caller, r.role_oid::oid, 'MEMBER'));
+END
+$$;
+
+-- At a run's declaration (mesh.workspace_declare, in the worker's
+-- transaction), when the declaring role may not use the agent
+-- (mesh.agent_usable): it claims the agent if nobody has (under the agent's
+-- row lock, so two roles cannot both claim it), else is refused.  An agent
+-- that holds secrets is never claimed: an admin gives it (mesh.agent_grant),
+-- as the secrets.  The refusal names nothing of who uses the agent.
+CREATE FUNCTION mesh.agent_claim(p_agent_id text, caller oid) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    claimed_at timestamptz := (mesh.agent_lock(p_agent_id)).access_set_at;
+BEGIN
+    IF claimed_at IS NULL AND NOT EXISTS (SELECT 1 FROM mesh.secrets s WHERE s.agent_id = p_agent_id) THEN
+        INSERT INTO mesh.agent_roles (agent_id, role_oid, how) VALUES (p_agent_id, caller::regrole, 'claimed');
+        UPDATE mesh.agents a SET access_set_at = now() WHERE a.agent_id = p_agent_id;
+        INSERT INTO mesh.events (kind, detail)
+        VALUES ('agent_claimed', jsonb_build_object('agent_id', p_agent_id, 'role', caller::regrole::text));
+        RETURN;
+    END IF;
+    -- a fresh statement: a grant committed while this one waited for the lock counts
+    IF mesh.agent_usable(p_agent_id, caller) THEN
+        RETURN;
+    END IF;
+    -- not even the agent's name: the caller's own words are all it is told
+    RAISE EXCEPTION 'this role may not declare runs under the agent it named'
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'An agent serves the role that declared its first run and the roles an admin grants it to with mesh.agent_grant(agent_id, role); an agent holding secrets only those. Use an agent of this role''s own.';
+END
+$$;
+
+-- Admin: let role (and its members) declare runs under the agent; the agent
+-- is no longer claimable.
+CREATE FUNCTION mesh.agent_grant(agent_id text, role regrole) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    PERFORM mesh.require_args('agent_grant', ARRAY['agent_id', 'role'],
+        ARRAY[agent_grant.agent_id IS NULL, agent_grant.role IS NULL]);
+    INSERT INTO mesh.agents AS a (agent_id, access_set_at) VALUES (agent_grant.agent_id, now())
+    ON CONFLICT ON CONSTRAINT agents_pkey DO UPDATE SET access_set_at = coalesce(a.access_set_at, now());
+    INSERT INTO mesh.agent_roles AS r (agent_id, role_oid, how) VALUES (agent_grant.agent_id, agent_grant.role, 'granted')
+    ON CONFLICT ON CONSTRAINT agent_roles_pkey DO NOTHING;
+    INSERT INTO mesh.events (kind, detail)
+    VALUES ('agent_granted', jsonb_build_object('agent_id', agent_grant.agent_id, 'role', agent_grant.role::text,
+                                                'by', session_user));
+END
+$$;
+
+-- Admin: role no longer declares runs under the agent (claimed or granted);
+-- its live runs there lose their secret grants at once (the broker refuses
+-- them), unless it may still use the agent through another role.  The agent
+-- stays unclaimable.
+CREATE FUNCTION mesh.agent_revoke(agent_id text, role regrole) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    cut integer;
+BEGIN
+    PERFORM mesh.require_args('agent_revoke', ARRAY['agent_id', 'role'],
+        ARRAY[agent_revoke.agent_id IS NULL, agent_revoke.role IS NULL]);
+    DELETE FROM mesh.agent_roles r WHERE r.agent_id = agent_revoke.agent_id AND r.role_oid = agent_revoke.role;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'role % has no access of its own to agent "%"', agent_revoke.role, agent_revoke.agent_id
+            USING ERRCODE = 'undefined_object', HINT = 'See mesh.agent_access.';
+    END IF;
+    WITH revoked AS (
+        UPDATE mesh.grants g SET revoked_at = now(), revoked_reason = 'the run''s role lost access to its agent'
+          FROM mesh.workspaces w
+         WHERE g.run_id = w.run_id AND g.revoked_at IS NULL AND w.agent_id = agent_revoke.agent_id
+           AND w.status NOT IN ('released', 'failed') AND w.owner_role IS NOT NULL
+           AND NOT mesh.agent_usable(agent_revoke.agent_id, w.owner_role::oid)
+        RETURNING 1)
+    SELECT count(*) INTO cut FROM revoked;
+    INSERT INTO mesh.events (kind, detail)
+    VALUES ('agent_revoked', jsonb_build_object('agent_id', agent_revoke.agent_id, 'role', agent_revoke.role::text,
+                                                'by', session_user, 'grants_revoked', cut));
+END
+$$;
+
+-- Admin: who may declare runs under which agent, and how they came to.
+CREATE VIEW mesh.agent_access AS
+SELECT r.agent_id, r.role_oid AS role, r.how, r.granted_at FROM mesh.agent_roles r;
 
 ------------------------------------------------------------------------------
 -- Views for operators and harnesses (no credential, no env values).
@@ -1227,12 +1356,20 @@ SELECT w.run_id, w.parent_run_id, w.agent_id, w.created_by_actor_id, w.status, w
   FROM mesh.workspaces w
  WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
+-- An exec's NOTIFY channel: its id and its row's random key, so that only a
+-- role that may read the exec (mesh_exec_channel) can LISTEN on it.
+CREATE FUNCTION mesh.exec_channel_name(p_exec_id bigint, p_key text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT 'mesh_exec_' || p_exec_id || '_' || p_key
+$$;
+
 CREATE VIEW mesh.exec_log AS
 SELECT e.id AS exec_id, e.run_id, w.agent_id, w.created_by_actor_id, e.argv, e.dir, e.env_names,
        e.status, e.exit_code, e.truncated, e.wall_seconds, e.cpu_seconds, e.memory_peak_bytes, e.charged_seconds,
        e.charge_basis, e.error, e.started_at, e.finished_at, e.stdout, e.stderr,
        e.stdout_bytes, e.stderr_bytes, e.stdout_dropped, e.stderr_dropped,
-       e.output_stopped, e.output_unstored
+       e.output_stopped, e.output_unstored,
+       mesh.exec_channel_name(e.id, e.notify_key) AS channel
   FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id
  WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
@@ -1698,8 +1835,15 @@ CREATE TYPE mesh.snapshot_status AS ENUM ('capturing', 'ready', 'retired', 'recl
 CREATE FUNCTION mesh.project_name_valid(p text) RETURNS boolean
     AS 'MODULE_PATHNAME', 'mesh_project_name_valid' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
+-- A row id nobody can guess or count through: 63 random bits (of a v4 UUID's
+-- random part; no pgcrypto needed).
+CREATE FUNCTION mesh.random_id() RETURNS bigint
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ('x' || right(replace(gen_random_uuid()::text, '-', ''), 16))::bit(64)::bigint & 9223372036854775807
+$$;
+
 CREATE TABLE mesh.snapshots (
-    id              bigserial PRIMARY KEY,
+    id              bigint PRIMARY KEY DEFAULT mesh.random_id(),  -- not a sequence: ids are not enumerable
     project         text NOT NULL CHECK (mesh.project_name_valid(project)),
     backend         text NOT NULL,        -- catalog name of the backend that holds it
     external_ref    text,                 -- opaque: only its driver parses it; recorded before the backend call
@@ -1713,12 +1857,15 @@ CREATE TABLE mesh.snapshots (
     ready_at        timestamptz,
     retired_at      timestamptz,
     reclaimed_at    timestamptz,
+    owner_role      regrole,              -- the owner of the run it was captured from (run ownership)
     UNIQUE (backend, external_ref),
     CHECK (status IN ('capturing', 'failed') OR ready_at IS NOT NULL),
     CHECK (status <> 'failed' OR status_reason IS NOT NULL)
 );
--- a project's current snapshot on a backend: at most one ready
-CREATE UNIQUE INDEX snapshots_current_idx ON mesh.snapshots (project, backend) WHERE status = 'ready';
+-- a project's current snapshot on a backend, per owner (two owners naming one project
+-- never share state): at most one ready
+CREATE UNIQUE INDEX snapshots_current_idx ON mesh.snapshots (project, backend, coalesce(owner_role, 0::oid))
+    WHERE status = 'ready';
 CREATE INDEX snapshots_retired_idx ON mesh.snapshots (backend, retired_at) WHERE status = 'retired';
 CREATE INDEX snapshots_capturing_idx ON mesh.snapshots (backend, created_at) WHERE status = 'capturing';
 
@@ -1732,6 +1879,40 @@ CREATE INDEX workspaces_snapshot_idx ON mesh.workspaces (snapshot_id)
 
 SELECT pg_catalog.pg_extension_config_dump('mesh.snapshots', '');
 
+-- Run ownership: the roles (and their members) a snapshot's owner shared it
+-- with (mesh_snapshot_share): they may start runs from it too.
+CREATE TABLE mesh.snapshot_shares (
+    snapshot_id bigint NOT NULL REFERENCES mesh.snapshots (id),
+    role_oid    regrole NOT NULL,
+    shared_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (snapshot_id, role_oid)
+);
+SELECT pg_catalog.pg_extension_config_dump('mesh.snapshot_shares', '');
+
+-- May role caller start a run from (or see) the snapshot of owner?  Its
+-- owner's members and admins may (mesh.may_drive), and the roles it was
+-- shared with and their members.  A definer's function, as may_drive: the
+-- harness's view of snapshots calls it.
+CREATE FUNCTION mesh.snapshot_usable(p_id bigint, p_owner regrole, caller oid) RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    RETURN mesh.may_drive(p_owner, caller)
+        OR EXISTS (SELECT 1 FROM mesh.snapshot_shares sh
+                    WHERE sh.snapshot_id = p_id AND pg_has_role(caller, sh.role_oid::oid, 'MEMBER'));
+END
+$$;
+
+-- The one error for a snapshot that does not exist and one the role may not
+-- use: the same words and code, so ids cannot be probed.
+CREATE FUNCTION mesh.raise_unknown_snapshot(p_id bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'snapshot % does not exist or is not shared with this role', p_id
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'mesh.project_snapshots lists the snapshots this role may start from; their owner shares one with mesh_snapshot_share(snapshot_id, role).';
+END
+$$;
+
 -- A project name as an error message may show it: no control characters, bounded.
 CREATE FUNCTION mesh.shown_name(p text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -1741,7 +1922,8 @@ $$;
 -- What mesh_acquire's project and from_snapshot declare: the run's project
 -- (the snapshot's when only from_snapshot is given), or a clear error.
 -- Writes nothing; the declaring worker stores the result on the pending row.
-CREATE FUNCTION mesh.snapshot_declare(p_project text, p_from_snapshot bigint, OUT project text)
+CREATE FUNCTION mesh.snapshot_declare(p_project text, p_from_snapshot bigint, p_caller oid DEFAULT NULL,
+                                      OUT project text)
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     s mesh.snapshots;
@@ -1756,10 +1938,8 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO s FROM mesh.snapshots WHERE id = p_from_snapshot;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'snapshot % does not exist', p_from_snapshot
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'mesh.project_snapshots lists the snapshots there are; mesh_snapshot(run_id) captures one.';
+    IF NOT FOUND OR NOT mesh.snapshot_usable(s.id, s.owner_role, p_caller) THEN
+        PERFORM mesh.raise_unknown_snapshot(p_from_snapshot);
     END IF;
     IF s.status <> 'ready' THEN
         RAISE EXCEPTION 'snapshot % is %, not ready', p_from_snapshot, s.status
@@ -1792,7 +1972,10 @@ BEGIN
     SELECT * INTO STRICT w FROM mesh.workspaces WHERE id = p_workspace_id;
     IF w.from_snapshot IS NOT NULL THEN
         SELECT * INTO STRICT s FROM mesh.snapshots WHERE id = w.from_snapshot;
-        IF NOT p_can_snapshot THEN
+        -- a share revoked since the declaration stops the run here
+        IF NOT mesh.snapshot_usable(s.id, s.owner_role, w.owner_role) THEN
+            PERFORM mesh.raise_unknown_snapshot(s.id);
+        ELSIF NOT p_can_snapshot THEN
             RAISE EXCEPTION 'run "%" starts from snapshot %, but backend "%" cannot snapshot', w.run_id, s.id, p_backend
                 USING ERRCODE = 'feature_not_supported',
                       HINT = 'Pin the agent to a backend that declares the snapshot capability, or acquire without from_snapshot.';
@@ -1813,8 +1996,11 @@ BEGIN
         notice := format('backend "%s" cannot snapshot: project "%s" starts empty', p_backend, w.project);
         RETURN;
     ELSE
+        -- the run's owner's own current snapshot of the project, else the newest one shared with it
         SELECT * INTO s FROM mesh.snapshots x
-         WHERE x.project = w.project AND x.backend = p_backend AND x.status = 'ready';
+         WHERE x.project = w.project AND x.backend = p_backend AND x.status = 'ready'
+           AND mesh.snapshot_usable(x.id, x.owner_role, w.owner_role)
+         ORDER BY x.owner_role IS NOT DISTINCT FROM w.owner_role DESC, x.ready_at DESC LIMIT 1;
         IF NOT FOUND THEN
             notice := format('no snapshot yet for project "%s": it starts empty', w.project);
             RETURN;
@@ -1861,8 +2047,8 @@ BEGIN
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'Runs on backends that declare the snapshot capability can be captured.';
     END IF;
-    INSERT INTO mesh.snapshots (project, backend, source_run_id, actor_id)
-    VALUES (w.project, w.backend_kind, w.run_id, w.created_by_actor_id)
+    INSERT INTO mesh.snapshots (project, backend, source_run_id, actor_id, owner_role)
+    VALUES (w.project, w.backend_kind, w.run_id, w.created_by_actor_id, w.owner_role)
     RETURNING * INTO s;
     INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
     VALUES ('snapshot_capture', w.run_id, w.id, w.backend_kind, jsonb_build_object('snapshot', s.id, 'project', s.project));
@@ -1893,11 +2079,14 @@ BEGIN
     END IF;
     IF p_ok THEN
         -- serialise captures of one project: the current row is locked first
+        -- (the owner's: another owner's snapshot of a project of the same name is not replaced)
         PERFORM 1 FROM mesh.snapshots x WHERE x.project = s.project AND x.backend = s.backend
+                                          AND x.owner_role IS NOT DISTINCT FROM s.owner_role
                                           AND x.status = 'ready' FOR UPDATE;
         UPDATE mesh.snapshots x SET status = 'retired', retired_at = now(),
                                     status_reason = format('replaced by snapshot %s', p_id)
-         WHERE x.project = s.project AND x.backend = s.backend AND x.status = 'ready';
+         WHERE x.project = s.project AND x.backend = s.backend
+           AND x.owner_role IS NOT DISTINCT FROM s.owner_role AND x.status = 'ready';
         IF FOUND THEN
             PERFORM mesh.snapshot_reclaim_soon();
         END IF;
@@ -2025,19 +2214,20 @@ LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
                           AND s.status IN ('capturing', 'ready', 'retired'))
 $$;
 
--- For operators: every snapshot not yet reclaimed, per project and backend,
--- whether it is the current one, its age and size, and how many live
--- workspaces stand on it.
+-- Every snapshot not yet reclaimed, per project and backend, whether it is
+-- the current one, its age and size, and how many live workspaces stand on
+-- it: for operators all, for a harness role those it may start from.
 CREATE VIEW mesh.project_snapshots AS
 SELECT s.project, s.backend, s.id AS snapshot_id, s.status, (s.status = 'ready') AS current,
        date_trunc('second', now() - coalesce(s.ready_at, s.created_at)) AS age,
        s.size_bytes, s.file_count,
        (SELECT count(*) FROM mesh.workspaces w     -- mesh.snapshot_live_workspaces, for any reader
          WHERE w.snapshot_id = s.id AND w.status <> 'released' AND w.released_at IS NULL) AS live_workspaces,
-       s.source_run_id, s.actor_id, s.status_reason, s.created_at, s.ready_at, s.retired_at
+       s.source_run_id, s.actor_id, s.status_reason, s.created_at, s.ready_at, s.retired_at, s.owner_role
   FROM mesh.snapshots s
  WHERE s.status <> 'reclaimed'
- ORDER BY s.project, s.backend, s.id DESC;
+   AND mesh.snapshot_usable(s.id, s.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user))
+ ORDER BY s.project, s.backend, s.created_at DESC, s.id;
 
 ------------------------------------------------------------------------------
 -- The harness API (in the extension's schema, public by default).
@@ -2075,6 +2265,70 @@ RETURNS text
 CREATE FUNCTION @extschema@.mesh_snapshot(run_id text)
 RETURNS mesh.snapshots
     AS 'MODULE_PATHNAME', 'mesh_snapshot' LANGUAGE C;
+
+-- The shares of the snapshots the current role owns (every share, for
+-- admins): the only way the harness writes them, so the view's condition,
+-- checked on every row it inserts, is the ownership check.
+CREATE VIEW mesh.snapshot_shares_owned AS
+SELECT sh.snapshot_id, sh.role_oid, sh.shared_at
+  FROM mesh.snapshot_shares sh
+ WHERE mesh.may_drive((SELECT s.owner_role FROM mesh.snapshots s WHERE s.id = sh.snapshot_id),
+                      (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user))
+WITH CHECK OPTION;
+
+-- The snapshot the current role owns (or, as an admin, any), or the refusal:
+-- one it may only use was shared with it; any other does not exist to it.
+-- Invoker's rights: it reads what the role may see.
+CREATE FUNCTION mesh.snapshot_owned(p_id bigint, fn text) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    owner regrole;
+BEGIN
+    IF p_id IS NULL THEN
+        RAISE EXCEPTION '%: snapshot_id must not be NULL', fn
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass a value for snapshot_id.';
+    END IF;
+    SELECT p.owner_role INTO owner FROM mesh.project_snapshots p WHERE p.snapshot_id = p_id;
+    IF NOT FOUND THEN
+        PERFORM mesh.raise_unknown_snapshot(p_id);
+    ELSIF NOT mesh.may_drive(owner, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)) THEN
+        RAISE EXCEPTION 'snapshot % was shared with this role; only its owner or an admin shares it further', p_id
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Ask its owner, or capture the project''s state of this role''s own with mesh_snapshot(run_id).';
+    END IF;
+END
+$$;
+
+-- The owner (or an admin) lets role and its members start runs from the
+-- snapshot, by id (from_snapshot) and as their project's current one when
+-- they have none of their own.
+CREATE FUNCTION @extschema@.mesh_snapshot_share(snapshot_id bigint, role regrole) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    PERFORM mesh.snapshot_owned(snapshot_id, 'mesh_snapshot_share');
+    IF role IS NULL THEN
+        RAISE EXCEPTION 'mesh_snapshot_share: role must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass a value for role.';
+    END IF;
+    INSERT INTO mesh.snapshot_shares_owned (snapshot_id, role_oid)
+    VALUES (mesh_snapshot_share.snapshot_id, mesh_snapshot_share.role) ON CONFLICT DO NOTHING;
+END
+$$;
+
+-- The share ends: runs of role not yet materialized from the snapshot are
+-- refused, and its project lookups no longer find it.
+CREATE FUNCTION @extschema@.mesh_snapshot_unshare(snapshot_id bigint, role regrole) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    PERFORM mesh.snapshot_owned(snapshot_id, 'mesh_snapshot_unshare');
+    DELETE FROM mesh.snapshot_shares_owned sh
+     WHERE sh.snapshot_id = mesh_snapshot_unshare.snapshot_id AND sh.role_oid = mesh_snapshot_unshare.role;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'snapshot % is not shared with role %', snapshot_id, coalesce(role::text, 'NULL')
+            USING ERRCODE = 'undefined_object', HINT = 'mesh.snapshot_shares_owned lists the shares of this role''s snapshots.';
+    END IF;
+END
+$$;
 
 ------------------------------------------------------------------------------
 -- Output stored whole: every exec's stdout and stderr as the command wrote
@@ -2419,6 +2673,19 @@ CREATE FUNCTION @extschema@.mesh_exec_kill(exec_id bigint, signal text DEFAULT '
 RETURNS boolean
     AS 'MODULE_PATHNAME', 'mesh_exec_kill' LANGUAGE C;
 
+-- The channel to LISTEN on for a command's progress and end: a name only the
+-- roles that may read the exec learn (another role's exec does not exist).
+CREATE FUNCTION @extschema@.mesh_exec_channel(exec_id bigint) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    IF exec_id IS NULL THEN
+        RAISE EXCEPTION 'mesh_exec_channel: exec_id must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass the id mesh_exec_start returned.';
+    END IF;
+    RETURN (mesh.readable_exec(exec_id)).channel;
+END
+$$;
+
 ------------------------------------------------------------------------------
 -- Privileges: PUBLIC gets nothing; the harness calls the API and reads views;
 -- the admin configures.  Credentials are readable by neither.
@@ -2437,6 +2704,9 @@ REVOKE ALL ON FUNCTION @extschema@.mesh_exec_output_bytes(bigint, text, bigint, 
 REVOKE ALL ON FUNCTION @extschema@.mesh_exec_start(text, text[], text, bytea, interval, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_exec_wait(bigint, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_exec_kill(bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_exec_channel(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_snapshot_share(bigint, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_snapshot_unshare(bigint, regrole) FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA mesh TO mesh_harness, mesh_admin, mesh_worker;
 -- the workers read and write mesh's rows (no DELETE, no DDL), call its functions
@@ -2465,6 +2735,18 @@ GRANT SELECT ON mesh.live_workspaces, mesh.run_workspaces, mesh.exec_log, mesh.s
 GRANT EXECUTE ON FUNCTION mesh.may_drive(regrole, oid) TO mesh_harness, mesh_admin;
 -- the one NULL check, which the harness's own functions call as their caller
 GRANT EXECUTE ON FUNCTION mesh.require_args(text, text[], boolean[]) TO mesh_harness, mesh_admin;
+-- run ownership beyond runs: progress channels, snapshots and their shares
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec_channel(bigint),
+                          mesh.exec_channel_name(bigint, text),
+                          @extschema@.mesh_snapshot_share(bigint, regrole),
+                          @extschema@.mesh_snapshot_unshare(bigint, regrole),
+                          mesh.snapshot_owned(bigint, text),
+                          mesh.snapshot_usable(bigint, regrole, oid),
+                          mesh.raise_unknown_snapshot(bigint)
+      TO mesh_harness, mesh_admin;
+GRANT SELECT ON mesh.project_snapshots TO mesh_harness;
+GRANT SELECT, INSERT, DELETE ON mesh.snapshot_shares_owned TO mesh_harness, mesh_admin;
+GRANT SELECT ON mesh.agent_access TO mesh_admin;
 GRANT SELECT ON mesh.spend_by_agent, mesh.run_limits, mesh.settings, mesh.run_budgets, mesh.tier_climbs TO mesh_admin;
 GRANT SELECT ON mesh.secret_catalog, mesh.environments, mesh.grants TO mesh_admin;
 GRANT SELECT ON mesh.backend_catalog, mesh.event_log TO mesh_admin;
@@ -2493,7 +2775,9 @@ GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, 
                           mesh.egress_policy(),
                           mesh.set_egress_policy(jsonb),
                           mesh.run_network(text),
-                          mesh.snapshot_retire(bigint)
+                          mesh.snapshot_retire(bigint),
+                          mesh.agent_grant(text, regrole),
+                          mesh.agent_revoke(text, regrole)
       TO mesh_admin;
 
 ------------------------------------------------------------------------------

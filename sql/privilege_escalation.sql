@@ -11,6 +11,8 @@ CREATE TABLE public.hijacked (name text, by_role text);
 GRANT INSERT, SELECT, DELETE ON public.hijacked TO PUBLIC;
 SELECT mesh.secret_set('agent-pe', 'pe_key', 'pe-secret-value-1') >= 1 AS secret_set;
 SELECT mesh.environment_set('pe-env', '[{"kind": "secret", "name": "pe_key", "as": "PE_KEY"}]');
+-- an agent holding secrets is the admin's to give (run ownership)
+SELECT mesh.agent_grant('agent-pe', 'planter');
 SELECT mesh.set_egress_policy('{"mode": "allowlist"}') ->> 'mode' AS egress_mode;
 -- who the workers' statements run as: an event trigger of the test's own
 CREATE TABLE public.event_writers (kind text, by_role text, super boolean);

@@ -46,12 +46,15 @@ SELECT project, current, live_workspaces FROM mesh.project_snapshots WHERE proje
 -- a new capture becomes current and retires the previous one
 SELECT status, file_count FROM mesh_snapshot('snap-b');
 SELECT source_run_id, status, current, live_workspaces FROM mesh.project_snapshots
- WHERE project = 'github.com/org/app' ORDER BY snapshot_id;
-SELECT * FROM regress.try(format('SELECT mesh_acquire(%L, %L, %L, from_snapshot => %s)', 'snap-d', 'agent-s', 'dan',
-                                 (SELECT id FROM mesh.snapshots WHERE source_run_id = 'snap-a')));
+ WHERE project = 'github.com/org/app' ORDER BY created_at;
+-- (snapshot ids are random: shown as <id>)
+SELECT state, replace(message, (SELECT id FROM mesh.snapshots WHERE source_run_id = 'snap-a')::text, '<id>') AS message, hint
+  FROM regress.try(format('SELECT mesh_acquire(%L, %L, %L, from_snapshot => %s)', 'snap-d', 'agent-s', 'dan',
+                          (SELECT id FROM mesh.snapshots WHERE source_run_id = 'snap-a')));
 -- a fork naming another project is refused
-SELECT * FROM regress.try(format('SELECT mesh_acquire(%L, %L, %L, project => %L, from_snapshot => %s)', 'snap-d', 'agent-s', 'dan',
-                                 'other', (SELECT id FROM mesh.snapshots WHERE source_run_id = 'snap-b')));
+SELECT state, replace(message, (SELECT id FROM mesh.snapshots WHERE source_run_id = 'snap-b')::text, '<id>') AS message, hint
+  FROM regress.try(format('SELECT mesh_acquire(%L, %L, %L, project => %L, from_snapshot => %s)', 'snap-d', 'agent-s', 'dan',
+                          'other', (SELECT id FROM mesh.snapshots WHERE source_run_id = 'snap-b')));
 
 -- retiring is for admins
 SET ROLE mesh_harness;

@@ -669,7 +669,7 @@ exec_finish_body(void *arg)
 	if (a->output)
 		a->output_stopped = exec_output_store(a->exec_id, a->output);
 	if (a->notify)
-		Async_Notify(psprintf("mesh_exec_" INT64_FORMAT, a->exec_id), a->notify);
+		Async_Notify(store_exec_channel(a->exec_id), a->notify);
 }
 
 /*

@@ -200,6 +200,7 @@ extern bool store_exec_progress(int64 exec_id, const struct MeshOutputStream *fr
 								const int64 read[2], XLogRecPtr *commit_lsn, ErrorData **err);
 extern bool store_exec_clamped(int64 exec_id, int max_bytes, MeshExecResult *result,
 							   ErrorData **err);
+extern char *store_exec_channel(int64 exec_id);
 extern bool store_background_execs(int worker_index, int nworkers, List **follows,
 								   List **run_ids, ErrorData **err);
 extern bool store_run_secrets(const char *run_id, List **secrets, ErrorData **err);

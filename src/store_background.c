@@ -63,6 +63,26 @@ progress_share(int64 exec_id, const MeshOutputStream *fresh, size_t share[2])
 	return reason;
 }
 
+static const char channel_sql[] =
+"SELECT mesh.exec_channel_name(e.id, e.notify_key) AS channel FROM mesh.execs e WHERE e.id = $1";
+
+/*
+ * The exec's NOTIFY channel, read in the current transaction:
+ * mesh_exec_<id>_<its row's random key>, a name only the roles that may read
+ * the exec learn (mesh_exec_channel), so no other role can LISTEN to its
+ * progress.
+ */
+char *
+store_exec_channel(int64 exec_id)
+{
+	MeshParam	p = mesh_int8_param(exec_id);
+	MeshRows   *rows = mesh_sql(channel_sql, 1, &p);
+
+	if (rows->n == 0)
+		elog(ERROR, "mesh: exec " INT64_FORMAT " has no row to notify for", exec_id);
+	return mesh_col_text(rows, 0, "channel");
+}
+
 static void
 progress_body(void *arg)
 {
@@ -70,6 +90,7 @@ progress_body(void *arg)
 	size_t		share[2];
 	const char *stopped = progress_share(a->exec_id, a->fresh, share);
 	MeshParam	p[8];
+	char	   *channel = NULL;
 
 	p[0] = mesh_int8_param(a->exec_id);
 	for (int i = 0; i < 2; i++)
@@ -83,7 +104,9 @@ progress_body(void *arg)
 			continue;
 		exec_output_store_stream(a->exec_id, i, &s);
 		/* a listener reads from offset on with mesh_exec_output */
-		Async_Notify(psprintf("mesh_exec_" INT64_FORMAT, a->exec_id),
+		if (channel == NULL)
+			channel = store_exec_channel(a->exec_id);
+		Async_Notify(channel,
 					 psprintf("{\"stream\": \"%s\", \"offset\": " INT64_FORMAT
 							  ", \"bytes\": %zu, \"next\": " INT64_FORMAT "}",
 							  stream_names[i], s.dropped, s.len, s.dropped + (int64) s.len));
@@ -94,7 +117,7 @@ progress_body(void *arg)
 	p[6] = mesh_text_param(stopped);
 	p[7] = mesh_int8_param((int64) (a->fresh[0].len + a->fresh[1].len - share[0] - share[1]));
 	if (mesh_col_bool(mesh_sql(progress_sql, 8, p), 0, "new_stop"))
-		Async_Notify(psprintf("mesh_exec_" INT64_FORMAT, a->exec_id),
+		Async_Notify(channel ? channel : store_exec_channel(a->exec_id),
 					 psprintf("{\"stopped\": \"%s\", \"setting\": \"%s\"}",
 							  stopped, exec_output_stop_setting(stopped)));
 }

@@ -52,7 +52,8 @@ cur = conn.cursor()
 cur.execute("SELECT mesh_exec_start(%s, ARRAY['sh', '-c', "
             "'for i in $(seq 1 20); do echo \"line $i $(date +%%s.%%N)\"; sleep 0.1; done'])", (run,))
 exec_id = cur.fetchone()[0]
-cur.execute('LISTEN "mesh_exec_%d"' % exec_id)
+cur.execute("SELECT mesh_exec_channel(%s)", (exec_id,))
+cur.execute('LISTEN "%s"' % cur.fetchone()[0])
 off, seen, wakeups, lag = 0, [], 0, []
 end = None
 while end is None:
@@ -97,7 +98,8 @@ interval_ms = cur.fetchone()[0]
 cur.execute("SELECT mesh_exec_start(%s, ARRAY['sh', '-c', "
             "'i=0; while [ $i -lt 20000 ]; do echo \"line $i\"; i=$((i+1)); done'])", (run,))
 exec_id = cur.fetchone()[0]
-cur.execute('LISTEN "mesh_exec_%d"' % exec_id)
+cur.execute("SELECT mesh_exec_channel(%s)", (exec_id,))
+cur.execute('LISTEN "%s"' % cur.fetchone()[0])
 notifies, ended = 0, False
 while not ended:
     if select.select([conn], [], [], 60) == ([], [], []):

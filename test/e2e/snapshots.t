@@ -18,7 +18,7 @@ daemon() {  # daemon METHOD PATH [BODY]: the embedded daemon's API, behind mesh'
        ${3:+-H 'Content-Type: application/json' --data-binary "$3"}
 }
 out() { q "SELECT stdout FROM mesh_exec('$1', ARRAY['sh', '-c', \$m\$$2\$m\$])" 2>/dev/null; }
-snap_of() { q "SELECT id FROM mesh.snapshots WHERE source_run_id = '$1' ORDER BY id DESC LIMIT 1"; }
+snap_of() { q "SELECT id FROM mesh.snapshots WHERE source_run_id = '$1' ORDER BY created_at DESC LIMIT 1"; }
 ref_of_snap() { q "SELECT external_ref FROM mesh.snapshots WHERE id = $1"; }
 
 # A: a tree of a few hundred files, captured
@@ -71,7 +71,7 @@ is "$(q "SELECT live_workspaces FROM mesh.project_snapshots WHERE snapshot_id = 
 # a new capture (from B) becomes current; the old one is retired, kept while runs stand on it
 q "SELECT 1 FROM mesh_snapshot('$tag-b')" >/dev/null
 SB=$(snap_of "$tag-b")
-is "$(q "SELECT string_agg(snapshot_id || ':' || status || ':' || current, ' ' ORDER BY snapshot_id) FROM mesh.project_snapshots WHERE project = '$project'")" \
+is "$(q "SELECT string_agg(snapshot_id || ':' || status || ':' || current, ' ' ORDER BY created_at) FROM mesh.project_snapshots WHERE project = '$project'")" \
    "$SA:retired:false $SB:ready:true" "the new capture is current, the old one retired"
 q "SELECT count(*) FROM mesh.sweep()" >/dev/null
 is "$(q "SELECT status FROM mesh.snapshots WHERE id = $SA")" retired "a sweep keeps a retired snapshot live runs stand on"
@@ -123,7 +123,7 @@ out "$tag-s" 'rm -rf big; head -c 300000000 /dev/zero > huge; echo written' >/de
 err=$(psql -X -qAt -v VERBOSITY=verbose -c "SELECT mesh_snapshot('$tag-s')" 2>&1)
 case "$err" in *53000*) r=0 ;; *) r=1 ;; esac
 ok $r "a capture that does not fit fails with 53000: $(echo "$err" | head -1)"
-is "$(q "SELECT status || ' ' || (status_reason LIKE '%full%') FROM mesh.snapshots WHERE source_run_id = '$tag-s' ORDER BY id DESC LIMIT 1")" \
+is "$(q "SELECT status || ' ' || (status_reason LIKE '%full%') FROM mesh.snapshots WHERE source_run_id = '$tag-s' ORDER BY created_at DESC LIMIT 1")" \
    "failed true" "its row is failed, saying the disk is full; nothing half made is ready"
 q "SELECT mesh_release('$tag-s')" >/dev/null
 done_testing
