@@ -2305,11 +2305,9 @@ $$;
 CREATE FUNCTION @extschema@.mesh_snapshot_share(snapshot_id bigint, role regrole) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('mesh_snapshot_share', ARRAY['snapshot_id', 'role'],
+                              ARRAY[snapshot_id IS NULL, role IS NULL]);
     PERFORM mesh.snapshot_owned(snapshot_id, 'mesh_snapshot_share');
-    IF role IS NULL THEN
-        RAISE EXCEPTION 'mesh_snapshot_share: role must not be NULL'
-            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass a value for role.';
-    END IF;
     INSERT INTO mesh.snapshot_shares_owned (snapshot_id, role_oid)
     VALUES (mesh_snapshot_share.snapshot_id, mesh_snapshot_share.role) ON CONFLICT DO NOTHING;
 END
@@ -2320,11 +2318,13 @@ $$;
 CREATE FUNCTION @extschema@.mesh_snapshot_unshare(snapshot_id bigint, role regrole) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
+    PERFORM mesh.require_args('mesh_snapshot_unshare', ARRAY['snapshot_id', 'role'],
+                              ARRAY[snapshot_id IS NULL, role IS NULL]);
     PERFORM mesh.snapshot_owned(snapshot_id, 'mesh_snapshot_unshare');
     DELETE FROM mesh.snapshot_shares_owned sh
      WHERE sh.snapshot_id = mesh_snapshot_unshare.snapshot_id AND sh.role_oid = mesh_snapshot_unshare.role;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'snapshot % is not shared with role %', snapshot_id, coalesce(role::text, 'NULL')
+        RAISE EXCEPTION 'snapshot % is not shared with role %', snapshot_id, role
             USING ERRCODE = 'undefined_object', HINT = 'mesh.snapshot_shares_owned lists the shares of this role''s snapshots.';
     END IF;
 END

@@ -27,7 +27,9 @@ BEGIN
                      OR has_function_privilege('mesh_admin', p.oid, 'EXECUTE'))
                 AND (n.nspname = 'mesh' OR p.proname LIKE 'mesh\_%') AND p.pronargs > 0
                 -- helpers of views and functions, not an API (NULL in, NULL out; the NULL check itself)
-                AND p.proname NOT IN ('may_drive', 'output_text', 'output_slice', 'require_args')
+                AND p.proname NOT IN ('may_drive', 'output_text', 'output_slice', 'require_args',
+                                      'exec_channel_name', 'raise_unknown_snapshot', 'snapshot_owned',
+                                      'snapshot_usable')
               ORDER BY 1 LOOP
         FOR i IN 1 .. f.pronargs - f.pronargdefaults LOOP
             args := '{}';
@@ -42,6 +44,7 @@ BEGIN
                     WHEN t = 'interval'::regtype THEN '''1 hour''::interval'
                     WHEN t = 'boolean'::regtype THEN 'true'
                     WHEN t = 'text[]'::regtype THEN 'ARRAY[''true'']'
+                    WHEN t = 'regrole'::regtype THEN '''mesh_harness''::regrole'
                     ELSE format('''small''::%s', t) END;
             END LOOP;
             fn := f.sig;
