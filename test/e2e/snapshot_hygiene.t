@@ -15,7 +15,7 @@ tag="hyg$$"
 project="github.com/$tag/app"
 canary="CANARY-$RANDOM$RANDOM-snapshot"
 out() { q "SELECT stdout FROM mesh_exec('$1', ARRAY['sh', '-c', \$m\$$2\$m\$])" 2>/dev/null; }
-snap_of() { q "SELECT id FROM mesh.snapshots WHERE source_run_id = '$1' ORDER BY id DESC LIMIT 1"; }
+snap_of() { q "SELECT id FROM mesh.snapshots WHERE source_run_id = '$1' ORDER BY created_at DESC LIMIT 1"; }
 ref_of_snap() { q "SELECT external_ref FROM mesh.snapshots WHERE id = $1"; }
 # reclaimed_within ID: polls (at most 60 s) until snapshot ID's row is reclaimed and the daemon
 # no longer holds its tree; prints the final "STATUS TREE" either way
@@ -95,7 +95,8 @@ out "$tag-a" 'rm .meshignore; ln -s /etc/shadow .meshignore' >/dev/null
 err=$(psql -X -qAt -v VERBOSITY=verbose -c "SELECT mesh_snapshot('$tag-a')" 2>&1 | head -1)
 case "$err" in *22023*"/workspace/.meshignore is a symlink"*) r=0 ;; *) r=1 ;; esac
 ok $r "a .meshignore that is a symlink to /etc/shadow fails the capture with 22023 and why: $err"
-is "$(q "SELECT string_agg(status::text, ' ' ORDER BY id) FROM mesh.snapshots WHERE source_run_id = '$tag-a' AND id >= $SD")" \
+is "$(q "SELECT string_agg(status::text, ' ' ORDER BY created_at) FROM mesh.snapshots WHERE source_run_id = '$tag-a'
+           AND created_at >= (SELECT created_at FROM mesh.snapshots WHERE id = $SD)")" \
    "ready failed" "its row is failed; the project's current snapshot stays current"
 q "SELECT mesh_release('$tag-a')" >/dev/null
 done_testing
