@@ -160,7 +160,7 @@ mesh_http_init(void)
 	multi = curl_multi_init();
 	if (multi == NULL)
 		elog(ERROR, "mesh: could not initialise libcurl");
-	check_multi(curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, 64L), "setting the connection cache");
+	check_multi(curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) MESH_HTTP_CONNECTION_CACHE), "setting the connection cache");
 	check_multi(curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_callback), "setting the socket callback");
 	check_multi(curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_callback), "setting the timer callback");
 }
