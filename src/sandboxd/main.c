@@ -159,7 +159,7 @@ static void parse_flags(int argc, char **argv)
     g_config.max_body_bytes = g_config.max_file_bytes = 64u << 20;
     g_config.max_output_bytes = 1u << 20;
     g_config.max_kept_output_bytes = 256u << 20;
-    g_config.background_buffer_bytes = 4u << 20;
+    g_config.background_buffer_bytes = 512u << 10;
     g_config.max_background_execs = 64;
     g_config.background_ttl_ms = 600 * 1000.0;
     g_config.standby = 1;

@@ -4,7 +4,7 @@
 # byte-identical reassembly, backpressure instead of loss), killed with a signal that reaches
 # the whole tree, forgotten by DELETE or with their workspace; a restarted daemon knows none.
 . "$(dirname "$0")/lib.sh"
-plan 70
+plan 72
 
 # bg_start WS KEY SCRIPT [EXTRA_JSON] -> the 202 document of sh -c SCRIPT in the background
 bg_start() {
@@ -127,19 +127,41 @@ rss_before=$(rss_kb)
 bg_start bg big 'head -c 20000000 /dev/urandom | tee /workspace/big.bin' >/dev/null
 for _ in $(seq 1 600); do
     line=$(bg_get bg big 0 0 1000 1)
-    [ "$(field "$line" .stdout_bytes)" -ge 4194304 ] && break
+    [ "$(field "$line" .stdout_bytes)" -ge 524288 ] && break
 done
 sleep 1
 line=$(bg_get bg big 0 0 0 1)
-is "$(field "$line" '[.running, .stdout_bytes] | join(" ")')" "true 4194304" \
-   "a stream nobody fetches is held at the cap (4 MiB) and the command waits, still running"
+is "$(field "$line" '[.running, .stdout_bytes] | join(" ")')" "true 524288" \
+   "a stream nobody fetches is held at the cap (the default 512 KiB) and the command waits, still running"
 growth=$(( $(rss_kb) - rss_before ))
-diag "daemon RSS grew by $growth kB while 4 MiB were held"
+diag "daemon RSS grew by $growth kB while 512 KiB were held"
 ok $(( growth > 16384 )) "the daemon's memory stays bounded (grew ${growth} kB, under 16 MiB, for 20 MB written)"
 line=$(bg_fetch_all bg big "$SD_DIR/big.out" "$SD_DIR/big.err")
 api GET "/v1/workspaces/bg/files?path=big.bin" > "$SD_DIR/big.bin"
 is "$(field "$line" '[.exit_code, .stdout_bytes] | join(" ")')" "0 20000000" "then it runs to its end"
 ok $(cmp -s "$SD_DIR/big.out" "$SD_DIR/big.bin"; echo $?) "and all 20 MB come byte-identical: nothing was lost"
+
+# --- many floods at once: the daemon holds the cap per stream of each, no more ---
+rss_before=$(rss_kb)
+for i in $(seq 1 16); do bg_start bg "flood$i" 'yes flood' >/dev/null; done
+for i in $(seq 1 16); do
+    for _ in $(seq 1 300); do
+        [ "$(field "$(bg_get bg "flood$i" 0 0 1000 1)" .stdout_bytes)" -ge 524288 ] && break
+    done
+done
+sleep 1
+held=0
+for i in $(seq 1 16); do held=$((held + $(field "$(bg_get bg "flood$i" 0 0 0 1)" .stdout_bytes))); done
+is "$held" $((16 * 524288)) "16 commands flooding stdout that nobody fetches are each held at the cap"
+growth=$(( $(rss_kb) - rss_before ))
+diag "daemon RSS grew by $growth kB while 16 floods were held"
+ok $(( growth > 16 * 512 + 16384 )) \
+   "the daemon grew by ${growth} kB: the caps' 8 MiB and little more (yes would have written GBs)"
+for i in $(seq 1 16); do
+    api POST "/v1/workspaces/bg/execs/flood$i/kill" '{"signal":"KILL"}' >/dev/null
+    bg_end bg "flood$i" >/dev/null
+    api DELETE "/v1/workspaces/bg/execs/flood$i" >/dev/null
+done
 
 # --- kill: TERM reaches the tree; KILL ends it; timeout ---
 tree='trap "echo parent >> /workspace/marks" TERM
