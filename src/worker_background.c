@@ -556,7 +556,9 @@ follow_failed(WorkerCall *call)
 		ask_after(call, FOLLOW_RETRY_MS);
 		return;
 	}
-	if (merr->failure == MESH_FAIL_UNAVAILABLE && GetCurrentTimestamp() < call->follow->give_up_at)
+	/* unreachable, or no descriptor for now: the command runs on, its bytes wait */
+	if ((merr->failure == MESH_FAIL_UNAVAILABLE || merr->failure == MESH_FAIL_NO_RESOURCES) &&
+		GetCurrentTimestamp() < call->follow->give_up_at)
 	{
 		ask_after(call, FOLLOW_RETRY_MS);
 		return;
