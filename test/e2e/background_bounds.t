@@ -2,12 +2,13 @@
 # Background commands have bounds that fail clearly, with the default settings: a run past
 # mesh.settings.max_background_per_run is refused 53400 at start with a hint, nothing started
 # and no row left; a worker past mesh.max_background_per_worker (lowered here) or near its
-# open-files limit (lowered with prlimit) refuses 53000, and every other call, release included,
-# keeps working; floods of output keep the workers' and the daemon's memory bounded, and a
-# chatty command's stored output is whole and in order (it blocks on its pipe, it loses
-# nothing); a run with many background commands is released.
+# open-files limit (lowered with prlimit) refuses 53000, and every other call, release
+# included, keeps working (a call a worker has no descriptor at all for says so, 53000, never
+# 08006); floods of output keep the workers' and the daemon's memory bounded, and a chatty
+# command's stored output is whole and in order (it blocks on its pipe, it loses nothing); a
+# run with many background commands is released.
 . "$(dirname "$0")/lib.sh"
-plan 26
+plan 28
 tag=$((9100 + RANDOM % 800))   # a sleep length no other test uses: its processes are ours
 run=bgb-$$
 
@@ -81,8 +82,9 @@ declare -A soft hard
 for p in $workers; do
   soft[$p]=$(as_owner "$p" --nofile --noheadings --output SOFT --raw)
   hard[$p]=$(as_owner "$p" --nofile --noheadings --output HARD --raw)
-  # the reserve for the other calls: mesh.worker_max_calls (128), curl's 64 idle connections, 32
-  as_owner "$p" --nofile=$(( $(ls "/proc/$p/fd" | wc -l) + 128 + 64 + 32 + 3 )):"${hard[$p]}"
+  # within the reserve for the other calls (mesh.worker_max_calls, 128; curl's 64 idle
+  # connections; 32), yet far from what the calls below need
+  as_owner "$p" --nofile=$(( $(ls "/proc/$p/fd" | wc -l) + 128 + 64 + 32 - 8 )):"${hard[$p]}"
 done
 run3=$run-fd
 q "SELECT 1 FROM mesh_acquire('$run3', 'bgb-agent', 'bgb')" >/dev/null
@@ -99,7 +101,27 @@ q "SELECT 1 FROM mesh_write_file('$run3', 'f.txt', 'kept')" >/dev/null
 is "$(q "SELECT convert_from(mesh_read_file('$run3', 'f.txt'), 'UTF8')")" kept "files are still written and read"
 q "SELECT mesh_release('$run3')" >/dev/null
 ok $? "and the run is released"
+# a worker with no descriptor left at all says so (53000), not that the backend is unreachable
+run5=$run-nofd
+q "SELECT 1 FROM mesh_acquire('$run5', 'bgb-agent', 'bgb')" >/dev/null
+q "SELECT mesh_exec('$run5', ARRAY['true'])" >/dev/null
+sockets=0
+for p in $workers; do
+  as_owner "$p" --nofile=$(( $(ls "/proc/$p/fd" | wc -l) + 1 )):"${hard[$p]}"
+  n=$(find "/proc/$p/fd" -lname 'socket:*' | wc -l); [ "$n" -gt "$sockets" ] && sockets=$n
+done
+# at once, more than the worker's sockets (its idle connections among them): some need new ones
+for i in $(seq 1 $((sockets + 4))); do
+  psql -X -qAt -v VERBOSITY=verbose -c "SELECT mesh_exec('$run5', ARRAY['sleep', '1'])" > "/tmp/bgb-$$-$i" 2>&1 &
+done
+wait
+outcomes=$(cat /tmp/bgb-$$-* | grep -E '^ERROR' | sort | uniq -c); rm -f /tmp/bgb-$$-*
+[[ "$outcomes" == *"53000: backend \"local\" was not called: the mesh worker has no descriptor left"* &&
+   "$outcomes" != *08006* ]]
+ok $? "calls a worker has no descriptor for fail 53000 saying so, none 08006: $(echo $outcomes)"
 for p in $workers; do as_owner "$p" --nofile="${soft[$p]}":"${hard[$p]}"; done
+is "$(q "SELECT stdout FROM mesh_exec('$run5', ARRAY['echo', 'back'])")" back "with descriptors back, calls run again"
+q "SELECT mesh_release('$run5')" >/dev/null
 
 # 5. floods: 15 commands writing as fast as they can and a chatty one whose output is checked,
 #    in one run; the workers' and the daemon's peak memory stays bounded
