@@ -99,7 +99,9 @@ CREATE TABLE mesh.settings (
     max_compute_seconds double precision CHECK (max_compute_seconds > 0),
     run_ownership       boolean NOT NULL DEFAULT true,   -- a harness role sees and drives only its own runs, agents and snapshots
     -- clean runs at a climbed tier after which an agent's climb is reset
-    tier_climb_reset_runs integer NOT NULL DEFAULT 3 CHECK (tier_climb_reset_runs > 0)
+    tier_climb_reset_runs integer NOT NULL DEFAULT 3 CHECK (tier_climb_reset_runs > 0),
+    -- background commands (mesh_exec_start) one run may have running at once
+    max_background_per_run integer NOT NULL DEFAULT 16 CHECK (max_background_per_run > 0)
 );
 INSERT INTO mesh.settings DEFAULT VALUES;
 -- One row, for good: the planner is told so once (never analyzed, it would guess a
@@ -481,7 +483,8 @@ $$;
 CREATE FUNCTION mesh.set_policy(max_run_lifetime interval DEFAULT NULL, idle_timeout interval DEFAULT NULL,
                                 max_compute_seconds double precision DEFAULT NULL,
                                 run_ownership boolean DEFAULT NULL,
-                                tier_climb_reset_runs integer DEFAULT NULL)
+                                tier_climb_reset_runs integer DEFAULT NULL,
+                                max_background_per_run integer DEFAULT NULL)
 RETURNS mesh.settings LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     result mesh.settings;
@@ -491,12 +494,18 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'It is the number of clean runs at a climbed tier after which an agent returns to its own tier.';
     END IF;
+    IF set_policy.max_background_per_run < 1 THEN
+        RAISE EXCEPTION 'max_background_per_run must be at least 1, not %', set_policy.max_background_per_run
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'It is the number of background commands one run may have running at once.';
+    END IF;
     UPDATE mesh.settings s
        SET max_run_lifetime = coalesce(set_policy.max_run_lifetime, s.max_run_lifetime),
            idle_timeout = coalesce(set_policy.idle_timeout, s.idle_timeout),
            max_compute_seconds = set_policy.max_compute_seconds,
            run_ownership = coalesce(set_policy.run_ownership, s.run_ownership),
-           tier_climb_reset_runs = coalesce(set_policy.tier_climb_reset_runs, s.tier_climb_reset_runs)
+           tier_climb_reset_runs = coalesce(set_policy.tier_climb_reset_runs, s.tier_climb_reset_runs),
+           max_background_per_run = coalesce(set_policy.max_background_per_run, s.max_background_per_run)
     RETURNING * INTO result;
     RETURN result;
 END
@@ -1080,6 +1089,32 @@ $$;
 
 -- An exec's row, committed before the command is sent; the workspace was
 -- used.  Only a ready workspace runs commands.
+-- A background command just written for a workspace is one too many when the
+-- run then has more running than settings.max_background_per_run: refused,
+-- its row rolled back with the caller's transaction, before anything starts
+-- on the backend.  The workspace's row, locked by the caller's update, keeps
+-- two starts of the same run from both seeing room.
+CREATE FUNCTION mesh.background_bound(p_workspace_id bigint)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    live bigint;
+    bound integer;
+    run text;
+BEGIN
+    SELECT s.max_background_per_run INTO bound FROM mesh.settings s;
+    SELECT count(*), min(e.run_id) INTO live, run FROM mesh.execs e
+     WHERE e.workspace_id = p_workspace_id AND e.status = 'running' AND e.background;
+    IF live > bound THEN
+        RAISE EXCEPTION 'run "%" already has % background commands running, the most one run may have', run, bound
+            USING ERRCODE = 'configuration_limit_exceeded',
+                  HINT = 'Wait for one to end (mesh_exec_wait) or end one with mesh_exec_kill; an admin may raise '
+                         'the bound with mesh.set_policy(max_background_per_run => N) '
+                         '(mesh.settings.max_background_per_run).';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION mesh.exec_begin(p_workspace_id bigint, p_argv text[], p_dir text, p_env_names text[],
                                 p_stdin_bytes integer, p_timeout_ms bigint, p_background boolean DEFAULT false)
 RETURNS bigint
@@ -1096,6 +1131,9 @@ BEGIN
     RETURNING id INTO exec_id;
     IF exec_id IS NULL THEN
         PERFORM mesh.raise_bad_move((SELECT w FROM mesh.workspaces w WHERE w.id = p_workspace_id), 'run a command');
+    END IF;
+    IF p_background THEN
+        PERFORM mesh.background_bound(p_workspace_id);
     END IF;
     RETURN exec_id;
 END
@@ -2762,7 +2800,7 @@ GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, 
                           mesh.agent_set(text, text, mesh.size_tier),
                           mesh.agent_set_budget(text, double precision, integer, interval),
                           mesh.run_set_budget(text, double precision, interval),
-                          mesh.set_policy(interval, interval, double precision, boolean, integer),
+                          mesh.set_policy(interval, interval, double precision, boolean, integer, integer),
                           mesh.drivers(),
                           mesh.sweep(),
                           mesh.call_stages(),

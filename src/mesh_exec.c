@@ -38,6 +38,7 @@ int			mesh_max_file_bytes = 16 * 1024 * 1024;
 int			mesh_max_stdin_bytes = 16 * 1024 * 1024;
 int			mesh_worker_lock_timeout_ms = 2000;
 int			mesh_worker_max_calls = 128;
+int			mesh_max_background_per_worker = 256;
 int			mesh_reaper_interval_s = 600;
 int			mesh_reaper_sweep_timeout_ms = 60000;
 int			mesh_exec_output_limit_bytes = 64 * 1024 * 1024;
@@ -100,6 +101,12 @@ define_settings(void)
 	DefineCustomIntVariable("mesh.worker_max_calls",
 							"Calls one mesh worker runs at once; more wait in its queue.",
 							NULL, &mesh_worker_max_calls, 128, 1, 512,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	/* each followed background command holds a socket of its worker's and a share of its memory */
+	DefineCustomIntVariable("mesh.max_background_per_worker",
+							"Background commands one mesh worker follows at once; a start past it is refused.",
+							"A worker near its open-files limit refuses new background commands sooner.",
+							&mesh_max_background_per_worker, 256, 1, 4096,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("mesh.reaper_interval",
 							"Time between two sweeps of the reaper.",

@@ -421,6 +421,7 @@ free_call(WorkerCall *call)
 	dlist_delete(&call->node);
 	if (!call->uncounted)
 		ncalls--;
+	leave_background_slot(call);
 	release_caller(call);
 	MemoryContextDelete(call->cxt);
 	pfree(call);

@@ -90,6 +90,7 @@ typedef struct WorkerCall
 	int64		snapshot_id;	/* the capture in flight (mesh_snapshot) */
 	struct BackgroundFollow *follow;	/* a background command followed (worker_background.c) */
 	bool		uncounted;		/* not among mesh.worker_max_calls (a follower) */
+	bool		background_slot;	/* among mesh.max_background_per_worker */
 } WorkerCall;
 
 /* What the worker needs to know about an operation, whichever it is. */
@@ -184,6 +185,8 @@ extern void follow_when_due(WorkerCall *call, TimestampTz now);
 extern void detach_follower(WorkerCall *call);
 extern void spawn_followers(void);
 extern void start_follow(WorkerCall *call);
+extern bool admit_background(WorkerCall *call, bool reply);
+extern void leave_background_slot(WorkerCall *call);
 extern void start_exec_kill(WorkerCall *call);
 extern void finish_exec_kill(WorkerCall *call);
 extern bool exec_ended_this_turn;

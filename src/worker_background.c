@@ -20,22 +20,40 @@
  * byte, whatever dies.  A worker that restarts takes up its predecessor's
  * background commands where their rows say it had got to.
  *
+ * Bounds: a worker follows at most mesh.max_background_per_worker commands,
+ * and none past what its open-files limit leaves after its other calls'
+ * sockets (each follower holds one); a start beyond either is refused
+ * before its row is written.  The answers of all its followers share one
+ * memory budget, and each answer is freed once stored: a command that
+ * writes faster than that is stored fills the backend's buffer and blocks
+ * on its pipe, as on a terminal.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "mesh_json.h"
 
+#include <sys/resource.h>
+
 #include "miscadmin.h"
+#include "storage/fd.h"
 #include "utils/memutils.h"
 
 #include "credentials.h"
 #include "exec_output.h"
 #include "mesh_exec.h"
 #include "worker.h"
+#include "worker_http.h"
 
-/* The most each answer carries of each stream. */
+/* The most each answer carries of each stream ... */
 #define FOLLOW_MAX_BYTES (4 * 1024 * 1024)
+/* ... and the least, however many commands share ... */
+#define FOLLOW_MIN_BYTES (64 * 1024)
+/* ... the bytes all the answers of a worker's followers may carry at once. */
+#define FOLLOW_ANSWERS_BUDGET (32 * 1024 * 1024)
+/* Descriptors PostgreSQL and the worker hold besides the calls' sockets. */
+#define OWN_DESCRIPTORS 32
 /* How long the backend may hold an output request open when nothing comes. */
 #define FOLLOW_WAIT_MS 10000
 /* An unreachable backend is asked again after this long ... */
@@ -45,6 +63,9 @@
 
 /* Set when a turn recorded ends mesh_exec_wait may be waiting for. */
 bool		exec_ended_this_turn = false;
+
+/* Background commands this worker starts or follows (their calls hold a slot). */
+static int	background_live = 0;
 
 typedef struct BackgroundFollow
 {
@@ -57,6 +78,118 @@ typedef struct BackgroundFollow
 } BackgroundFollow;
 
 static void ask_for_output(WorkerCall *call);
+
+/*
+ * Descriptors this process has open (counted in /proc/self/fd), or -1 where
+ * that cannot be told.
+ */
+static int
+open_descriptors(void)
+{
+	DIR		   *dir = AllocateDir("/proc/self/fd");
+	struct dirent *de;
+	int			n = 0;
+
+	if (dir == NULL)
+		return -1;
+	while ((de = ReadDirExtended(dir, "/proc/self/fd", DEBUG1)) != NULL)
+		if (de->d_name[0] != '.')
+			n++;
+	FreeDir(dir);
+	return n - 1;				/* the directory's own */
+}
+
+/*
+ * Whether one more follower's socket would eat into the descriptors kept
+ * for the worker's other calls (one each, mesh.worker_max_calls, curl's
+ * idle connections and PostgreSQL's own files): a worker that ran out
+ * would fail every call routed to it, release included.
+ */
+static bool
+descriptors_short(int *open, long *limit)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+		(*open = open_descriptors()) < 0)
+		return false;
+	*limit = (long) rl.rlim_cur;
+	return *open + 1 + mesh_worker_max_calls + MESH_HTTP_CONNECTION_CACHE + OWN_DESCRIPTORS > *limit;
+}
+
+/* The call holds one of the worker's background slots, and its socket is counted. */
+static void
+take_background_slot(WorkerCall *call)
+{
+	if (call->background_slot)
+		return;
+	call->background_slot = true;
+	background_live++;
+	/* fd.c keeps its own files fewer by as many */
+	ReserveExternalFD();
+}
+
+/* The call ends: its slot is free again. */
+void
+leave_background_slot(WorkerCall *call)
+{
+	if (!call->background_slot)
+		return;
+	call->background_slot = false;
+	background_live--;
+	ReleaseExternalFD();
+}
+
+/*
+ * A new background command may start on this worker: fewer than
+ * mesh.max_background_per_worker are followed here and descriptors are
+ * left for the other calls.  Otherwise false, and with REPLY the caller
+ * is told (53000) before anything is written or started.
+ */
+bool
+admit_background(WorkerCall *call, bool reply)
+{
+	int			open;
+	long		limit;
+
+	if (call->background_slot)
+		return true;
+	if (background_live >= mesh_max_background_per_worker)
+	{
+		if (reply)
+			reply_error(call, ERRCODE_INSUFFICIENT_RESOURCES,
+						psprintf("mesh worker %d already follows %d background commands, the most mesh.max_background_per_worker allows",
+								 worker_index, background_live),
+						NULL,
+						"Wait for one to end (mesh_exec_wait) or end one with mesh_exec_kill; or raise mesh.max_background_per_worker, or mesh.workers to spread runs over more workers.");
+		return false;
+	}
+	if (descriptors_short(&open, &limit))
+	{
+		if (reply)
+			reply_error(call, ERRCODE_INSUFFICIENT_RESOURCES,
+						psprintf("mesh worker %d is near its open-files limit: %d of %ld descriptors open, %d kept for its other calls",
+								 worker_index, open, limit,
+								 mesh_worker_max_calls + MESH_HTTP_CONNECTION_CACHE + OWN_DESCRIPTORS),
+						"Each background command a worker follows holds one descriptor.",
+						"Raise the server's open-files limit (ulimit -n, or LimitNOFILE of its service), or lower mesh.max_background_per_worker; or end background commands with mesh_exec_kill.");
+		return false;
+	}
+	take_background_slot(call);
+	return true;
+}
+
+/*
+ * The most an answer may carry of each stream: the worker's budget shared
+ * among its followers, so their answers together stay within it.
+ */
+static size_t
+follow_max_bytes(void)
+{
+	size_t		share = FOLLOW_ANSWERS_BUDGET / (2 * (size_t) Max(background_live, 1));
+
+	return Min(Max(share, FOLLOW_MIN_BYTES), FOLLOW_MAX_BYTES);
+}
 
 /* Room for both streams' bytes of one answer, and the envelope. */
 size_t
@@ -143,7 +276,7 @@ ask_for_output(WorkerCall *call)
 	ask.stdout_from = f->kept[0] + (int64) f->held[0].len;
 	ask.stderr_from = f->kept[1] + (int64) f->held[1].len;
 	ask.wait_ms = FOLLOW_WAIT_MS;
-	ask.max_bytes = FOLLOW_MAX_BYTES;
+	ask.max_bytes = follow_max_bytes();
 	built = call->be.driver->exec_output_request(&call->be, begin_op(call), call->ws.external_ref,
 												 call->spec.exec_key, &ask, &req, &call->run.err);
 	start_op(call, STEP_FOLLOWING, built, &req, mesh_parse_exec_output, &call->out.progress,
@@ -160,6 +293,9 @@ ask_after(WorkerCall *call, long delay_ms)
 		ask_for_output(call);
 		return;
 	}
+	/* the answer is stored: a paused follower holds none of it */
+	mesh_run_end(&call->run);
+	MemoryContextReset(call->follow->step_cxt);
 	call->wait_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms);
 	call->step = STEP_FOLLOW_PAUSED;
 }
@@ -420,7 +556,9 @@ follow_failed(WorkerCall *call)
 		ask_after(call, FOLLOW_RETRY_MS);
 		return;
 	}
-	if (merr->failure == MESH_FAIL_UNAVAILABLE && GetCurrentTimestamp() < call->follow->give_up_at)
+	/* unreachable, or no descriptor for now: the command runs on, its bytes wait */
+	if ((merr->failure == MESH_FAIL_UNAVAILABLE || merr->failure == MESH_FAIL_NO_RESOURCES) &&
+		GetCurrentTimestamp() < call->follow->give_up_at)
 	{
 		ask_after(call, FOLLOW_RETRY_MS);
 		return;
@@ -542,6 +680,8 @@ start_follow(WorkerCall *call)
 	call->op_started = r->started_at;
 	call->spec.timeout_ms = (long) r->timeout_ms;
 	call->spec.exec_key = psprintf(INT64_FORMAT, r->exec_id);
+	/* it runs already: followed whatever the bounds say now */
+	take_background_slot(call);
 	if (call->ws.external_ref == NULL || !load_backend(call))
 	{
 		record_lost(call, "interrupted: the workspace of the command is gone");

@@ -197,7 +197,8 @@ exec_start_at_load(WorkerCall *call)
 	if (ws->status != MESH_WS_READY || (ws->has_grants && !ws->token_valid) ||
 		(ws->budget_seconds >= 0 && ws->budget_seconds - ws->compute_seconds <= 0) ||
 		!workspace_has_capability(call, "shell") ||
-		(call->op == MESH_OP_EXEC_START && !workspace_has_capability(call, "background")))
+		(call->op == MESH_OP_EXEC_START &&
+		 (!workspace_has_capability(call, "background") || !admit_background(call, false))))
 		return false;
 	old = MemoryContextSwitchTo(call->cxt);
 	if (!call->be.driver && !mesh_backend_from_workspace(ws, &call->be))
@@ -241,6 +242,8 @@ start_exec_row(WorkerCall *call)
 					NULL, "Run the command with mesh_exec, or pin this agent to a backend with background.");
 		return false;
 	}
+	if (call->op == MESH_OP_EXEC_START && !admit_background(call, true))
+		return false;
 	exec_spec_from_request(call);
 	if (!bound_by_budget(call))
 		return false;

@@ -58,7 +58,7 @@ failure_hint(MeshFailure failure)
 		case MESH_FAIL_UNAVAILABLE:
 			return "Check that the backend is running and reachable; see mesh.backend_catalog.";
 		case MESH_FAIL_NO_RESOURCES:
-			return "The backend has no room for this: prepare its host as the message says, or release workspaces that are done (mesh-sandboxd at capacity: raise its open-files limit); then retry.";
+			return "The backend has no room for this: prepare its host as the message says, or release workspaces that are done (mesh-sandboxd at capacity: raise its open-files limit; a mesh worker without descriptors: raise the server's, or end background commands); then retry.";
 		case MESH_FAIL_TOO_LARGE:
 			return "See mesh.max_file_size and the backend's limits.";
 		case MESH_FAIL_PERMISSION:

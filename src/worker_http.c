@@ -23,7 +23,9 @@
 
 #include "mesh_json.h"
 
+#include <errno.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <curl/curl.h>
 
@@ -51,6 +53,7 @@ struct MeshTransfer
 	long		status;
 	char		errbuf[CURL_ERROR_SIZE];
 	char	   *unix_socket;	/* malloc'd copy, for error messages */
+	int			socket_errno;	/* why the last socket could not be opened, or 0 */
 };
 
 static CURLM *multi = NULL;
@@ -160,9 +163,23 @@ mesh_http_init(void)
 	multi = curl_multi_init();
 	if (multi == NULL)
 		elog(ERROR, "mesh: could not initialise libcurl");
-	check_multi(curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, 64L), "setting the connection cache");
+	check_multi(curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) MESH_HTTP_CONNECTION_CACHE), "setting the connection cache");
 	check_multi(curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_callback), "setting the socket callback");
 	check_multi(curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_callback), "setting the timer callback");
+}
+
+/*
+ * curl's socket(), with its errno kept: a worker out of descriptors must
+ * say so, not that the backend cannot be reached (curl reports both alike).
+ */
+static curl_socket_t
+open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *address)
+{
+	MeshTransfer *t = (MeshTransfer *) clientp;
+	curl_socket_t fd = socket(address->family, address->socktype, address->protocol);
+
+	t->socket_errno = fd == CURL_SOCKET_BAD ? errno : 0;
+	return fd;
 }
 
 /* Apply one option unless an earlier one already failed; the first failure sticks. */
@@ -203,6 +220,8 @@ configure(MeshTransfer *t, const MeshHttpRequest *req, size_t max_response)
 	SETOPT(rc, easy, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
 	SETOPT(rc, easy, CURLOPT_NOSIGNAL, 1L);
 	SETOPT(rc, easy, CURLOPT_PRIVATE, t);
+	SETOPT(rc, easy, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+	SETOPT(rc, easy, CURLOPT_OPENSOCKETDATA, t);
 	/* never follow redirects: a credential must not travel elsewhere */
 	SETOPT(rc, easy, CURLOPT_FOLLOWLOCATION, 0L);
 	SETOPT(rc, easy, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -391,6 +410,14 @@ mesh_http_response(MeshTransfer *t, MeshHttpResponse *resp)
 	{
 		resp->transport_error = "response larger than the configured limit";
 		resp->too_large = true;
+		return;
+	}
+	if (t->result == CURLE_COULDNT_CONNECT &&
+		(t->socket_errno == EMFILE || t->socket_errno == ENFILE))
+	{
+		/* not the backend's fault: the caller must not be told it is unreachable */
+		resp->transport_error = "the mesh worker has no descriptor left for a connection (its open-files limit)";
+		resp->out_of_descriptors = true;
 		return;
 	}
 	if (t->result == CURLE_COULDNT_CONNECT && t->unix_socket)

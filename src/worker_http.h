@@ -10,6 +10,9 @@
 #ifndef MESH_WORKER_HTTP_H
 #define MESH_WORKER_HTTP_H
 
+/* Idle connections curl keeps for reuse: descriptors the worker holds besides its calls'. */
+#define MESH_HTTP_CONNECTION_CACHE 64
+
 #include "postgres.h"
 
 #include "storage/latch.h"

@@ -90,6 +90,7 @@ typedef struct MeshHttpResponse
 	size_t		body_len;
 	const char *transport_error;
 	bool		too_large;		/* the response exceeded the operation's limit */
+	bool		out_of_descriptors; /* the worker had no descriptor left for the socket */
 } MeshHttpResponse;
 
 /*

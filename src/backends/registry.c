@@ -290,6 +290,12 @@ mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend, Mes
 	const char *message = NULL;
 	MeshFailure failure;
 
+	if (resp->out_of_descriptors)
+	{
+		mesh_error_set(err, MESH_FAIL_NO_RESOURCES, "backend \"%s\" was not called: %s",
+					   backend, resp->transport_error);
+		return false;
+	}
 	if (resp->transport_error)
 	{
 		mesh_error_set(err, MESH_FAIL_UNAVAILABLE, "backend \"%s\" cannot be reached: %s",

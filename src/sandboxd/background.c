@@ -7,7 +7,11 @@
  * GET .../execs/{key}/output acknowledges bytes (they are dropped), waits for new ones and
  * answers the rest; DELETE .../execs/{key} forgets an ended record. Backpressure instead of
  * loss: once a stream holds the cap (--background-buffer-bytes) the supervisor stops reading
- * that pipe, so the command blocks on write until the client fetches.
+ * that pipe, so the command blocks on write until the client fetches. All records' buffers
+ * together are bounded too (--background-buffer-total): past it no buffer grows beyond a
+ * pipe's capacity (BUFFER_FLOOR), which every stream may always hold, so none starves, and a
+ * stream held back by the total holds unacknowledged bytes: its own client's next fetch wakes
+ * it. A buffer emptied by an acknowledgement is freed.
  *
  * Records live in their workspace's list (ws->backgrounds, under ws->lock) until DELETE,
  * release or hibernation (workspace_stop), or --background-ttl (10 minutes) after its end. Each is
@@ -22,6 +26,7 @@
 #include <unistd.h>
 
 #define END_DRAIN_MAX (1u << 20)            /* held past the cap when draining an ended exec */
+#define BUFFER_FLOOR 65536                  /* a buffer this size is never refused */
 
 /* One stream's bytes not yet acknowledged: BASE is the stream offset of buf[start]. */
 struct held {
@@ -41,6 +46,35 @@ struct background {
     json_t *end;                   /* the end fields (or an error), NULL while running */
     double ended_at;               /* monotonic ms */
 };
+
+/* Bytes allocated for all records' buffers (atomic), against --background-buffer-total. */
+static size_t buffers_allocated;
+
+/* Counts GROWTH more bytes of buffer: false (nothing counted) when that would pass the total,
+ * unless FORCE (a buffer of BUFFER_FLOOR, or an ended exec's last bytes). */
+static bool buffers_take(size_t growth, bool force)
+{
+    size_t now = __atomic_add_fetch(&buffers_allocated, growth, __ATOMIC_ACQ_REL);
+    if (force || now <= g_config.background_buffer_total)
+        return true;
+    __atomic_sub_fetch(&buffers_allocated, growth, __ATOMIC_ACQ_REL);
+    return false;
+}
+
+/* A buffer of SIZE bytes was freed. */
+static void buffers_give(size_t size)
+{
+    __atomic_sub_fetch(&buffers_allocated, size, __ATOMIC_ACQ_REL);
+}
+
+/* Frees STREAM's buffer (it holds nothing, or its record goes). */
+static void held_free(struct held *h)
+{
+    free(h->buf);
+    buffers_give(h->alloc);
+    h->buf = NULL;
+    h->alloc = h->start = 0;
+}
 
 /* Supervisor threads running, so the drain at exit can wait for them. */
 static int supervisors;
@@ -74,7 +108,7 @@ void background_put(struct background *bg)
     if (!bg || __atomic_sub_fetch(&bg->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
     for (int s = 0; s < 2; s++)
-        free(bg->streams[s].buf);
+        held_free(&bg->streams[s]);
     json_decref(bg->end);
     close(bg->wake_fd);
     pthread_mutex_destroy(&bg->lock);
@@ -195,40 +229,69 @@ void background_wake_clear(struct background *bg)
         log_event("background exec %s: cannot read its wake-up: %s", bg->key, strerror(errno));
 }
 
-/* Whether STREAM holds fewer bytes than the cap, so its pipe may be read. */
+/* The size a buffer holding LEN bytes grows to for NEED more (doubling from BUFFER_FLOOR). */
+static size_t held_grown_size(const struct held *h, size_t need)
+{
+    size_t size = h->alloc ? h->alloc : BUFFER_FLOOR;
+    while (size < h->len + need)
+        size *= 2;
+    return size;
+}
+
+/* Whether STREAM may take NEED more bytes: within the cap, in its buffer's free room or by
+ * growing it within --background-buffer-total (caller holds bg->lock). */
+static bool held_has_room(const struct held *h, size_t need)
+{
+    if (h->len >= g_config.background_buffer_bytes)
+        return false;
+    if (h->len + need <= h->alloc)
+        return true;
+    size_t size = held_grown_size(h, need);
+    return size <= BUFFER_FLOOR || __atomic_load_n(&buffers_allocated, __ATOMIC_ACQUIRE) +
+                                           (size - h->alloc) <= g_config.background_buffer_total;
+}
+
+/* Whether STREAM's pipe may be read: under the cap, with room for a byte. */
 bool background_room(struct background *bg, int stream)
 {
     pthread_mutex_lock(&bg->lock);
-    bool room = bg->streams[stream].len < g_config.background_buffer_bytes;
+    bool room = held_has_room(&bg->streams[stream], 1);
     pthread_mutex_unlock(&bg->lock);
     return room;
 }
 
-/* Makes room for NEED more bytes after the held ones: moves them to the front, then grows.
- * False when out of memory. */
-static bool held_reserve(struct held *h, size_t need)
+/* Makes room for up to *NEED more bytes after the held ones: moves them to the front, then
+ * grows the buffer if the total allows (always once ENDED); *NEED becomes what fits. False
+ * when nothing fits (the total is reached, or out of memory): the pipe waits, nothing lost. */
+static bool held_reserve(struct held *h, size_t *need, bool ended)
 {
-    if (h->start > 0 && h->start + h->len + need > h->alloc) {
+    if (h->start > 0 && h->start + h->len + *need > h->alloc) {
         memmove(h->buf, h->buf + h->start, h->len);
         h->start = 0;
     }
-    if (h->len + need <= h->alloc)
+    if (h->len + *need <= h->alloc)
         return true;
-    size_t size = h->alloc ? h->alloc : 65536;
-    while (size < h->len + need)
-        size *= 2;
-    unsigned char *grown = realloc(h->buf, size);
-    if (!grown)
-        return false;
+    size_t size = held_grown_size(h, *need);
+    unsigned char *grown = NULL;
+    if (buffers_take(size - h->alloc, ended || size <= BUFFER_FLOOR)) {
+        grown = realloc(h->buf, size);
+        if (!grown)
+            buffers_give(size - h->alloc);
+    }
+    if (!grown) {
+        *need = h->alloc - h->len;   /* what the buffer holds already */
+        return *need > 0;
+    }
     h->buf = grown;
     h->alloc = size;
     return true;
 }
 
 /*
- * Reads FD (non-blocking) into STREAM's held bytes, as far as the cap allows; once the exec
- * ENDED, up to END_DRAIN_MAX past it (what its processes wrote before they died, bounded by a
- * pipe's capacity). False at the pipe's end; true when it may hold more later.
+ * Reads FD (non-blocking) into STREAM's held bytes, as far as the cap and the total allow;
+ * once the exec ENDED, up to END_DRAIN_MAX past the cap (what its processes wrote before they
+ * died, bounded by a pipe's capacity). False at the pipe's end; true when it may hold more
+ * later.
  */
 bool background_read(struct background *bg, int stream, int fd, bool ended)
 {
@@ -238,8 +301,8 @@ bool background_read(struct background *bg, int stream, int fd, bool ended)
     struct held *h = &bg->streams[stream];
     while (n > 0 && h->len < cap) {
         size_t want = cap - h->len < 65536 ? cap - h->len : 65536;
-        if (!held_reserve(h, want))
-            break;   /* out of memory: the pipe waits, nothing is lost */
+        if (!held_reserve(h, &want, ended))
+            break;
         n = read(fd, h->buf + h->start + h->len, want);
         if (n > 0) {
             h->len += (size_t)n;
@@ -291,7 +354,7 @@ static bool held_acknowledge(struct held *h, uint64_t from)
     h->len -= drop;
     h->base += drop;
     if (h->len == 0)
-        h->start = 0;
+        held_free(h);   /* a quiet stream holds no memory */
     return drop > 0;
 }
 

@@ -75,7 +75,7 @@ json_t *caps_to_json(void)
                             json_pack("{s:I,s:f,s:I}", "memory_mb", (json_int_t)t[i].memory_mb,
                                       "cpus", t[i].cpus, "pids", (json_int_t)t[i].pids));
     return json_pack(
-        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I,s:I,s:I}}",
+        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I}}",
         "protocol",
         MESH_PROTOCOL_VERSION, "capabilities", "shell", g_caps.shell, "resource_limits",
         g_caps.resource_limits, "compute_metering", g_caps.compute_metering, "egress_control",
@@ -86,5 +86,6 @@ json_t *caps_to_json(void)
         (json_int_t)g_config.max_file_bytes, "max_output_bytes",
         (json_int_t)g_config.max_output_bytes, "max_kept_output_bytes",
         (json_int_t)g_config.max_kept_output_bytes, "background_buffer_bytes",
-        (json_int_t)g_config.background_buffer_bytes);
+        (json_int_t)g_config.background_buffer_bytes, "background_buffer_total",
+        (json_int_t)g_config.background_buffer_total);
 }

@@ -47,6 +47,9 @@ static void usage(int status)
             "  --max-kept-output-bytes N  per-stream bytes kept for output \"tail\" (default 268435456)\n"
             "  --background-buffer-bytes N  per stream of a background exec, bytes held for its\n"
             "                          client before the command blocks on write (default 4194304)\n"
+            "  --background-buffer-total N  all background execs' buffers together: past it a\n"
+            "                          stream holds a pipe's capacity (64 KiB) at most\n"
+            "                          (default 67108864)\n"
             "  --max-background-execs N  per workspace, background execs running or ended and\n"
             "                          not forgotten (default 64; more are 429)\n"
             "  --background-ttl SECONDS  an ended background exec's record is forgotten this\n"
@@ -149,6 +152,7 @@ static void parse_flags(int argc, char **argv)
         {"no-expedited-rcu", 0, 0, 'E'},
         {"ready-fd", 1, 0, 'y'},       {"single-workspace", 1, 0, '1'},
         {"background-buffer-bytes", 1, 0, 'g'},
+        {"background-buffer-total", 1, 0, 'j'},
         {"max-background-execs", 1, 0, 'G'},
         {"background-ttl", 1, 0, 'L'},
         {"standby", 1, 0, 'N'},
@@ -160,6 +164,7 @@ static void parse_flags(int argc, char **argv)
     g_config.max_output_bytes = 1u << 20;
     g_config.max_kept_output_bytes = 256u << 20;
     g_config.background_buffer_bytes = 4u << 20;
+    g_config.background_buffer_total = 64u << 20;
     g_config.max_background_execs = 64;
     g_config.background_ttl_ms = 600 * 1000.0;
     g_config.standby = 1;
@@ -197,6 +202,9 @@ static void parse_flags(int argc, char **argv)
             g_config.background_buffer_bytes = parse_size(optarg, "--background-buffer-bytes");
             if (g_config.background_buffer_bytes == 0)
                 die("--background-buffer-bytes must be at least 1");
+            break;
+        case 'j':
+            g_config.background_buffer_total = parse_size(optarg, "--background-buffer-total");
             break;
         case 'G':
             g_config.max_background_execs = parse_size(optarg, "--max-background-execs");

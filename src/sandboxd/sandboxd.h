@@ -91,6 +91,8 @@ struct config {
                                         its end, fetched or not (--background-ttl) */
     size_t background_buffer_bytes;  /* per stream of a background exec: bytes held for its
                                         client before the command blocks on write */
+    size_t background_buffer_total;  /* all background execs' buffers together: past it a
+                                        stream grows no buffer past a pipe's capacity */
     struct rlimit inherited_files; /* the open-files limit before the daemon raised its own;
                                       sandbox processes get this one back */
 };

@@ -3,7 +3,7 @@
 -- sentences rendered from reason codes, and that only mesh_worker may call them.
 -- Rows are made by hand in a transaction that is rolled back: no backend is called.
 BEGIN;
-SELECT plan(86);
+SELECT plan(89);
 
 -- Only the workers call them.
 SELECT ok(NOT has_function_privilege(r, f, 'EXECUTE'), r || ' cannot call ' || f)
@@ -203,6 +203,16 @@ SELECT ok(pg_temp.ws('bg') NOT IN (SELECT exec_id FROM mesh.fail_lost_execs('res
           'a restarted worker does not fail a background command');
 SELECT is(ARRAY(SELECT exec_id FROM mesh.background_execs(0, 1)), ARRAY[pg_temp.ws('bg')],
           'it follows it again instead');
+-- a run at settings.max_background_per_run gets no more: refused, its row rolled back
+UPDATE mesh.settings SET max_background_per_run = 1;
+SELECT throws_ok(format($$SELECT mesh.exec_begin(%s, ARRAY['true'], NULL, NULL, 0, 1000, true)$$, pg_temp.ws('bgws')),
+                 '53400', NULL, 'a background command past max_background_per_run is refused 53400');
+SELECT is((SELECT count(*) FROM mesh.execs WHERE workspace_id = pg_temp.ws('bgws')), 1::bigint,
+          'and leaves no row');
+SELECT isnt(mesh.exec_begin(pg_temp.ws('bgws'), ARRAY['true'], NULL, NULL, 0, 1000), NULL,
+            'an ordinary command of that run still starts');
+DELETE FROM mesh.execs WHERE workspace_id = pg_temp.ws('bgws') AND NOT background;
+UPDATE mesh.settings SET max_background_per_run = DEFAULT;
 SELECT mesh.exec_output_chunk(pg_temp.ws('bg'), 'stdout', 0, '\x61626364');
 SELECT mesh.exec_output_chunk(pg_temp.ws('bg'), 'stdout', 4, '\x65666768');
 SELECT lives_ok(format('SELECT mesh.exec_output_progress(%s, 8, 0, 9, 0, 8, NULL, 0)', pg_temp.ws('bg')), 'progress is stored');

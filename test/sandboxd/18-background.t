@@ -4,7 +4,7 @@
 # byte-identical reassembly, backpressure instead of loss), killed with a signal that reaches
 # the whole tree, forgotten by DELETE or with their workspace; a restarted daemon knows none.
 . "$(dirname "$0")/lib.sh"
-plan 70
+plan 73
 
 # bg_start WS KEY SCRIPT [EXTRA_JSON] -> the 202 document of sh -c SCRIPT in the background
 bg_start() {
@@ -140,6 +140,37 @@ line=$(bg_fetch_all bg big "$SD_DIR/big.out" "$SD_DIR/big.err")
 api GET "/v1/workspaces/bg/files?path=big.bin" > "$SD_DIR/big.bin"
 is "$(field "$line" '[.exit_code, .stdout_bytes] | join(" ")')" "0 20000000" "then it runs to its end"
 ok $(cmp -s "$SD_DIR/big.out" "$SD_DIR/big.bin"; echo $?) "and all 20 MB come byte-identical: nothing was lost"
+
+# --- many floods at once: all records' buffers together stay within --background-buffer-total
+#     (64 MiB), and each flood still holds a pipe's capacity (64 KiB) ---
+floods=24   # 4 MiB each would be 96 MiB
+held_all() { local i sum=0 min=-1 b
+             for i in $(seq 1 $floods); do
+                 b=$(field "$(bg_get bg "flood$i" 0 0 0 1)" .stdout_bytes); sum=$((sum + b))
+                 { [ $min -lt 0 ] || [ "$b" -lt $min ]; } && min=$b
+             done; echo "$sum $min"; }
+rss_before=$(rss_kb)
+for i in $(seq 1 $floods); do bg_start bg "flood$i" 'yes flood' >/dev/null; done
+for _ in $(seq 1 100); do   # most of the total held, every flood at its pipe's capacity
+    read -r sum min < <(held_all)
+    [ "$sum" -ge $((48 << 20)) ] && [ "$min" -ge 65536 ] && break
+    sleep 0.1
+done
+sleep 1
+read -r sum min < <(held_all)
+diag "$floods floods nobody fetches hold $sum bytes, the least $min"
+ok $(( sum > (64 << 20) + floods * 65536 )) \
+   "$floods floods nobody fetches hold $sum bytes together: within the total (64 MiB) and a pipe's capacity each"
+ok $(( min < 65536 )) "and each holds a pipe's capacity at least (the least: $min bytes)"
+growth=$(( $(rss_kb) - rss_before ))
+diag "daemon RSS grew by $growth kB while $floods floods were held"
+ok $(( growth > 65536 + floods * 64 + 16384 )) \
+   "the daemon grew by ${growth} kB: the total's 64 MiB and little more (yes would have written GBs)"
+for i in $(seq 1 $floods); do
+    api POST "/v1/workspaces/bg/execs/flood$i/kill" '{"signal":"KILL"}' >/dev/null
+    bg_end bg "flood$i" >/dev/null
+    api DELETE "/v1/workspaces/bg/execs/flood$i" >/dev/null
+done
 
 # --- kill: TERM reaches the tree; KILL ends it; timeout ---
 tree='trap "echo parent >> /workspace/marks" TERM
