@@ -164,8 +164,12 @@ ok $(( sum > (64 << 20) + floods * 65536 )) \
 ok $(( min < 65536 )) "and each holds a pipe's capacity at least (the least: $min bytes)"
 growth=$(( $(rss_kb) - rss_before ))
 diag "daemon RSS grew by $growth kB while $floods floods were held"
-ok $(( growth > 65536 + floods * 64 + 16384 )) \
-   "the daemon grew by ${growth} kB: the total's 64 MiB and little more (yes would have written GBs)"
+if [ -n "${MESH_SANDBOXD:-}" ]; then   # a sanitizer's allocator keeps freed memory on purpose
+    skip "memory growth is LeakSanitizer's to judge with $MESH_SANDBOXD (the total held is checked above)"
+else
+    ok $(( growth > 65536 + floods * 64 + 16384 )) \
+       "the daemon grew by ${growth} kB: the total's 64 MiB and little more (yes would have written GBs)"
+fi
 for i in $(seq 1 $floods); do
     api POST "/v1/workspaces/bg/execs/flood$i/kill" '{"signal":"KILL"}' >/dev/null
     bg_end bg "flood$i" >/dev/null
