@@ -6,11 +6,15 @@
  *  - cgroups: the subtree --cgroup-name (default mesh-<user>-<hash of the state dir>, so that
  *    two clusters on one host never share one) in the memory, pids, cpu and cpuacct v1
  *    hierarchies, delegated to USER (cgroup.c, cgroup_delegate);
- *  - disk: with --disk-bytes N, a preallocated ext4 image <state-dir>/workspaces.img mounted
+ *  - disk: with --disk-bytes N, a preallocated btrfs image <state-dir>/workspaces.img mounted
  *    (loop, nodev, nosuid) on <state-dir>/workspaces, so workspace files live on a filesystem
  *    of their own: a workspace that fills it fails its own writes, never the host's (the
  *    database's) filesystem. Preallocation matters: a sparse image would take host space
- *    while it fills;
+ *    while it fills. On it, quota groups and per tier a pool of --quota-slots subvolumes
+ *    with the tier's byte limit (quota.c), so that one workspace cannot fill it for the
+ *    others: setting a limit takes root, the daemon does not have it. An image made by an
+ *    older --setup-host (ext4, no quota) is kept as it is and the run says how to remake it;
+ *    the daemon then reports disk_quota false;
  *  - cgroup joins: the kernel's expedited RCU grace periods (/sys/kernel/rcu_expedited), unless
  *    --no-expedited-rcu. Every exec moves its processes into the exec's groups and every holder
  *    into its workspace's; with cgroup v1 each such move takes a lock whose writer waits out an
@@ -63,8 +67,8 @@ static bool dir_empty(const char *path)
     return empty;
 }
 
-/* Creates the preallocated image IMAGE of BYTES with an ext4 filesystem whose root belongs to
- * UID:GID. */
+/* Creates the preallocated image IMAGE of BYTES with a btrfs filesystem (its root is handed to
+ * UID:GID once mounted). */
 static bool make_image(const char *image, size_t bytes, uid_t uid, gid_t gid)
 {
     int fd = open(image, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -77,16 +81,15 @@ static bool make_image(const char *image, size_t bytes, uid_t uid, gid_t gid)
         unlink(image);
         return false;
     }
-    char owner[64];
-    snprintf(owner, sizeof owner, "root_owner=%d:%d", (int)uid, (int)gid);
-    /* nodiscard: a discard through the loop device would punch holes in the image and undo
-     * the preallocation */
-    char options[96];
-    snprintf(options, sizeof options, "nodiscard,%s", owner);
-    char *argv[] = {"/usr/sbin/mkfs.ext4", "-q", "-F", "-m", "0", "-E", options,
+    (void)uid;
+    (void)gid;
+    /* -K: no discard, which through the loop device would punch holes in the image and undo
+     * the preallocation; single data and metadata profiles: one device, no copies */
+    char *argv[] = {"/usr/bin/mkfs.btrfs", "-q", "-f", "-K", "-d", "single", "-m", "single",
                     (char *)image, NULL};
     if (!run_host_command(argv)) {
-        fprintf(stderr, "mesh-sandboxd: mkfs.ext4 failed on %s\n", image);
+        fprintf(stderr, "mesh-sandboxd: mkfs.btrfs failed on %s (package btrfs-progs)\n",
+                image);
         unlink(image);
         return false;
     }
@@ -112,8 +115,9 @@ static bool setup_disk(size_t bytes, uid_t uid, gid_t gid, char **image_out)
     } else if (stat(image, &st) != 0 && !make_image(image, bytes, uid, gid)) {
         ok = false;
     } else {
-        char *argv[] = {"/usr/bin/mount", "-o", "loop,nodev,nosuid,noatime", image, mountpoint,
-                        NULL};
+        /* nodiscard: see make_image */
+        char *argv[] = {"/usr/bin/mount", "-o", "loop,nodev,nosuid,noatime,nodiscard", image,
+                        mountpoint, NULL};
         ok = run_host_command(argv) && is_own_filesystem(mountpoint, g_config.state_dir);
         if (!ok)
             fprintf(stderr, "mesh-sandboxd: cannot mount %s on %s\n", image, mountpoint);
@@ -168,11 +172,14 @@ static bool setup_expedited_rcu(void)
     return ok;
 }
 
-/* Records what was prepared, for the daemon's later starts (read by host_config_load). */
-static bool write_host_file(const char *user, const char *image, size_t disk_bytes)
+/* Records what was prepared, for the daemon's later starts (read by host_config_load and
+ * quota_init); QUOTA holds the disk quotas' record, or nothing. */
+static bool write_host_file(const char *user, const char *image, size_t disk_bytes,
+                            json_t *quota)
 {
     json_t *doc = json_pack("{s:s,s:s,s:b}", "user", user, "cgroup_name", g_config.cgroup_name,
                             "rcu_expedited", host_rcu_expedited());
+    json_object_update(doc, quota);
     if (image)
         json_object_set_new(doc, "disk_image", json_string(image));
     if (disk_bytes)
@@ -187,7 +194,8 @@ static bool write_host_file(const char *user, const char *image, size_t disk_byt
 }
 
 /* --setup-host USER: returns the process exit status. */
-int host_setup(const char *user, size_t disk_bytes, bool cgroup_name_given, bool expedite_rcu)
+int host_setup(const char *user, size_t disk_bytes, unsigned quota_slots, bool cgroup_name_given,
+               bool expedite_rcu)
 {
     struct passwd entry, *pw = &entry;
     char buf[1024];
@@ -210,11 +218,19 @@ int host_setup(const char *user, size_t disk_bytes, bool cgroup_name_given, bool
         return 1;
     }
     bool ok = cgroup_delegate(g_config.cgroup_name, pw->pw_uid, pw->pw_gid);
-    if (disk_bytes)
-        ok = setup_disk(disk_bytes, pw->pw_uid, pw->pw_gid, &image) && ok;
+    json_t *quota = json_object();
+    if (disk_bytes && setup_disk(disk_bytes, pw->pw_uid, pw->pw_gid, &image)) {
+        char *mountpoint = xasprintf("%s/workspaces", g_config.state_dir);
+        ok = quota_setup_host(mountpoint, disk_bytes, quota_slots, pw->pw_uid, pw->pw_gid,
+                              quota) && ok;
+        free(mountpoint);
+    } else if (disk_bytes) {
+        ok = false;
+    }
     if (expedite_rcu)
         (void)setup_expedited_rcu();
-    ok = write_host_file(user, image, disk_bytes) && ok;
+    ok = write_host_file(user, image, disk_bytes, quota) && ok;
+    json_decref(quota);
     free(image);
     printf("%s: host %s for mesh-sandboxd as %s on %s\n", ok ? "ok" : "incomplete",
            ok ? "prepared" : "partly prepared", user, g_config.state_dir);

@@ -71,10 +71,13 @@ static char *snapshot_tree(const char *id)
     return xasprintf("%s/workspaces/.snapshots/%s/tree", g_config.state_dir, id);
 }
 
-/* <state>/workspaces/<id>/work: overlayfs' work directory for a workspace on a snapshot */
+/* <state>/workspaces/<id>/work: overlayfs' work directory for a workspace on a snapshot;
+ * <id>/store/work with disk quotas (in the upper layer's quota slot: overlayfs moves files
+ * from one to the other, and btrfs never renames across subvolumes) */
 char *workspace_work_dir(const char *id)
 {
-    return xasprintf("%s/workspaces/%s/work", g_config.state_dir, id);
+    return xasprintf("%s/workspaces/%s/%swork", g_config.state_dir, id,
+                     quota_layout() ? "store/" : "");
 }
 
 /* The raw mount-API system calls (glibc 2.36 has wrappers, older ones do not). */
