@@ -178,6 +178,7 @@ typedef struct MeshExecResult
 	bool		timed_out;
 	bool		oom_killed;
 	bool		killed;
+	bool		disk_quota;		/* the workspace was at its disk quota at the end */
 	double		wall_seconds;
 	double		cpu_seconds;
 	bool		cpu_metered;	/* false: cpu_seconds is not measured */

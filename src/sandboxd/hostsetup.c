@@ -15,6 +15,10 @@
  *    others: setting a limit takes root, the daemon does not have it. An image made by an
  *    older --setup-host (ext4, no quota) is kept as it is and the run says how to remake it;
  *    the daemon then reports disk_quota false;
+ *  - inotify: each workspace's instances and watches are bounded in its own user namespace
+ *    (quota.c), within the host's per-user bound, which all of them share (they run as one
+ *    uid): the host's is raised to at least INOTIFY_HOST_INSTANCES and _WATCHES, so that
+ *    many workspaces at their own bounds still leave room for the next;
  *  - cgroup joins: the kernel's expedited RCU grace periods (/sys/kernel/rcu_expedited), unless
  *    --no-expedited-rcu. Every exec moves its processes into the exec's groups and every holder
  *    into its workspace's; with cgroup v1 each such move takes a lock whose writer waits out an
@@ -85,7 +89,7 @@ static bool make_image(const char *image, size_t bytes, uid_t uid, gid_t gid)
     (void)gid;
     /* -K: no discard, which through the loop device would punch holes in the image and undo
      * the preallocation; single data and metadata profiles: one device, no copies */
-    char *argv[] = {"/usr/bin/mkfs.btrfs", "-q", "-f", "-K", "-d", "single", "-m", "single",
+    char *argv[] = {"/usr/sbin/mkfs.btrfs", "-q", "-f", "-K", "-d", "single", "-m", "single",
                     (char *)image, NULL};
     if (!run_host_command(argv)) {
         fprintf(stderr, "mesh-sandboxd: mkfs.btrfs failed on %s (package btrfs-progs)\n",
@@ -135,6 +139,42 @@ static bool setup_disk(size_t bytes, uid_t uid, gid_t gid, char **image_out)
         ok = false;
     }
     free(mountpoint);
+    return ok;
+}
+
+/* The host's per-user inotify bounds, at least (see the header). Watches cost about 1 KiB of
+ * kernel memory each, charged to the memory group of the workspace that adds them. */
+#define INOTIFY_HOST_INSTANCES 8192
+#define INOTIFY_HOST_WATCHES 1048576
+
+/* Raises the sysctl PATH to FLOOR when it is lower; true when it is at least FLOOR. */
+static bool sysctl_raise(const char *path, long floor)
+{
+    char buf[32];
+    FILE *f = fopen(path, "r");
+    long now = f && fgets(buf, sizeof buf, f) ? strtol(buf, NULL, 10) : -1;
+    if (f)
+        fclose(f);
+    if (now >= floor)
+        return true;
+    f = fopen(path, "w");
+    bool ok = f && fprintf(f, "%ld\n", floor) > 0;
+    if (f)
+        ok = fclose(f) == 0 && ok;
+    return ok;
+}
+
+/* Raises the host's per-user inotify bounds (see the header); says what it did. */
+static bool setup_inotify(void)
+{
+    bool ok = sysctl_raise("/proc/sys/fs/inotify/max_user_instances", INOTIFY_HOST_INSTANCES) &&
+              sysctl_raise("/proc/sys/fs/inotify/max_user_watches", INOTIFY_HOST_WATCHES);
+    if (ok)
+        printf("inotify: the host's per-user bounds are at least %d instances and %d watches; "
+               "each workspace has its tier's own\n", INOTIFY_HOST_INSTANCES, INOTIFY_HOST_WATCHES);
+    else
+        fprintf(stderr, "mesh-sandboxd: cannot raise fs.inotify.max_user_instances/watches: "
+                "%s\n", strerror(errno));
     return ok;
 }
 
@@ -227,6 +267,7 @@ int host_setup(const char *user, size_t disk_bytes, unsigned quota_slots, bool c
     } else if (disk_bytes) {
         ok = false;
     }
+    ok = setup_inotify() && ok;
     if (expedite_rcu)
         (void)setup_expedited_rcu();
     ok = write_host_file(user, image, disk_bytes, quota) && ok;
