@@ -344,33 +344,32 @@ static bool slot_empty(const char *store)
     return ok;
 }
 
-/* Puts the emptied slot STORE back into the pool of the tier whose limit it has (the
- * first such tier: tiers with one limit share it). */
+/* Puts the emptied slot STORE back into a pool of a tier whose limit it has, where a name is
+ * free (tiers with one limit, as on a small filesystem, share their slots). */
 static bool slot_to_pool(const char *store)
 {
     char *qgroup = slot_qgroup(store);
     uint64_t limit = 0;
-    bool ok = qgroup && read_number(qgroup, "max_referenced", &limit);
+    bool known = qgroup && read_number(qgroup, "max_referenced", &limit);
     free(qgroup);
     size_t n;
     const struct size_tier *t = tier_table(&n);
-    const struct size_tier *tier = NULL;
-    for (size_t i = 0; ok && !tier && i < n; i++)
-        if (quota.bytes[i] == limit)
-            tier = &t[i];
-    if (!tier) {
+    bool ok = false, matched = false;
+    for (size_t i = 0; known && !ok && i < n; i++) {
+        if (quota.bytes[i] != limit)
+            continue;
+        matched = true;
+        char *pool = pool_dir(&t[i]);
+        for (unsigned k = 0; !ok && k < quota.slots; k++) {
+            char *slot = xasprintf("%s/%u", pool, k);
+            ok = renameat2(AT_FDCWD, store, AT_FDCWD, slot, RENAME_NOREPLACE) == 0;
+            free(slot);
+        }
+        free(pool);
+    }
+    if (!matched)
         log_event("quota slot %s: no tier has its limit (%llu bytes); left in place", store,
                   (unsigned long long)limit);
-        return false;
-    }
-    char *pool = pool_dir(tier);
-    ok = false;
-    for (unsigned k = 0; !ok && k < quota.slots; k++) {
-        char *slot = xasprintf("%s/%u", pool, k);
-        ok = renameat2(AT_FDCWD, store, AT_FDCWD, slot, RENAME_NOREPLACE) == 0;
-        free(slot);
-    }
-    free(pool);
     return ok;
 }
 
