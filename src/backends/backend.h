@@ -47,6 +47,7 @@ typedef struct MeshCapabilities
 	bool		compute_metering;
 	bool		egress_control;
 	bool		disk_limits;	/* workspace files cannot fill the host's filesystem */
+	bool		disk_quota;		/* nor, each by its tier, each other's */
 	bool		snapshot;
 	bool		hibernate;
 	bool		caller_chosen_id;

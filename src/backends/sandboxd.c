@@ -224,6 +224,7 @@ refine_capabilities(json_t *reported, MeshCapabilities *caps)
 	REFINE(compute_metering);
 	REFINE(egress_control);
 	REFINE(disk_limits);
+	REFINE(disk_quota);
 	REFINE(snapshot);
 	REFINE(hibernate);
 	REFINE(caller_chosen_id);
