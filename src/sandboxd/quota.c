@@ -284,6 +284,17 @@ char *quota_store_dir(const char *id)
     return xasprintf("%s/workspaces/%s/store", g_config.state_dir, id);
 }
 
+/* <state>/workspaces/<id>/store/NAME when workspace ID has a quota slot, else <id>/NAME:
+ * decided by what is on disk, so a workspace keeps its files whatever this start found. */
+char *quota_in_slot(const char *id, const char *name)
+{
+    char *store = quota_store_dir(id);
+    struct stat st;
+    bool slot = lstat(store, &st) == 0 && S_ISDIR(st.st_mode);
+    free(store);
+    return xasprintf("%s/workspaces/%s/%s%s", g_config.state_dir, id, slot ? "store/" : "", name);
+}
+
 /* Gives the workspace directory DIR a free slot of TIER as DIR/store (owned by the sandbox
  * user, like the files in it). False with errno EDQUOT when the tier has none free. */
 bool quota_slot_take(const struct size_tier *tier, const char *dir)
@@ -395,7 +406,7 @@ bool quota_slot_return(const char *dir)
  * within a block of its limit. False without quotas or when unknown. */
 bool quota_full(const char *id)
 {
-    if (!quota.layout)
+    if (!quota.sysfs[0])
         return false;
     char *store = quota_store_dir(id);
     char *qgroup = slot_qgroup(store);

@@ -193,6 +193,7 @@ void quota_init(void);
 bool quota_layout(void);
 uint64_t quota_tier_bytes(const struct size_tier *tier);
 char *quota_store_dir(const char *id);
+char *quota_in_slot(const char *id, const char *name);
 bool quota_slot_take(const struct size_tier *tier, const char *dir);
 bool quota_slot_return(const char *dir);
 bool quota_full(const char *id);

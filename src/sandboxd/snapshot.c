@@ -72,12 +72,11 @@ static char *snapshot_tree(const char *id)
 }
 
 /* <state>/workspaces/<id>/work: overlayfs' work directory for a workspace on a snapshot;
- * <id>/store/work with disk quotas (in the upper layer's quota slot: overlayfs moves files
- * from one to the other, and btrfs never renames across subvolumes) */
+ * <id>/store/work in a quota slot (with the upper layer: overlayfs moves files from one to
+ * the other, and btrfs never renames across subvolumes) */
 char *workspace_work_dir(const char *id)
 {
-    return xasprintf("%s/workspaces/%s/%swork", g_config.state_dir, id,
-                     quota_layout() ? "store/" : "");
+    return quota_in_slot(id, "work");
 }
 
 /* The raw mount-API system calls (glibc 2.36 has wrappers, older ones do not). */

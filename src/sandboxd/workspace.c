@@ -98,12 +98,11 @@ char *workspace_dir(const char *id)
     return xasprintf("%s/workspaces/%s", g_config.state_dir, id);
 }
 
-/* <state>/workspaces/<id>/files, mounted as /workspace; <id>/store/files with disk quotas
- * (the workspace's quota slot, quota.c) */
+/* <state>/workspaces/<id>/files, mounted as /workspace; <id>/store/files when the workspace
+ * has a quota slot (quota.c) */
 char *workspace_files_dir(const char *id)
 {
-    return xasprintf("%s/workspaces/%s/%sfiles", g_config.state_dir, id,
-                     quota_layout() ? "store/" : "");
+    return quota_in_slot(id, "files");
 }
 
 /* Removes workspace directory DIR (of a workspace or a standby), its quota slot first: the
@@ -295,10 +294,10 @@ static bool workspace_persist(struct workspace *ws, struct api_error *err)
 bool workspace_make_dirs(struct workspace *ws)
 {
     char *dir = workspace_dir(ws->id);
-    char *files = workspace_files_dir(ws->id);
     bool ok = (mkdir(dir, 0711) == 0 || errno == EEXIST) &&
-              (!quota_layout() || quota_slot_take(ws->tier, dir)) &&
-              (mkdir(files, 0700) == 0 || errno == EEXIST) &&
+              (!quota_layout() || quota_slot_take(ws->tier, dir));
+    char *files = workspace_files_dir(ws->id);
+    ok = ok && (mkdir(files, 0700) == 0 || errno == EEXIST) &&
               (!g_config.is_root ||
                chown(files, g_config.sandbox_uid, g_config.sandbox_gid) == 0) &&
               snapshot_make_work_dir(ws);
