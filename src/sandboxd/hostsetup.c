@@ -88,9 +88,16 @@ static bool make_image(const char *image, size_t bytes, uid_t uid, gid_t gid)
     (void)uid;
     (void)gid;
     /* -K: no discard, which through the loop device would punch holes in the image and undo
-     * the preallocation; single data and metadata profiles: one device, no copies */
+     * the preallocation; single data and metadata profiles: one device, no copies; under
+     * 1 GiB, data and metadata share their block groups (--mixed, as btrfs advises for small
+     * filesystems: separate ones strand tens of MiB of metadata room a full data side cannot
+     * use, and workspaces at their quotas fill the data side) */
     char *argv[] = {"/usr/sbin/mkfs.btrfs", "-q", "-f", "-K", "-d", "single", "-m", "single",
-                    (char *)image, NULL};
+                    (char *)image, NULL, NULL};
+    if (bytes < (1ul << 30)) {
+        argv[8] = "--mixed";
+        argv[9] = (char *)image;
+    }
     if (!run_host_command(argv)) {
         fprintf(stderr, "mesh-sandboxd: mkfs.btrfs failed on %s (package btrfs-progs)\n",
                 image);

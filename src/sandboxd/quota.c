@@ -365,15 +365,16 @@ static bool slot_to_pool(const char *store)
     free(qgroup);
     size_t n;
     const struct size_tier *t = tier_table(&n);
-    bool ok = false, matched = false;
+    bool ok = false, matched = false, no_space = false;
     for (size_t i = 0; known && !ok && i < n; i++) {
         if (quota.bytes[i] != limit)
             continue;
         matched = true;
         char *pool = pool_dir(&t[i]);
-        for (unsigned k = 0; !ok && k < quota.slots; k++) {
+        for (unsigned k = 0; !ok && !no_space && k < quota.slots; k++) {
             char *slot = xasprintf("%s/%u", pool, k);
             ok = renameat2(AT_FDCWD, store, AT_FDCWD, slot, RENAME_NOREPLACE) == 0;
+            no_space = !ok && errno == ENOSPC;
             free(slot);
         }
         free(pool);
@@ -381,7 +382,20 @@ static bool slot_to_pool(const char *store)
     if (!matched)
         log_event("quota slot %s: no tier has its limit (%llu bytes); left in place", store,
                   (unsigned long long)limit);
+    if (no_space)
+        errno = ENOSPC;
     return ok;
+}
+
+/* Commits the filesystem of PATH: btrfs gives back what was deleted only at its next commit,
+ * which a full filesystem needs before a rename. */
+static void commit_filesystem(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        syncfs(fd);
+        close(fd);
+    }
 }
 
 /* Before workspace directory DIR is removed: empties its slot (if it has one) and returns it
@@ -395,6 +409,10 @@ bool quota_slot_return(const char *dir)
         ok = true;   /* not a slot: remove_tree decides */
     else if (!ok) {
         ok = slot_empty(store) && slot_to_pool(store);
+        if (!ok && errno == ENOSPC) {   /* full: the emptied files' room comes at a commit */
+            commit_filesystem(store);
+            ok = slot_to_pool(store);
+        }
         if (!ok)
             log_event("quota slot %s: cannot return it to its pool: %s", store, strerror(errno));
     }

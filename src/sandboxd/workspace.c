@@ -296,7 +296,9 @@ bool workspace_make_dirs(struct workspace *ws)
     char *dir = workspace_dir(ws->id);
     bool ok = (mkdir(dir, 0711) == 0 || errno == EEXIST) &&
               (!quota_layout() || quota_slot_take(ws->tier, dir));
+    int error = errno;   /* EDQUOT: no slot free (the caller tells it apart) */
     char *files = workspace_files_dir(ws->id);
+    errno = error;
     ok = ok && (mkdir(files, 0700) == 0 || errno == EEXIST) &&
               (!g_config.is_root ||
                chown(files, g_config.sandbox_uid, g_config.sandbox_gid) == 0) &&

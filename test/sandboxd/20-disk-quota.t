@@ -78,14 +78,17 @@ r=$(run_sh b 'ls -d /workspace/escape 2>&1; ln mine /tmp/mine 2>&1; echo rc=$?')
 like "$(stdout_of "$r" | tr '\n' ' ')" "No such file.*cross-device.*rc=1" \
    "nothing was made, and a hard link out of /workspace fails"
 
-# --- many small files meet the same bound (long names: more metadata per file, fewer files) ---
+# --- many small files meet the same bound: 1500-byte files live in the filesystem's metadata
+# (inline), and so do their names and inodes ---
 new_ws c '{"size":"small"}'
 files=$(cat <<'PY'
 import os
-n = 0
+n, data = 0, b"x" * 1500
 try:
     while n < 1000000:
-        os.close(os.open(("%d-" % n).ljust(200, "x"), os.O_CREAT | os.O_WRONLY))
+        fd = os.open(("%d-" % n).ljust(100, "x"), os.O_CREAT | os.O_WRONLY)
+        os.write(fd, data)
+        os.close(fd)
         n += 1
 except OSError as e:
     print(n, e.errno)
@@ -93,7 +96,7 @@ PY
 )
 r=$(exec_json c "$(jq -nc --arg s "$files" '{argv:["python3","-c",$s],timeout_ms:600000}')")
 set -- $(stdout_of "$r")
-is "${2:-none}" 122 "creating empty files stops with EDQUOT (${1:-no} files): metadata counts"
+is "${2:-none}" 122 "creating small files stops with EDQUOT (${1:-no} files): metadata counts"
 ok $(( ! (${1:-0} > 1000 && ${1:-0} < 1000000) )) "after a bounded number of them"
 is "$(field "$r" .disk_quota)" true "and the answer says disk_quota"
 r=$(run_sh b 'echo still > ok2 && cat ok2')
@@ -102,7 +105,7 @@ is "$(stdout_of "$r")" still "the other workspace still writes"
 # --- release empties the slot; a next workspace gets the whole quota ---
 free_before=$(ls "$SD_STATE/workspaces/.quota/small" | wc -l)
 api DELETE /v1/workspaces/a > /dev/null
-# removing c's tens of thousands of files may outlast one call's timeout: wait for the slot
+# removing c's thousands of files may outlast one call's timeout on a loaded host: wait for it
 api DELETE /v1/workspaces/c > /dev/null
 for _ in $(seq 1 600); do
     [ "$(ls "$SD_STATE/workspaces/.quota/small" | wc -l)" -ge $((free_before + 2)) ] && break
