@@ -43,7 +43,6 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -186,10 +185,8 @@ bool quota_setup_host(const char *mountpoint, uint64_t disk_bytes, unsigned slot
     } else {
         json_decref(limits);
     }
-    if (quota_fd >= 0)
-        close(quota_fd);
-    if (root >= 0)
-        close(root);
+    close_fd(&quota_fd);
+    close_fd(&root);
     return ok;
 }
 
@@ -449,30 +446,14 @@ struct inotify_job {
     int error;
 };
 
-/* Writes TEXT to the sysctl file PATH. */
-CHILD_ENTRY static bool sysctl_write(const char *path, const char *text)
-{
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    bool ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
-
 /* The helper (spawn_borrowing): as the sandbox user, joins the workspace's user namespace
  * and writes its inotify bounds (the sysctl set is the caller's namespace's). */
 CHILD_ENTRY static int inotify_helper(void *arg)
 {
     struct inotify_job *job = arg;
-    if ((g_config.is_root &&
-         (syscall(SYS_setgroups, 0, NULL) != 0 ||
-          syscall(SYS_setresgid, g_config.sandbox_gid, g_config.sandbox_gid,
-                  g_config.sandbox_gid) != 0 ||
-          syscall(SYS_setresuid, g_config.sandbox_uid, g_config.sandbox_uid,
-                  g_config.sandbox_uid) != 0)) ||
-        setns(job->user_ns_fd, CLONE_NEWUSER) != 0 ||
-        !sysctl_write("/proc/sys/user/max_inotify_instances", job->instances) ||
-        !sysctl_write("/proc/sys/user/max_inotify_watches", job->watches)) {
+    if (!become_sandbox_user() || setns(job->user_ns_fd, CLONE_NEWUSER) != 0 ||
+        !write_proc_file("/proc/sys/user/max_inotify_instances", job->instances) ||
+        !write_proc_file("/proc/sys/user/max_inotify_watches", job->watches)) {
         job->error = errno;
         _exit(1);
     }

@@ -451,6 +451,8 @@ bool user_lookup(const char *name, uid_t uid, struct passwd *pw, char *buf, size
  * sandbox, cannot write that warning to its log and dies instead. */
 #define CHILD_ENTRY __attribute__((no_sanitize("address")))
 pid_t spawn_borrowing(int (*fn)(void *), void *arg);
+CHILD_ENTRY bool become_sandbox_user(void);
+CHILD_ENTRY bool write_proc_file(const char *path, const char *text);
 double monotonic_ms(void);
 struct timespec realtime_in_ms(long ms);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -132,18 +132,6 @@ CHILD_ENTRY static bool layers_open(const char *lower, const char *upper, const 
     return fds[0] >= 0 && fds[1] >= 0 && fds[2] >= 0;
 }
 
-/* Switches a helper child to the sandbox user when the daemon is root (raw system calls:
- * glibc's wrappers would broadcast to the daemon's threads). */
-CHILD_ENTRY static bool become_sandbox_user(void)
-{
-    return !g_config.is_root ||
-           (syscall(SYS_setgroups, 0, NULL) == 0 &&
-            syscall(SYS_setresgid, g_config.sandbox_gid, g_config.sandbox_gid,
-                    g_config.sandbox_gid) == 0 &&
-            syscall(SYS_setresuid, g_config.sandbox_uid, g_config.sandbox_uid,
-                    g_config.sandbox_uid) == 0);
-}
-
 /* The mount helper's steps; its exit status is the step that failed (0: mounted). */
 static const char *const mount_steps[] = {
     "mounted", "become the sandbox user", "join the user namespace", "open the layers",
@@ -244,16 +232,6 @@ bool snapshot_make_work_dir(struct workspace *ws)
 }
 
 /* ---- capability detection ---- */
-
-/* Writes TEXT to PATH (/proc/self/uid_map and the like of a fresh user namespace). */
-CHILD_ENTRY static bool write_proc_file(const char *path, const char *text)
-{
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    bool ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
 
 /* The probe's paths and maps, prepared before it starts (it makes system calls only). */
 struct probe_job {
