@@ -19,7 +19,8 @@ SIZES=("${@:-10 250 1024}")
 read -r -a SIZES <<<"${SIZES[*]}"
 max=0; for s in "${SIZES[@]}"; do [ "$s" -gt "$max" ] && max=$s; done
 # the workspaces' own filesystem holds the tree twice at most (the snapshot and the run's files,
-# or the cp -a copy), with ext4's default of one inode per 16 KiB
+# or the cp -a copy); a workspace's disk quota is a quarter of it, so the run writing the tree
+# has room for it
 export MESH_DISK_BYTES=$(( (max * 4 + 512) << 20 ))
 . bench/lib.sh
 bench_cluster 2

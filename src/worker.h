@@ -175,6 +175,7 @@ extern void finish_cancel(WorkerCall *call);
 extern void finish_exec_failed(WorkerCall *call);
 extern bool record_exec_end_only(WorkerCall *call, const MeshExecRecord *rec);
 extern MeshExecStatus exec_status(const MeshExecResult *r);
+extern const char *exec_disk_quota_error(const MeshExecResult *r);
 extern void charge_budget(WorkerCall *call, double charged);
 extern void notice_egress_denials(WorkerCall *call, const char *denials_text);
 

@@ -506,6 +506,8 @@ record_end(WorkerCall *call, MeshExecResult *result)
 		rec.status = MESH_EXEC_KILLED;
 		rec.error = "killed: mesh_exec_kill signalled it, or its workspace was released or stopped";
 	}
+	else
+		rec.error = exec_disk_quota_error(result);
 	rec.result = result;
 	rec.charged_seconds = result->cpu_metered ? result->cpu_seconds : result->wall_seconds;
 	if (rec.status == MESH_EXEC_BUDGET_EXHAUSTED)

@@ -391,6 +391,29 @@ exec_status(const MeshExecResult *r)
 	return MESH_EXEC_OK;
 }
 
+#define EXEC_DISK_QUOTA \
+	"disk_quota: the workspace reached its disk quota during the command; its writes failed with EDQUOT (Disk quota exceeded)"
+
+/*
+ * A command whose workspace reached its disk quota keeps its own status (it
+ * exited as it chose to when its writes failed with EDQUOT); its row's error
+ * says disk_quota.  NULL when it did not.
+ */
+const char *
+exec_disk_quota_error(const MeshExecResult *r)
+{
+	return r->disk_quota ? EXEC_DISK_QUOTA : NULL;
+}
+
+/* Tell the caller, too, when the command left its workspace at its disk quota. */
+static void
+notice_disk_quota(WorkerCall *call, const MeshExecResult *r)
+{
+	if (r->disk_quota)
+		queue_notice(call, psprintf("mesh: the workspace of run \"%s\" reached its disk quota: its writes fail (EDQUOT) until files are removed; a larger size tier has a larger quota",
+									call->run_id));
+}
+
 #define EXEC_INTERRUPTED_BY_BACKEND \
 	"interrupted: the backend ended the command while it ran (its sandbox was stopped or released, as when the server restarts)"
 
@@ -545,6 +568,8 @@ finish_exec(WorkerCall *call)
 		rec.status = MESH_EXEC_BUDGET_EXHAUSTED;
 	if (rec.status == MESH_EXEC_ERROR)
 		rec.error = EXEC_INTERRUPTED_BY_BACKEND;
+	else
+		rec.error = exec_disk_quota_error(&result);
 	rec.result = &result;
 	rec.charged_seconds = result.cpu_metered ? result.cpu_seconds : result.wall_seconds;
 	/* stopped at the bound the budget set: what was left of it is spent, whatever the basis */
@@ -560,6 +585,7 @@ finish_exec(WorkerCall *call)
 	worker_want_durable(lsn);
 	charge_budget(call, rec.charged_seconds);
 	notice_egress_denials(call, result.egress_denials);
+	notice_disk_quota(call, &result);
 	if (rec.status == MESH_EXEC_OOM)
 		climb_tier(call);
 	if (rec.status == MESH_EXEC_ERROR)

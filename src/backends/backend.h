@@ -47,6 +47,7 @@ typedef struct MeshCapabilities
 	bool		compute_metering;
 	bool		egress_control;
 	bool		disk_limits;	/* workspace files cannot fill the host's filesystem */
+	bool		disk_quota;		/* nor, each by its tier, each other's */
 	bool		snapshot;
 	bool		hibernate;
 	bool		caller_chosen_id;
@@ -179,6 +180,7 @@ typedef struct MeshExecResult
 	bool		timed_out;
 	bool		oom_killed;
 	bool		killed;
+	bool		disk_quota;		/* the workspace was at its disk quota at the end */
 	double		wall_seconds;
 	double		cpu_seconds;
 	bool		cpu_metered;	/* false: cpu_seconds is not measured */

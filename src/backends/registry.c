@@ -75,12 +75,13 @@ mesh_size_parse(const char *name, MeshSize *size)
 char *
 mesh_capabilities_text(const MeshCapabilities *caps)
 {
-	json_t	   *doc = json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
+	json_t	   *doc = json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
 								"shell", caps->shell,
 								"resource_limits", caps->resource_limits,
 								"compute_metering", caps->compute_metering,
 								"egress_control", caps->egress_control,
 								"disk_limits", caps->disk_limits,
+								"disk_quota", caps->disk_quota,
 								"snapshot", caps->snapshot,
 								"hibernate", caps->hibernate,
 								"caller_chosen_id", caps->caller_chosen_id,

@@ -224,6 +224,7 @@ refine_capabilities(json_t *reported, MeshCapabilities *caps)
 	REFINE(compute_metering);
 	REFINE(egress_control);
 	REFINE(disk_limits);
+	REFINE(disk_quota);
 	REFINE(snapshot);
 	REFINE(hibernate);
 	REFINE(caller_chosen_id);
@@ -389,8 +390,8 @@ spawn_refused(json_t *doc, MeshError *err)
 }
 
 /*
- * The end of an exec from the daemon's document: exit status, flags,
- * metering, peak memory, egress denials, and the totals (at least the kept
+ * The end of an exec from the daemon's document: exit status, flags (the
+ * disk quota's among them), metering, peak memory, egress denials, and the totals (at least the kept
  * lengths already in RESULT).  The one reader of end fields, for a
  * foreground exec's answer and a background exec's last output alike.
  * False when the document has no exit code.
@@ -410,6 +411,7 @@ exec_result_from_doc(json_t *doc, MeshExecResult *result)
 	result->timed_out = json_is_true(json_object_get(doc, "timed_out"));
 	result->oom_killed = json_is_true(json_object_get(doc, "oom_killed"));
 	result->killed = json_is_true(json_object_get(doc, "killed"));
+	result->disk_quota = json_is_true(json_object_get(doc, "disk_quota"));
 	result->wall_seconds = json_number_value(json_object_get(doc, "wall_ms")) / 1000.0;
 	result->cpu_metered = json_is_number(cpu);
 	result->cpu_seconds = result->cpu_metered ? json_number_value(cpu) / 1000.0 : 0;

@@ -10,12 +10,13 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The one size-tier table: memory, CPU and pid limits applied through cgroups. */
+/* The one size-tier table: memory, CPU and pid limits applied through cgroups; disk (never
+ * more than a quarter of the workspaces' filesystem) and inotify bounds (quota.c). */
 static const struct size_tier tiers[] = {
-    {"small", 512, 0.5, 128},
-    {"standard", 2048, 1.0, 512},
-    {"large", 4096, 2.0, 1024},
-    {"xlarge", 8192, 2.0, 2048},
+    {"small", 512, 0.5, 128, 2048, 32, 8192},
+    {"standard", 2048, 1.0, 512, 8192, 64, 16384},
+    {"large", 4096, 2.0, 1024, 16384, 128, 32768},
+    {"xlarge", 8192, 2.0, 2048, 32768, 128, 65536},
 };
 
 /* Looks a tier up by its protocol name; NULL when unknown. */
@@ -53,15 +54,18 @@ void caps_detect(void)
     g_caps.egress_control = egress_detect();   /* the per-workspace proxy can be set up */
     g_caps.disk_limits = host_disk_isolated();
     g_caps.seccomp = seccomp_detect();          /* the system-call filter works here */
+    /* the filter is what keeps a workspace from making a subvolume outside its quota */
+    quota_init();
+    g_caps.disk_quota = g_caps.disk_limits && quota_layout() && g_caps.seccomp;
     /* overlay mounts in a user namespace; never in a pod's daemon (single.c) */
     g_caps.snapshot = !g_config.single_workspace && snapshot_detect();
     g_caps.hibernate = true;
     g_caps.caller_chosen_id = true;
     g_caps.background = true;                   /* background execs (background.c) */
     log_event("capabilities: shell=%d resource_limits=%d compute_metering=%d egress_control=%d "
-              "disk_limits=%d seccomp=%d snapshot=%d", g_caps.shell, g_caps.resource_limits,
-              g_caps.compute_metering, g_caps.egress_control, g_caps.disk_limits, g_caps.seccomp,
-              g_caps.snapshot);
+              "disk_limits=%d disk_quota=%d seccomp=%d snapshot=%d", g_caps.shell,
+              g_caps.resource_limits, g_caps.compute_metering, g_caps.egress_control,
+              g_caps.disk_limits, g_caps.disk_quota, g_caps.seccomp, g_caps.snapshot);
 }
 
 /* The GET /v1/capabilities document. */
@@ -70,16 +74,23 @@ json_t *caps_to_json(void)
     json_t *tier_obj = json_object();
     size_t n;
     const struct size_tier *t = tier_table(&n);
+    /* disk_bytes: the tier's quota on this host (null without one) */
     for (size_t i = 0; i < n; i++)
-        json_object_set_new(tier_obj, t[i].name,
-                            json_pack("{s:I,s:f,s:I}", "memory_mb", (json_int_t)t[i].memory_mb,
-                                      "cpus", t[i].cpus, "pids", (json_int_t)t[i].pids));
+        json_object_set_new(
+            tier_obj, t[i].name,
+            json_pack("{s:I,s:f,s:I,s:o,s:I,s:I}", "memory_mb", (json_int_t)t[i].memory_mb,
+                      "cpus", t[i].cpus, "pids", (json_int_t)t[i].pids, "disk_bytes",
+                      g_caps.disk_quota ? json_integer((json_int_t)quota_tier_bytes(&t[i]))
+                                        : json_null(),
+                      "inotify_instances", (json_int_t)t[i].inotify_instances,
+                      "inotify_watches", (json_int_t)t[i].inotify_watches));
     return json_pack(
-        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I}}",
+        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I}}",
         "protocol",
         MESH_PROTOCOL_VERSION, "capabilities", "shell", g_caps.shell, "resource_limits",
         g_caps.resource_limits, "compute_metering", g_caps.compute_metering, "egress_control",
-        g_caps.egress_control, "disk_limits", g_caps.disk_limits, "snapshot", g_caps.snapshot,
+        g_caps.egress_control, "disk_limits", g_caps.disk_limits, "disk_quota",
+        g_caps.disk_quota, "snapshot", g_caps.snapshot,
         "hibernate", g_caps.hibernate, "caller_chosen_id", g_caps.caller_chosen_id, "seccomp",
         g_caps.seccomp, "background", g_caps.background, "tiers", tier_obj, "limits",
         "max_body_bytes", (json_int_t)g_config.max_body_bytes, "max_file_bytes",

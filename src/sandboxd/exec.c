@@ -785,6 +785,9 @@ static json_t *exec_conclude(struct exec_job *job, struct exec_sink *sink,
         log_exec_end(ws, run, oom, wall);
         resp = exec_end_fields(run, totals[0], totals[1], wall, oom,
                                cgroup_peak_bytes(ws->cgroup_fds));
+        /* the workspace at its disk quota when the command ended (quota.c) */
+        if (resp)
+            json_object_set_new(resp, "disk_quota", json_boolean(quota_full(ws->id)));
         if (sink->streams)
             resp = exec_add_output(resp, &sink->streams[0], &sink->streams[1],
                                    job->req.output_tail ? raw : NULL, err);

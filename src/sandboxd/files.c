@@ -122,6 +122,8 @@ static void path_error(int error, const char *path, struct api_error *err)
     else if (error == ENAMETOOLONG)
         api_error_set(err, 400, "name_too_long",
                       "a name in the path is longer than 255 bytes, or the path longer than 4095");
+    else if (error == EDQUOT)
+        api_error_from_errno(err, error, "cannot write the file");
     else if (error == EXDEV || error == ELOOP)
         api_error_set(err, 400, "path_refused", "path \"%s\" is refused (%s)", path,
                       error == EXDEV ? "escapes /workspace" : strerror(error));

@@ -6,11 +6,19 @@
  *  - cgroups: the subtree --cgroup-name (default mesh-<user>-<hash of the state dir>, so that
  *    two clusters on one host never share one) in the memory, pids, cpu and cpuacct v1
  *    hierarchies, delegated to USER (cgroup.c, cgroup_delegate);
- *  - disk: with --disk-bytes N, a preallocated ext4 image <state-dir>/workspaces.img mounted
+ *  - disk: with --disk-bytes N, a preallocated btrfs image <state-dir>/workspaces.img mounted
  *    (loop, nodev, nosuid) on <state-dir>/workspaces, so workspace files live on a filesystem
  *    of their own: a workspace that fills it fails its own writes, never the host's (the
  *    database's) filesystem. Preallocation matters: a sparse image would take host space
- *    while it fills;
+ *    while it fills. On it, quota groups and per tier a pool of --quota-slots subvolumes
+ *    with the tier's byte limit (quota.c), so that one workspace cannot fill it for the
+ *    others: setting a limit takes root, the daemon does not have it. An image made by an
+ *    older --setup-host (ext4, no quota) is kept as it is and the run says how to remake it;
+ *    the daemon then reports disk_quota false;
+ *  - inotify: each workspace's instances and watches are bounded in its own user namespace
+ *    (quota.c), within the host's per-user bound, which all of them share (they run as one
+ *    uid): the host's is raised to at least INOTIFY_HOST_INSTANCES and _WATCHES, so that
+ *    many workspaces at their own bounds still leave room for the next;
  *  - cgroup joins: the kernel's expedited RCU grace periods (/sys/kernel/rcu_expedited), unless
  *    --no-expedited-rcu. Every exec moves its processes into the exec's groups and every holder
  *    into its workspace's; with cgroup v1 each such move takes a lock whose writer waits out an
@@ -63,8 +71,8 @@ static bool dir_empty(const char *path)
     return empty;
 }
 
-/* Creates the preallocated image IMAGE of BYTES with an ext4 filesystem whose root belongs to
- * UID:GID. */
+/* Creates the preallocated image IMAGE of BYTES with a btrfs filesystem (its root is handed to
+ * UID:GID once mounted). */
 static bool make_image(const char *image, size_t bytes, uid_t uid, gid_t gid)
 {
     int fd = open(image, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -77,16 +85,22 @@ static bool make_image(const char *image, size_t bytes, uid_t uid, gid_t gid)
         unlink(image);
         return false;
     }
-    char owner[64];
-    snprintf(owner, sizeof owner, "root_owner=%d:%d", (int)uid, (int)gid);
-    /* nodiscard: a discard through the loop device would punch holes in the image and undo
-     * the preallocation */
-    char options[96];
-    snprintf(options, sizeof options, "nodiscard,%s", owner);
-    char *argv[] = {"/usr/sbin/mkfs.ext4", "-q", "-F", "-m", "0", "-E", options,
-                    (char *)image, NULL};
+    (void)uid;
+    (void)gid;
+    /* -K: no discard, which through the loop device would punch holes in the image and undo
+     * the preallocation; single data and metadata profiles: one device, no copies; under
+     * 1 GiB, data and metadata share their block groups (--mixed, as btrfs advises for small
+     * filesystems: separate ones strand tens of MiB of metadata room a full data side cannot
+     * use, and workspaces at their quotas fill the data side) */
+    char *argv[] = {"/usr/sbin/mkfs.btrfs", "-q", "-f", "-K", "-d", "single", "-m", "single",
+                    (char *)image, NULL, NULL};
+    if (bytes < (1ul << 30)) {
+        argv[8] = "--mixed";
+        argv[9] = (char *)image;
+    }
     if (!run_host_command(argv)) {
-        fprintf(stderr, "mesh-sandboxd: mkfs.ext4 failed on %s\n", image);
+        fprintf(stderr, "mesh-sandboxd: mkfs.btrfs failed on %s (package btrfs-progs)\n",
+                image);
         unlink(image);
         return false;
     }
@@ -112,8 +126,9 @@ static bool setup_disk(size_t bytes, uid_t uid, gid_t gid, char **image_out)
     } else if (stat(image, &st) != 0 && !make_image(image, bytes, uid, gid)) {
         ok = false;
     } else {
-        char *argv[] = {"/usr/bin/mount", "-o", "loop,nodev,nosuid,noatime", image, mountpoint,
-                        NULL};
+        /* nodiscard: see make_image */
+        char *argv[] = {"/usr/bin/mount", "-o", "loop,nodev,nosuid,noatime,nodiscard", image,
+                        mountpoint, NULL};
         ok = run_host_command(argv) && is_own_filesystem(mountpoint, g_config.state_dir);
         if (!ok)
             fprintf(stderr, "mesh-sandboxd: cannot mount %s on %s\n", image, mountpoint);
@@ -131,6 +146,42 @@ static bool setup_disk(size_t bytes, uid_t uid, gid_t gid, char **image_out)
         ok = false;
     }
     free(mountpoint);
+    return ok;
+}
+
+/* The host's per-user inotify bounds, at least (see the header). Watches cost about 1 KiB of
+ * kernel memory each, charged to the memory group of the workspace that adds them. */
+#define INOTIFY_HOST_INSTANCES 8192
+#define INOTIFY_HOST_WATCHES 1048576
+
+/* Raises the sysctl PATH to FLOOR when it is lower; true when it is at least FLOOR. */
+static bool sysctl_raise(const char *path, long floor)
+{
+    char buf[32];
+    FILE *f = fopen(path, "r");
+    long now = f && fgets(buf, sizeof buf, f) ? strtol(buf, NULL, 10) : -1;
+    if (f)
+        fclose(f);
+    if (now >= floor)
+        return true;
+    f = fopen(path, "w");
+    bool ok = f && fprintf(f, "%ld\n", floor) > 0;
+    if (f)
+        ok = fclose(f) == 0 && ok;
+    return ok;
+}
+
+/* Raises the host's per-user inotify bounds (see the header); says what it did. */
+static bool setup_inotify(void)
+{
+    bool ok = sysctl_raise("/proc/sys/fs/inotify/max_user_instances", INOTIFY_HOST_INSTANCES) &&
+              sysctl_raise("/proc/sys/fs/inotify/max_user_watches", INOTIFY_HOST_WATCHES);
+    if (ok)
+        printf("inotify: the host's per-user bounds are at least %d instances and %d watches; "
+               "each workspace has its tier's own\n", INOTIFY_HOST_INSTANCES, INOTIFY_HOST_WATCHES);
+    else
+        fprintf(stderr, "mesh-sandboxd: cannot raise fs.inotify.max_user_instances/watches: "
+                "%s\n", strerror(errno));
     return ok;
 }
 
@@ -168,11 +219,14 @@ static bool setup_expedited_rcu(void)
     return ok;
 }
 
-/* Records what was prepared, for the daemon's later starts (read by host_config_load). */
-static bool write_host_file(const char *user, const char *image, size_t disk_bytes)
+/* Records what was prepared, for the daemon's later starts (read by host_config_load and
+ * quota_init); QUOTA holds the disk quotas' record, or nothing. */
+static bool write_host_file(const char *user, const char *image, size_t disk_bytes,
+                            json_t *quota)
 {
     json_t *doc = json_pack("{s:s,s:s,s:b}", "user", user, "cgroup_name", g_config.cgroup_name,
                             "rcu_expedited", host_rcu_expedited());
+    json_object_update(doc, quota);
     if (image)
         json_object_set_new(doc, "disk_image", json_string(image));
     if (disk_bytes)
@@ -187,7 +241,8 @@ static bool write_host_file(const char *user, const char *image, size_t disk_byt
 }
 
 /* --setup-host USER: returns the process exit status. */
-int host_setup(const char *user, size_t disk_bytes, bool cgroup_name_given, bool expedite_rcu)
+int host_setup(const char *user, size_t disk_bytes, unsigned quota_slots, bool cgroup_name_given,
+               bool expedite_rcu)
 {
     struct passwd entry, *pw = &entry;
     char buf[1024];
@@ -210,11 +265,20 @@ int host_setup(const char *user, size_t disk_bytes, bool cgroup_name_given, bool
         return 1;
     }
     bool ok = cgroup_delegate(g_config.cgroup_name, pw->pw_uid, pw->pw_gid);
-    if (disk_bytes)
-        ok = setup_disk(disk_bytes, pw->pw_uid, pw->pw_gid, &image) && ok;
+    json_t *quota = json_object();
+    if (disk_bytes && setup_disk(disk_bytes, pw->pw_uid, pw->pw_gid, &image)) {
+        char *mountpoint = xasprintf("%s/workspaces", g_config.state_dir);
+        ok = quota_setup_host(mountpoint, disk_bytes, quota_slots, pw->pw_uid, pw->pw_gid,
+                              quota) && ok;
+        free(mountpoint);
+    } else if (disk_bytes) {
+        ok = false;
+    }
+    ok = setup_inotify() && ok;
     if (expedite_rcu)
         (void)setup_expedited_rcu();
-    ok = write_host_file(user, image, disk_bytes) && ok;
+    ok = write_host_file(user, image, disk_bytes, quota) && ok;
+    json_decref(quota);
     free(image);
     printf("%s: host %s for mesh-sandboxd as %s on %s\n", ok ? "ok" : "incomplete",
            ok ? "prepared" : "partly prepared", user, g_config.state_dir);

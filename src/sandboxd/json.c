@@ -30,11 +30,14 @@ bool errno_is_exhaustion(int error)
 }
 
 /* Fills ERR for a failed system call: running out of descriptors, memory or disk is 503
- * out_of_resources (the caller may retry; nothing was left half made), anything else 500
- * internal. WHAT names the step. */
+ * out_of_resources (the caller may retry; nothing was left half made), the workspace's disk
+ * quota 507 disk_quota, anything else 500 internal. WHAT names the step. */
 void api_error_from_errno(struct api_error *err, int error, const char *what)
 {
-    if (errno_is_exhaustion(error))
+    if (error == EDQUOT)   /* the workspace's own disk quota (quota.c) */
+        api_error_set(err, 507, "disk_quota", "%s: the workspace is at its disk quota; remove "
+                      "files in it, or use a larger size tier", what);
+    else if (errno_is_exhaustion(error))
         api_error_set(err, 503, "out_of_resources", "%s: %s; retry later", what,
                       strerror(error));
     else

@@ -67,7 +67,10 @@ static void usage(int status)
             "  --setup-host USER       as root, once per boot: delegate a cgroup subtree to\n"
             "                          USER and (with --disk-bytes) put workspaces on a\n"
             "                          filesystem of their own; then exit\n"
-            "  --disk-bytes N          with --setup-host: size of that filesystem\n"
+            "  --disk-bytes N          with --setup-host: size of that filesystem (btrfs, with\n"
+            "                          a disk quota per workspace sized by its tier)\n"
+            "  --quota-slots N         with --setup-host: workspaces per tier that the disk\n"
+            "                          quotas can hold, running or hibernated (default 128)\n"
             "  --no-expedited-rcu      with --setup-host: leave the kernel's RCU grace periods\n"
             "                          as they are (the first exec after an idle moment then\n"
             "                          waits 5-20 ms for its cgroup join)\n"
@@ -133,6 +136,7 @@ static void resolve_sandbox_user(const char *name)
 /* What --setup-host asks for (an install step, not a daemon run). */
 static const char *setup_user;
 static size_t setup_disk_bytes;
+static unsigned setup_quota_slots = 128;
 static bool cgroup_name_given;
 static bool expedite_rcu = true;
 
@@ -149,7 +153,7 @@ static void parse_flags(int argc, char **argv)
         {"hibernate-on-exit", 0, 0, 'H'}, {"broker-dir", 1, 0, 'b'},
         {"test-resolve", 1, 0, 'T'},   {"protect-path", 1, 0, 'P'},
         {"setup-host", 1, 0, 'S'},     {"disk-bytes", 1, 0, 'D'},
-        {"no-expedited-rcu", 0, 0, 'E'},
+        {"no-expedited-rcu", 0, 0, 'E'}, {"quota-slots", 1, 0, 'Q'},
         {"ready-fd", 1, 0, 'y'},       {"single-workspace", 1, 0, '1'},
         {"background-buffer-bytes", 1, 0, 'g'},
         {"background-buffer-total", 1, 0, 'j'},
@@ -226,6 +230,13 @@ static void parse_flags(int argc, char **argv)
         case 'S': setup_user = optarg; break;
         case 'D': setup_disk_bytes = parse_size(optarg, "--disk-bytes"); break;
         case 'E': expedite_rcu = false; break;
+        case 'Q': {
+            size_t n = parse_size(optarg, "--quota-slots");
+            if (n < 1 || n > 65536)
+                die("--quota-slots takes a number from 1 to 65536");
+            setup_quota_slots = (unsigned)n;
+            break;
+        }
         case 'H': g_config.hibernate_on_exit = true; break;
         case 'y':
             g_config.ready_fd = (int)parse_size(optarg, "--ready-fd");
@@ -451,7 +462,8 @@ int main(int argc, char **argv)
     ensure_std_fds();
     parse_flags(argc, argv);
     if (setup_user)
-        return host_setup(setup_user, setup_disk_bytes, cgroup_name_given, expedite_rcu);
+        return host_setup(setup_user, setup_disk_bytes, setup_quota_slots, cgroup_name_given,
+                          expedite_rcu);
     raise_open_files_limit();
     chmod(g_config.state_dir, 0711);
     lock_state_dir();

@@ -596,7 +596,8 @@ bool sandbox_start(struct workspace *ws, struct api_error *err)
           process_start_time(ws->holder_pid, &ws->holder_start, NULL)) &&
          (step = "agent ready", wait_agent_ready(ready[0])) &&
          (step = "agent channel", connect_agent(ws)) &&
-         (step = "namespaces", open_holder_fds(ws)) && (step = "egress", egress_start(ws));
+         (step = "namespaces", open_holder_fds(ws)) &&
+         (step = "inotify bound", quota_inotify_bound(ws)) && (step = "egress", egress_start(ws));
     int error = errno;   /* what the failing step left, before the cleanup's calls */
     for (int i = 0; i < 2; i++) {
         if (info[i] >= 0)

@@ -104,6 +104,7 @@ struct host_caps {
     bool compute_metering;
     bool egress_control;
     bool disk_limits;           /* workspace files on a bounded filesystem of their own */
+    bool disk_quota;            /* and each workspace bounded on it by its tier (quota.c) */
     bool snapshot;
     bool hibernate;
     bool caller_chosen_id;
@@ -123,6 +124,9 @@ struct size_tier {
     unsigned memory_mb;
     double cpus;
     unsigned pids;
+    unsigned disk_mb;            /* files (data and metadata), at most a quarter of the disk */
+    unsigned inotify_instances;  /* in the sandbox's user namespace */
+    unsigned inotify_watches;
 };
 const struct size_tier *tier_by_name(const char *name);
 const struct size_tier *tier_table(size_t *count);
@@ -177,10 +181,26 @@ bool cgroup_delegate(const char *name, uid_t uid, gid_t gid);
 void cgroup_init(void);
 
 /* ---- install-time host preparation (hostsetup.c) ---- */
-int host_setup(const char *user, size_t disk_bytes, bool cgroup_name_given, bool expedite_rcu);
+int host_setup(const char *user, size_t disk_bytes, unsigned quota_slots, bool cgroup_name_given,
+               bool expedite_rcu);
 void host_config_load(void);
 bool host_disk_isolated(void);
 bool host_disk_refused(void);
+
+/* ---- per-workspace disk quotas and inotify bounds (quota.c) ---- */
+uint64_t quota_tier_limit(const struct size_tier *tier, uint64_t disk_bytes);
+bool quota_setup_host(const char *mountpoint, uint64_t disk_bytes, unsigned slots, uid_t uid,
+                      gid_t gid, json_t *record);
+void quota_init(void);
+bool quota_layout(void);
+uint64_t quota_tier_bytes(const struct size_tier *tier);
+char *quota_store_dir(const char *id);
+char *quota_in_slot(const char *id, const char *name);
+bool quota_slot_take(const struct size_tier *tier, const char *dir);
+bool quota_slot_return(const char *dir);
+bool quota_full(const char *id);
+struct workspace;
+bool quota_inotify_bound(struct workspace *ws);
 
 /* ---- workspaces (workspace.c) ---- */
 enum ws_state { WS_RUNNING, WS_HIBERNATED, WS_STOPPING };
@@ -262,6 +282,7 @@ void workspaces_hibernate_all(void);
 void workspaces_kill_execs(void);
 char *workspace_dir(const char *id);
 char *workspace_files_dir(const char *id);
+bool workspace_dir_remove(const char *dir);
 int workspaces_on_snapshot(const char *snapshot_id);
 
 /* ---- standby holders (standby.c) ---- */
@@ -447,6 +468,8 @@ bool user_lookup(const char *name, uid_t uid, struct passwd *pw, char *buf, size
  * sandbox, cannot write that warning to its log and dies instead. */
 #define CHILD_ENTRY __attribute__((no_sanitize("address")))
 pid_t spawn_borrowing(int (*fn)(void *), void *arg);
+CHILD_ENTRY bool become_sandbox_user(void);
+CHILD_ENTRY bool write_proc_file(const char *path, const char *text);
 double monotonic_ms(void);
 struct timespec realtime_in_ms(long ms);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -10,7 +10,8 @@
  * kexec, the mount family, new user namespaces (unshare/clone with CLONE_NEWUSER; clone3,
  * whose flags a filter cannot read, answers ENOSYS so libc falls back to clone), setns, and
  * host administration (reboot, swap, clocks, accounting, quotas, syslog, raw I/O ports,
- * handle-based opens).
+ * handle-based opens), and the ioctls that make btrfs subvolumes and snapshots (a way out of
+ * the workspace's disk quota, quota.c).
  *
  * The filter is built once at start with libseccomp and kept as a BPF program. The holder gets
  * it through bubblewrap's --seccomp (applied after bubblewrap's own mounts, just before the
@@ -20,6 +21,7 @@
  */
 #include "sandboxd.h"
 #include <errno.h>
+#include <linux/btrfs.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <stdlib.h>
@@ -75,6 +77,16 @@ static bool add_rules(scmp_filter_ctx ctx)
                              SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)) != 0)
             return false;
     }
+    /* btrfs subvolumes and snapshots: a new one would have a quota group of its own, outside
+     * the workspace's disk quota (quota.c); the request number is 32 bits wide */
+    static const unsigned long subvolume_ioctls[] = {
+        BTRFS_IOC_SUBVOL_CREATE, BTRFS_IOC_SUBVOL_CREATE_V2, BTRFS_IOC_SNAP_CREATE,
+        BTRFS_IOC_SNAP_CREATE_V2};
+    for (size_t i = 0; i < sizeof subvolume_ioctls / sizeof subvolume_ioctls[0]; i++)
+        if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
+                             SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL,
+                                     subvolume_ioctls[i])) != 0)
+            return false;
     int clone3 = seccomp_syscall_resolve_name("clone3");
     return clone3 == __NR_SCMP_ERROR || seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), clone3, 0) == 0;
 }

@@ -76,10 +76,12 @@ static char *snapshot_tree(const char *id)
     return xasprintf("%s/workspaces/.snapshots/%s/tree", g_config.state_dir, id);
 }
 
-/* <state>/workspaces/<id>/work: overlayfs' work directory for a workspace on a snapshot */
+/* <state>/workspaces/<id>/work: overlayfs' work directory for a workspace on a snapshot;
+ * <id>/store/work in a quota slot (with the upper layer: overlayfs moves files from one to
+ * the other, and btrfs never renames across subvolumes) */
 char *workspace_work_dir(const char *id)
 {
-    return xasprintf("%s/workspaces/%s/work", g_config.state_dir, id);
+    return quota_in_slot(id, "work");
 }
 
 /* The raw mount-API system calls (glibc 2.36 has wrappers, older ones do not). */
@@ -133,18 +135,6 @@ CHILD_ENTRY static bool layers_open(const char *lower, const char *upper, const 
     for (int i = 0; i < 3; i++)
         fds[i] = open(paths[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     return fds[0] >= 0 && fds[1] >= 0 && fds[2] >= 0;
-}
-
-/* Switches a helper child to the sandbox user when the daemon is root (raw system calls:
- * glibc's wrappers would broadcast to the daemon's threads). */
-CHILD_ENTRY static bool become_sandbox_user(void)
-{
-    return !g_config.is_root ||
-           (syscall(SYS_setgroups, 0, NULL) == 0 &&
-            syscall(SYS_setresgid, g_config.sandbox_gid, g_config.sandbox_gid,
-                    g_config.sandbox_gid) == 0 &&
-            syscall(SYS_setresuid, g_config.sandbox_uid, g_config.sandbox_uid,
-                    g_config.sandbox_uid) == 0);
 }
 
 /* The mount helper's steps; its exit status is the step that failed (0: mounted). */
@@ -247,16 +237,6 @@ bool snapshot_make_work_dir(struct workspace *ws)
 }
 
 /* ---- capability detection ---- */
-
-/* Writes TEXT to PATH (/proc/self/uid_map and the like of a fresh user namespace). */
-CHILD_ENTRY static bool write_proc_file(const char *path, const char *text)
-{
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    bool ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
 
 /* The probe's paths and maps, prepared before it starts (it makes system calls only). */
 struct probe_job {

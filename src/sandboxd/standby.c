@@ -65,7 +65,7 @@ static void standby_remove_dirs(const char *name)
 {
     char *dir = workspace_dir(name);
     char *broker = broker_dir_of(name);
-    remove_tree(dir);
+    workspace_dir_remove(dir);
     if (broker)
         rmdir(broker);
     free(dir);
@@ -250,7 +250,7 @@ bool standby_adopt(struct workspace *ws)
     cgroup_close_fds(ws->cgroup_fds);
     cgroup_workspace_remove(ws->id);
     char *dir = workspace_dir(ws->id);
-    remove_tree(dir);
+    workspace_dir_remove(dir);
     free(dir);
     return false;
 }

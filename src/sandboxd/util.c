@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,6 +66,29 @@ pid_t spawn_borrowing(int (*fn)(void *), void *arg)
     pid_t pid = clone(fn, stack + size, HELPER_CLONE_VM | CLONE_VFORK | SIGCHLD, arg);
     munmap(stack, size);
     return pid;
+}
+
+/* In a helper child: switches to the sandbox user when the daemon is root (raw system calls:
+ * glibc's wrappers would broadcast to the daemon's threads). */
+CHILD_ENTRY bool become_sandbox_user(void)
+{
+    return !g_config.is_root ||
+           (syscall(SYS_setgroups, 0, NULL) == 0 &&
+            syscall(SYS_setresgid, g_config.sandbox_gid, g_config.sandbox_gid,
+                    g_config.sandbox_gid) == 0 &&
+            syscall(SYS_setresuid, g_config.sandbox_uid, g_config.sandbox_uid,
+                    g_config.sandbox_uid) == 0);
+}
+
+/* In a helper child: writes TEXT to the kernel file PATH (/proc/self/uid_map of a fresh user
+ * namespace, a sysctl of a joined one). */
+CHILD_ENTRY bool write_proc_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    bool ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+    if (fd >= 0)
+        close(fd);
+    return ok;
 }
 
 /* Replaces PATH with DATA through a temporary file and a rename, so a crash of any process

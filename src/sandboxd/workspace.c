@@ -98,10 +98,18 @@ char *workspace_dir(const char *id)
     return xasprintf("%s/workspaces/%s", g_config.state_dir, id);
 }
 
-/* <state>/workspaces/<id>/files, mounted as /workspace */
+/* <state>/workspaces/<id>/files, mounted as /workspace; <id>/store/files when the workspace
+ * has a quota slot (quota.c) */
 char *workspace_files_dir(const char *id)
 {
-    return xasprintf("%s/workspaces/%s/files", g_config.state_dir, id);
+    return quota_in_slot(id, "files");
+}
+
+/* Removes workspace directory DIR (of a workspace or a standby), its quota slot first: the
+ * slot goes back to its pool emptied, never deleted. */
+bool workspace_dir_remove(const char *dir)
+{
+    return quota_slot_return(dir) && remove_tree(dir);
 }
 
 /* A fresh, unregistered workspace object with every descriptor closed (also a standby's,
@@ -281,13 +289,17 @@ static bool workspace_persist(struct workspace *ws, struct api_error *err)
     return ok;
 }
 
-/* Creates <id>/ and <id>/files (owned by the sandbox user). */
+/* Creates <id>/ and <id>/files (owned by the sandbox user), with disk quotas inside a quota
+ * slot of the workspace's tier (errno EDQUOT when none is free). */
 bool workspace_make_dirs(struct workspace *ws)
 {
     char *dir = workspace_dir(ws->id);
-    char *files = workspace_files_dir(ws->id);
     bool ok = (mkdir(dir, 0711) == 0 || errno == EEXIST) &&
-              (mkdir(files, 0700) == 0 || errno == EEXIST) &&
+              (!quota_layout() || quota_slot_take(ws->tier, dir));
+    int error = errno;   /* EDQUOT: no slot free (the caller tells it apart) */
+    char *files = workspace_files_dir(ws->id);
+    errno = error;
+    ok = ok && (mkdir(files, 0700) == 0 || errno == EEXIST) &&
               (!g_config.is_root ||
                chown(files, g_config.sandbox_uid, g_config.sandbox_gid) == 0) &&
               snapshot_make_work_dir(ws);
@@ -565,6 +577,11 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
         if (errno == ENOSPC)
             api_error_set(err, 507, "disk_full", "the workspaces' filesystem is full; release "
                           "workspaces or give it more room (docs/sandboxd.md)");
+        else if (errno == EDQUOT)
+            api_error_set(err, 507, "disk_quota_slots", "every disk quota slot of the %s tier "
+                          "is taken; release workspaces, or run mesh-sandboxd --setup-host "
+                          "again with a larger --quota-slots (docs/sandboxd.md)",
+                          ws->tier->name);
         else
             api_error_set(err, 500, "internal", "cannot create the workspace directory");
         ok = false;
@@ -589,7 +606,7 @@ json_t *workspace_acquire(const char *id, json_t *body, struct api_error *err)
     } else if (created) {
         workspace_stop(ws);
         char *dir = workspace_dir(ws->id);
-        remove_tree(dir);
+        workspace_dir_remove(dir);
         free(dir);
         registry_remove(ws);
     }
@@ -605,7 +622,7 @@ static bool workspace_remove_dirs(struct workspace *ws, struct api_error *err)
 {
     char *files = workspace_files_dir(ws->id);
     char *dir = workspace_dir(ws->id);
-    bool ok = remove_tree(files) && remove_tree(dir);
+    bool ok = remove_tree(files) && workspace_dir_remove(dir);
     if (!ok) {
         int error = errno;
         log_event("workspace %s: release incomplete, could not remove %s: %s", ws->id, dir,
@@ -805,7 +822,7 @@ void workspaces_init(void)
         if (!ws) {
             char *dir = workspace_dir(e->d_name);
             log_event("workspace %s: no valid state, removing %s", e->d_name, dir);
-            remove_tree(dir);
+            workspace_dir_remove(dir);
             free(dir);
             continue;
         }

@@ -76,7 +76,7 @@ is "$(q "SELECT stdout FROM mesh_exec('ct-fork-$$', ARRAY['echo','alive'])")" al
 
 # --- filling /workspace: its own filesystem fills, PostgreSQL's writes do not fail
 r=$(q "SELECT stderr FROM mesh_exec('ct-disk-$$', ARRAY['sh','-c','head -c 2G /dev/zero > fill'])")
-echo "$r" | grep -q "No space left on device"; ok $? "filling /workspace stops at the end of the workspaces' filesystem"
+echo "$r" | grep -q "Disk quota exceeded"; ok $? "filling /workspace stops at the workspace's quota on the workspaces' filesystem"
 q "CREATE TABLE ct_write AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 200000) g; CHECKPOINT" >/dev/null
 ok $? "PostgreSQL writes 40 MB and checkpoints while it is full"
 is "$(q "SELECT count(*) FROM ct_write")" 200000 "and reads them back"
@@ -131,14 +131,14 @@ for i in $(seq 1 12); do
   psql -X -qAt -c "SELECT status FROM mesh_exec('ct-h$i-$$', ARRAY['python3','hoard.py','tcp','80','X-Mesh-Egress-Refused','/workspace/hoarding','/workspace/stop','3128'], timeout => '60 s')" > "$WORK/ph$i" 2>&1 &
 done
 for _ in $(seq 1 300); do
-  [ "$(ls "$STATE"/workspaces/*/files/hoarding 2>/dev/null | wc -l)" -ge 12 ] && break; sleep 0.1
+  [ "$(ls "$STATE"/workspaces/*/store/files/hoarding 2>/dev/null | wc -l)" -ge 12 ] && break; sleep 0.1
 done
-held=$(cat "$STATE"/workspaces/*/files/hoarding 2>/dev/null | awk '{h+=$1; r+=$2} END {print h+0, r+0}')
+held=$(cat "$STATE"/workspaces/*/store/files/hoarding 2>/dev/null | awk '{h+=$1; r+=$2} END {print h+0, r+0}')
 like_held=$(echo "$held" | awk '{print ($1 >= 96 && $1 <= 12*64 && $2 > 0) ? "yes" : "no"}')
 is "$like_held" yes "12 workspaces opening 80 proxy connections each: held and refused ($held)"
 r=$(q "SELECT stdout FROM mesh_exec('ct-h13-$$', ARRAY['sh','-c','curl -s -m 5 -o /dev/null -w \"%{http_code}\" -x http://127.0.0.1:3128 http://10.1.2.3/'])")
 is "$r" 403 "another run's exec starts and its proxy answers (a private address: 403)"
-for i in $(seq 1 12); do touch "$STATE/workspaces/$(q "SELECT external_ref FROM mesh.workspaces WHERE run_id = 'ct-h$i-$$'")/files/stop"; done
+for i in $(seq 1 12); do touch "$STATE/workspaces/$(q "SELECT external_ref FROM mesh.workspaces WHERE run_id = 'ct-h$i-$$'")/store/files/stop"; done
 touch "$WORK/stop"
 wait
 is "$(cat "$WORK"/ph* | sort | uniq -c | awk '{print $1, $2}')" "12 ok" "the hoarders' execs end normally when told"

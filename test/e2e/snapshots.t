@@ -118,12 +118,17 @@ q "INSERT INTO mesh.snapshots (project, backend, external_ref, source_run_id, ac
 q "SELECT count(*) FROM mesh.sweep()" >/dev/null
 is "$(q "SELECT status || ': ' || status_reason FROM mesh.snapshots WHERE external_ref = 'mesh-$install-snap-lost$$'")" \
    "failed: the capture was interrupted (the backend does not have it)" "an interrupted capture's row is failed by the sweep, with the reason"
-# a capture that does not fit the workspaces' filesystem (test/run.sh gives it 512 MB)
+# a capture that does not fit the workspaces' filesystem (test/run.sh gives it 512 MB; each
+# workspace holds at most its disk quota, a quarter of it: other runs fill the rest)
 out "$tag-s" 'rm -rf big; head -c 300000000 /dev/zero > huge; echo written' >/dev/null
+for f in f1 f2 f3; do
+  q "SELECT 1 FROM mesh_acquire('$tag-$f', '$tag-agent', 'filler')" >/dev/null
+  out "$tag-$f" 'head -c 300000000 /dev/zero > huge' >/dev/null
+done
 err=$(psql -X -qAt -v VERBOSITY=verbose -c "SELECT mesh_snapshot('$tag-s')" 2>&1)
 case "$err" in *53000*) r=0 ;; *) r=1 ;; esac
 ok $r "a capture that does not fit fails with 53000: $(echo "$err" | head -1)"
 is "$(q "SELECT status || ' ' || (status_reason LIKE '%full%') FROM mesh.snapshots WHERE source_run_id = '$tag-s' ORDER BY created_at DESC LIMIT 1")" \
    "failed true" "its row is failed, saying the disk is full; nothing half made is ready"
-q "SELECT mesh_release('$tag-s')" >/dev/null
+for r in s f1 f2 f3; do q "SELECT mesh_release('$tag-$r')" >/dev/null; done
 done_testing

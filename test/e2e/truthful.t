@@ -9,10 +9,12 @@
 plan 18
 WS_DIR="$PGDIR/data/mesh_sandboxd/workspaces"
 ref_of() { q "SELECT external_ref FROM mesh.workspaces WHERE run_id = '$1'"; }
+# files_of REF -> the workspace's /workspace on the daemon's disk (in its quota slot, if any)
+files_of() { if [ -d "$WS_DIR/$1/store" ]; then echo "$WS_DIR/$1/store/files"; else echo "$WS_DIR/$1/files"; fi; }
 # err SQL -> "SQLSTATE: message" (first line) of the error the statement raises
 err() { psql -X -qAt -v VERBOSITY=verbose -c "$1" 2>&1 >/dev/null | sed -n 's/^ERROR:  //p' | head -1; }
 hint() { psql -X -qAt -c "$1" 2>&1 >/dev/null | sed -n 's/^HINT:  //p' | head -1; }
-cleanup() { umount "$WS_DIR/$(ref_of tr-stuck)/files/m" 2>/dev/null; }
+cleanup() { umount "$(files_of "$(ref_of tr-stuck)")/m" 2>/dev/null; }
 trap cleanup EXIT
 
 # 1. a tree deeper than PATH_MAX is gone after release
@@ -30,7 +32,7 @@ is "$depth" 3000 "a 3000-deep tree is made in the workspace"
 is "$(q "SELECT capabilities->>'seccomp' FROM mesh.workspaces WHERE run_id = 'tr-deep'")" true \
    "the workspace records the daemon's seccomp capability"
 ref=$(ref_of tr-deep)
-test -d "$WS_DIR/$ref/files/d"; ok $? "it is on the daemon's disk"
+test -d "$(files_of "$ref")/d"; ok $? "it is on the daemon's disk"
 is "$(q "SELECT mesh_release('tr-deep', 'done')")" destroyed "release says destroyed"
 test ! -e "$WS_DIR/$ref"; ok $? "and nothing of it is left on disk"
 
@@ -38,7 +40,7 @@ test ! -e "$WS_DIR/$ref"; ok $? "and nothing of it is left on disk"
 q "SELECT 1 FROM mesh_acquire('tr-stuck', 'tr-agent', 'tester')" >/dev/null
 q "SELECT exit_code FROM mesh_exec('tr-stuck', ARRAY['mkdir', 'm'])" >/dev/null
 ref=$(ref_of tr-stuck)
-mount -t tmpfs -o size=1m mesh-e2e "$WS_DIR/$ref/files/m"
+mount -t tmpfs -o size=1m mesh-e2e "$(files_of "$ref")/m"
 e=$(err "SELECT mesh_release('tr-stuck', 'done')")
 case "$e" in 58030:*"could not be removed"*) ok 0 "an incomplete release raises 58030 (io_error)";;
              *) ok 1 "an incomplete release raises 58030 (io_error)"; echo "# got: $e";; esac
@@ -48,7 +50,7 @@ is "$(q "SELECT status || ' ' || coalesce(release_outcome, '-') FROM mesh.worksp
    "releasing -" "the row stays releasing, without an outcome"
 is "$(q "SELECT status_reason LIKE '%could not be removed%the reaper retries%' FROM mesh.workspaces WHERE run_id = 'tr-stuck'")" \
    t "its reason says what is left and that the reaper retries"
-umount "$WS_DIR/$ref/files/m"
+umount "$(files_of "$ref")/m"
 q "SELECT count(*) FROM mesh.sweep()" >/dev/null
 is "$(q "SELECT status || ' ' || release_outcome FROM mesh.workspaces WHERE run_id = 'tr-stuck'")" \
    "released destroyed" "the next sweep retries and destroys it"

@@ -10,6 +10,8 @@ MESH_PACKAGES=(
   bubblewrap iproute2 procps psmisc python3 python3-psycopg2 jq e2fsprogs util-linux
   python3-yaml                 # k8s_manifests.t: the Kubernetes manifests, read as YAML
   strace                       # 19-standby.t: which umask calls the daemon makes
+  btrfs-progs                  # mkfs.btrfs: --setup-host's workspaces filesystem (disk quotas)
+  bc                           # bench/disk_quota.sh
   clang libclang-rt-14-dev     # sanitizer builds and fuzzers of mesh-sandboxd (CI)
   docker.io busybox-static
   openssl                      # the Kubernetes API-server test double's CA and certificate

@@ -14,8 +14,10 @@ holder_names() {
   for pid in $(pgrep ${2:+-u "$2"} -f "bwrap .*$1/workspaces/"); do
     child=$(pgrep -P "$pid" | head -1)
     # the bind mount's root: .../workspaces/<name>/files, or /<name>/files where workspaces/
-    # is a filesystem of its own (--setup-host --disk-bytes)
+    # is a filesystem of its own (--setup-host --disk-bytes), /<name>/store/files with disk
+    # quotas (the workspace's quota slot)
     name=$([ -n "$child" ] && awk '$5 == "/workspace" { n = split($4, p, "/")
+             if (n >= 4 && p[n] == "files" && p[n - 1] == "store") { print p[n - 2]; exit }
              if (n >= 3 && p[n] == "files") { print p[n - 1]; exit } }' "/proc/$child/mountinfo" 2>/dev/null)
     [ -d "/proc/$pid" ] && echo "${name:-?}"
   done | sort

@@ -82,7 +82,7 @@ like "$(stderr_of "$r")" "Resource temporarily unavailable" "a fork bomb stops a
 # disk: the workspace filesystem fills, the host's does not
 before=$(stat -c %b "$SD_STATE/workspaces.img")
 r=$(run_sh d1 'head -c 400M /dev/zero > big; echo rc=$?')
-like "$(stderr_of "$r")" "No space left on device" "filling /workspace hits the end of its own filesystem"
+like "$(stderr_of "$r")" "Disk quota exceeded" "filling /workspace stops at its quota, inside a filesystem of its own"
 after=$(stat -c %b "$SD_STATE/workspaces.img")
 is "$after" "$before" "the host filesystem gave it nothing more: the image was allocated at set-up"
 run_sh d1 'rm -f big' >/dev/null

@@ -116,12 +116,19 @@ is "$(status) $(err_code "$r")" "404 snapshot_not_found" "deleting it again is 4
 is "$(field "$(api GET '/v1/snapshots?label=mesh.project=p1')" '.snapshots|length')" 0 "the list no longer shows it"
 
 # --- a capture that does not fit, and one a killed daemon left ---
+# (each workspace holds at most its disk quota, a quarter of the 48 MiB: others fill the rest,
+# as many as the disk takes)
 run_sh a 'head -c 30000000 /dev/zero > big' >/dev/null
+for w in f1 f2 f3; do
+  api PUT "/v1/workspaces/$w" >/dev/null
+  [ "$(status)" = 200 ] && run_sh "$w" 'head -c 30000000 /dev/zero > big' >/dev/null
+done
 r=$(api PUT /v1/snapshots/s3 '{"workspace":"a"}')
 is "$(status) $(err_code "$r")" "507 disk_full" "a capture that does not fit the disk is disk_full"
 is "$(ls -A "$SNAPS" | tr '\n' ' ')" "s2 " "and leaves nothing half made"
 is "$(field "$(api GET /v1/snapshots/s3)" .error.code)" snapshot_not_found "nor anything listed"
 run_sh a 'rm big' >/dev/null
+for w in f1 f2 f3; do api DELETE "/v1/workspaces/$w" >/dev/null; done
 mkdir -p "$SNAPS/.capture-s4/tree" && chown -R postgres "$SNAPS/.capture-s4"
 sd_stop TERM
 sd_launch_as postgres
