@@ -5,7 +5,8 @@
 # can fail on mutated copies.  Needs python3 and PyYAML (python3-yaml), no cluster.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
-if ! python3 -c 'import yaml' 2>/dev/null; then
-  echo "1..1"; echo "not ok 1 - python3 with PyYAML (python3-yaml, test/lib/deps.sh) is installed"; exit 1
+PY=/usr/bin/python3             # Debian's python, where python3-yaml (test/lib/deps.sh) lives
+if ! $PY -c 'import yaml' 2>/dev/null; then
+  echo "1..1"; echo "not ok 1 - $PY with PyYAML (python3-yaml, test/lib/deps.sh) is installed"; exit 1
 fi
-exec python3 "$root/test/kubernetes/manifests_test.py"
+exec $PY "$root/test/kubernetes/manifests_test.py"

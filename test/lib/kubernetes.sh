@@ -34,7 +34,8 @@ mesh_k8s_start() {
   head -c 32 /dev/urandom | base64 | tr -d '/+=\n' > "$dir/denied-token"
   chmod 644 "$dir/token" "$dir/denied-token"   # the test cluster's postgres reads them with pg_read_file
   rm -f "$dir/port"   # a port file left by an earlier double in DIR would be read before the new one's
-  python3 "$MESH_K8S_ROOT/test/kubernetes/apiserver_double.py" --cert "$dir/server.pem" \
+  # Debian's python: python3-yaml (test/lib/deps.sh) is there for the double's admission checks
+  /usr/bin/python3 "$MESH_K8S_ROOT/test/kubernetes/apiserver_double.py" --cert "$dir/server.pem" \
     --key "$dir/server.key" --token-file "$dir/token" --denied-token-file "$dir/denied-token" \
     --port-file "$dir/port" \
     --namespace mesh --image "mesh-sandboxd:test=$MESH_K8S_ROOT/deploy/kubernetes/entrypoint.sh" \
