@@ -39,16 +39,22 @@ OBJS = \
 	src/backends/kubernetes_pod.o \
 	src/backends/kubernetes_proxy.o \
 	src/backends/kubernetes_parse.o \
-	src/backends/sandboxd_parse.o
+	src/backends/sandboxd_parse.o \
+	src/version.o
 
 EXTENSION = mesh_exec
-DATA = sql/mesh_exec--0.1.sql
+# The version the control file installs by default; the library refuses to serve any other
+# (src/version.c).  Its script is built from sql/src/ (one file per concept, in name order);
+# released versions' scripts and the upgrade scripts between them are kept as shipped.
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/mesh_exec.control)
+DATA_built = sql/mesh_exec--$(EXTVERSION).sql
+DATA = sql/mesh_exec--0.1.sql $(wildcard $(srcdir)/sql/mesh_exec--*--*.sql)
 PGFILEDESC = "mesh_exec - sandboxed execution for AI-agent harnesses"
 
 REGRESS = setup api_errors lifecycle exec_output background files durability cancel budgets credentials egress privileges privilege_escalation input_limits ownership containment snapshots
 REGRESS_OPTS = --inputdir=. --use-existing
 
-PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl libmicrohttpd)
+PG_CPPFLAGS = -DMESH_EXEC_VERSION='"$(EXTVERSION)"' -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl libmicrohttpd)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
 SHLIB_LINK = $(shell pkg-config --libs jansson libcurl libmicrohttpd) \
 	-Wl,--version-script=$(srcdir)/src/mesh_exec.map
@@ -59,6 +65,9 @@ include $(PGXS)
 
 # pg_regress runs in the database the workers serve (mesh.database), created by test/run.sh.
 CONTRIB_TESTDB = mesh_test
+
+sql/mesh_exec--$(EXTVERSION).sql: $(sort $(wildcard $(srcdir)/sql/src/*.sql))
+	cat $^ > $@
 
 # What the library exports (src/mesh_exec.map) is part of its link.
 $(shlib): src/mesh_exec.map

@@ -73,8 +73,8 @@ SELECT mesh_release('egress-3');
 SELECT mesh.agent_set('pinned', backend => NULL);
 SELECT mesh.backend_disable('nocap');
 
--- a legacy saved policy (no mode) keeps its allowlist behaviour
-UPDATE mesh.egress_settings SET policy = '{"domains": ["legacy.example.org"]}';
+-- a policy saved as a row (an upgrade from 0.1 names the mode of rows that lacked one)
+UPDATE mesh.egress_settings SET policy = '{"mode": "allowlist", "domains": ["legacy.example.org"]}';
 SELECT mesh.egress_policy() - 'default_domains';
 SELECT status FROM mesh_acquire('egress-4', 'netagent', 'grace');
 SELECT exit_code FROM mesh_exec('egress-4', ARRAY['true']);

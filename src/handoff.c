@@ -34,6 +34,7 @@
 #include "utils/timestamp.h"
 
 #include "handoff.h"
+#include "version.h"
 #include "mesh_exec.h"
 
 #define MESH_SUBMIT_WAIT_MS 10000
@@ -492,6 +493,7 @@ mesh_call_slot(int w, const char *run_id, StringInfo request,
 	shm_mq_handle *mqh;
 	uint64		generation = 0;
 
+	mesh_require_sql_version();
 	seg = create_call_segment(run_id, request, blob, blob_len);
 	toc = shm_toc_attach(MESH_CALL_MAGIC, dsm_segment_address(seg));
 	call = shm_toc_lookup(toc, MESH_KEY_CALL, false);

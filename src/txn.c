@@ -35,6 +35,7 @@
 #include "handoff.h"
 #include "mesh_exec.h"
 #include "txn.h"
+#include "version.h"
 
 #define MAX_ARGS 16
 
@@ -115,6 +116,7 @@ mesh_txn(const char *what, MeshCommit commit, MeshTxnBody body, void *arg, Error
 		GetUserIdAndSecContext(&connected_user, &connected_context);
 		become_worker_role();
 		PushActiveSnapshot(GetTransactionSnapshot());
+		mesh_require_sql_version();
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "mesh: SPI_connect failed");
 		if (commit == MESH_COMMIT_DEFERRED)

@@ -1,0 +1,111 @@
+/* mesh_exec--0.1--1.0.sql: upgrade an installed mesh_exec 0.1 to 1.0 (ALTER EXTENSION mesh_exec UPDATE) */
+
+\echo Use "ALTER EXTENSION mesh_exec UPDATE TO '1.0'" to load this file. \quit
+
+-- Every change below keeps what 0.1 had and makes the catalog equal to a fresh 1.0 install
+-- (test/e2e/upgrade.t compares the two).
+
+------------------------------------------------------------------------------
+-- Egress: a policy always names its mode.  0.1 read a saved row without one as
+-- the allowlist (a branch for rows of versions never released); the rows such a
+-- hand-written policy left are given that mode here, so nothing widens or breaks.
+------------------------------------------------------------------------------
+UPDATE mesh.egress_settings SET policy = policy || '{"mode": "allowlist"}'
+ WHERE jsonb_typeof(policy) = 'object' AND NOT policy ? 'mode';
+DROP FUNCTION mesh.egress_policy_parse(jsonb, boolean);
+
+-- Parses a policy document into {"mode", "domains", "uncontrolled"}, or raises
+-- naming what is wrong.  The mode is always named: no version wrote a policy without one.
+CREATE FUNCTION mesh.egress_policy_parse(p jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    mode text;
+    unc text;
+    doms text[] := '{}';
+    k text;
+    d jsonb;
+BEGIN
+    IF p IS NULL OR jsonb_typeof(p) <> 'object' THEN
+        RAISE EXCEPTION 'workspace egress policy must be a JSON object'
+              USING ERRCODE = 'invalid_parameter_value',
+                    HINT = 'Example: {"mode": "allowlist", "domains": ["api.example.com"], "uncontrolled": "refuse"}.';
+    END IF;
+    FOR k IN SELECT jsonb_object_keys(p) LOOP
+        IF k NOT IN ('mode', 'domains', 'uncontrolled') THEN
+            RAISE EXCEPTION 'workspace egress policy: unknown field "%"', k
+                  USING ERRCODE = 'invalid_parameter_value', HINT = 'Fields are mode, domains and uncontrolled.';
+        END IF;
+    END LOOP;
+    IF p ? 'mode' THEN
+        mode := CASE WHEN jsonb_typeof(p->'mode') = 'string' THEN p->>'mode' END;
+        IF mode IS NULL OR mode NOT IN ('open', 'allowlist') THEN
+            RAISE EXCEPTION 'workspace egress policy: mode must be "open" or "allowlist", not %', p->'mode'
+                  USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    ELSE
+        RAISE EXCEPTION 'workspace egress policy: mode is required ("open" or "allowlist")'
+              USING ERRCODE = 'invalid_parameter_value',
+                    HINT = 'Example: {"mode": "allowlist", "domains": ["api.example.com"]}.';
+    END IF;
+    IF p ? 'domains' THEN
+        IF jsonb_typeof(p->'domains') <> 'array' THEN
+            RAISE EXCEPTION 'workspace egress policy: domains must be an array of domain names'
+                  USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        FOR d IN SELECT jsonb_array_elements(p->'domains') LOOP
+            IF jsonb_typeof(d) <> 'string' OR NOT egress_domain_valid(d #>> '{}') THEN
+                RAISE EXCEPTION 'workspace egress policy: % is not a domain name', d
+                      USING ERRCODE = 'invalid_parameter_value',
+                            HINT = 'Lower-case DNS names such as "api.example.com"; a wildcard only as the whole first label ("*.example.com"); no IP addresses, ports or schemes.';
+            END IF;
+            doms := doms || (d #>> '{}');
+        END LOOP;
+    END IF;
+    unc := coalesce(p->>'uncontrolled', 'refuse');
+    IF (p ? 'uncontrolled' AND jsonb_typeof(p->'uncontrolled') <> 'string') OR unc NOT IN ('refuse', 'allow') THEN
+        RAISE EXCEPTION 'workspace egress policy: uncontrolled must be "refuse" or "allow"'
+              USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN jsonb_build_object('mode', mode,
+                              'domains', to_jsonb(ARRAY(SELECT DISTINCT x FROM unnest(doms) x ORDER BY 1)),
+                              'uncontrolled', unc);
+END
+$$;
+REVOKE ALL ON FUNCTION mesh.egress_policy_parse(jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION mesh.egress_policy_parse(jsonb) TO mesh_worker;
+
+-- The saved row parsed, or the install default; a row that cannot be parsed
+-- raises (so acquisition fails rather than silently widening access).
+CREATE OR REPLACE FUNCTION mesh.egress_policy_saved() RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    raw jsonb;
+BEGIN
+    SELECT s.policy INTO raw FROM mesh.egress_settings s;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('mode', 'open', 'domains', '[]'::jsonb, 'uncontrolled', 'refuse');
+    END IF;
+    BEGIN
+        RETURN egress_policy_parse(raw);
+    EXCEPTION WHEN invalid_parameter_value THEN
+        RAISE EXCEPTION 'the saved workspace egress policy is unreadable: %', SQLERRM
+              USING ERRCODE = 'invalid_parameter_value',
+                    HINT = 'An admin saves a valid one with mesh.set_egress_policy(); until then no workspace is acquired.';
+    END;
+END
+$$;
+
+-- PUT: validate and save; affects workspaces created from now on only.
+CREATE OR REPLACE FUNCTION mesh.set_egress_policy(policy jsonb) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    parsed jsonb;
+BEGIN
+    PERFORM mesh.require_args('set_egress_policy', ARRAY['policy'], ARRAY[policy IS NULL]);
+    parsed := egress_policy_parse(policy);
+    INSERT INTO mesh.egress_settings (policy) VALUES (parsed)
+    ON CONFLICT (singleton) DO UPDATE SET policy = excluded.policy, set_at = now();
+    INSERT INTO mesh.events (kind, detail) VALUES ('egress_policy_set', parsed);
+    RETURN egress_policy();
+END
+$$;
