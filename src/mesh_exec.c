@@ -44,6 +44,9 @@ int			mesh_reaper_sweep_timeout_ms = 60000;
 int			mesh_exec_output_limit_bytes = 64 * 1024 * 1024;
 int			mesh_exec_notify_interval_ms = 50;
 int			mesh_exec_output_retention_min = 7 * 24 * 60;
+int			mesh_exec_retention_min = 14 * 24 * 60;
+int			mesh_event_retention_min = 14 * 24 * 60;
+int			mesh_workspace_retention_min = 14 * 24 * 60;
 int			mesh_output_run_quota_mb = 1024;
 int			mesh_output_total_quota_mb = -1;
 int			mesh_output_disk_reserve_mb = -1;
@@ -127,6 +130,23 @@ define_settings(void)
 	DefineCustomIntVariable("mesh.exec_output_retention",
 							"How long a command's stored output is kept after it ends; 0 keeps it.",
 							NULL, &mesh_exec_output_retention_min, 7 * 24 * 60, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MIN, NULL, NULL, NULL);
+	/* history: read by mesh.history_expire(), which the reaper calls each sweep (20_retention.sql) */
+	DefineCustomIntVariable("mesh.exec_retention",
+							"How long a finished command's row (and its stored output) is kept; 0 keeps it.",
+							"Only commands of released or failed runs go; their totals are kept in mesh.usage_daily.",
+							&mesh_exec_retention_min, 14 * 24 * 60, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MIN, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.event_retention",
+							"How long a row of mesh.events is kept; 0 keeps it.",
+							"Events of live workspaces stay whatever their age.",
+							&mesh_event_retention_min, 14 * 24 * 60, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MIN, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.workspace_retention",
+							"How long a released or failed workspace's row is kept after its release; 0 keeps it.",
+							"A row goes only once its commands have gone and no sandbox or live child run needs it; "
+							"its totals are kept in mesh.usage_daily.",
+							&mesh_workspace_retention_min, 14 * 24 * 60, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MIN, NULL, NULL, NULL);
 	DefineCustomIntVariable("mesh.output_run_quota",
 							"Bytes of output one run's commands may store in all (beyond it storing stops, the commands run on).",

@@ -7,7 +7,9 @@
  * mesh.reaper_interval, each sweep bounded by mesh.reaper_sweep_timeout:
  *
  *	1. execs left running by a crash past their timeout are failed and
- *	   charged for the wall time they could have used;
+ *	   charged for the wall time they could have used; history past its
+ *	   retention goes (stored output, finished execs, events, released
+ *	   workspaces; mesh.history_expire), its totals kept in mesh.usage_daily;
  *	2. workspaces whose run failed, that outlived mesh.settings'
  *	   max_run_lifetime, or that sat idle past their idle timeout are
  *	   released (idle ones hibernated where the backend can) -- through the
@@ -137,35 +139,58 @@ fail_lost_execs(json_t *rows)
 	}
 }
 
-/* Execs whose output one transaction of the expiry clears. */
+/* Rows of each kind that one transaction of the expiry deletes, at most. */
 #define EXPIRE_BATCH 5000
 
+/* mesh.history_expire()'s columns: what one batch deleted, and the note each total makes. */
+static const struct
+{
+	const char *column;
+	const char *action;
+	const char *what;
+}			expired_kinds[] = {
+	{"outputs", "output_expired", "the stored output of " INT64_FORMAT " exec(s) passed mesh.exec_output_retention"},
+	{"execs", "execs_expired", INT64_FORMAT " finished exec(s) passed mesh.exec_retention (their totals are in mesh.usage_daily)"},
+	{"events", "events_expired", INT64_FORMAT " event(s) passed mesh.event_retention"},
+	{"workspaces", "workspaces_expired", INT64_FORMAT " released workspace row(s) passed mesh.workspace_retention (their totals are in mesh.usage_daily)"},
+};
+
 /*
- * Stored output past mesh.exec_output_retention goes (and the clamped
- * copies on the exec rows), a batch per transaction until a batch comes
- * back short or the sweep's time is up, so expiry keeps up with any rate of
- * execs; the exec rows then say all their output was dropped.
+ * History past its retention goes (mesh.history_expire, 20_retention.sql):
+ * stored output past mesh.exec_output_retention, then finished execs,
+ * events and released workspaces past theirs, folded first into
+ * mesh.usage_daily.  One batch per transaction of its own (no lock outlives
+ * a batch), until no kind fills a batch or the time given is used, so
+ * expiry keeps up with any rate of execs; a backlog waits for the next
+ * sweep.
  */
 static void
-expire_output(json_t *rows, TimestampTz deadline)
+expire_history(json_t *rows, TimestampTz deadline)
 {
-	MeshParam	p[2] = {mesh_int4_param(mesh_exec_output_retention_min), mesh_int4_param(EXPIRE_BATCH)};
-	int64		total = 0;
-	int64		n;
+	MeshParam	p = mesh_int4_param(EXPIRE_BATCH);
+	int64		total[lengthof(expired_kinds)] = {0};
+	bool		more;
 
-	if (mesh_exec_output_retention_min == 0)
+	if (mesh_exec_output_retention_min == 0 && mesh_exec_retention_min == 0 &&
+		mesh_event_retention_min == 0 && mesh_workspace_retention_min == 0)
 		return;
 	do
 	{
-		MeshRows   *done = reaper_query("SELECT mesh.exec_output_expire($1, $2) AS expired", 2, p);
+		MeshRows   *done = reaper_query("SELECT * FROM mesh.history_expire(p_batch => $1)", 1, &p);
 
-		n = done && done->n == 1 ? mesh_col_int64(done, 0, "expired") : 0;
-		total += n;
+		more = false;
+		for (int k = 0; done != NULL && done->n == 1 && k < lengthof(expired_kinds); k++)
+		{
+			int64		n = mesh_col_int64(done, 0, expired_kinds[k].column);
+
+			total[k] += n;
+			more |= n >= EXPIRE_BATCH;
+		}
 		CHECK_FOR_INTERRUPTS();
-	} while (n == EXPIRE_BATCH && GetCurrentTimestamp() < deadline);
-	if (total > 0)
-		note(rows, "output_expired", NULL, NULL,
-			 psprintf("the stored output of " INT64_FORMAT " exec(s) passed mesh.exec_output_retention", total));
+	} while (more && GetCurrentTimestamp() < deadline);
+	for (int k = 0; k < lengthof(expired_kinds); k++)
+		if (total[k] > 0)
+			note(rows, expired_kinds[k].action, NULL, NULL, psprintf(expired_kinds[k].what, total[k]));
 }
 
 /*--------------------------------------------------------------------------
@@ -709,8 +734,8 @@ sweep(json_t *rows, bool reclaim_only)
 		if (!reclaim_only)
 		{
 			fail_lost_execs(rows);
-			/* a third of the sweep at most: a backlog of expired output waits for the next one */
-			expire_output(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+			/* a third of the sweep at most: a backlog of expired history waits for the next one */
+			expire_history(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 															(deadline - GetCurrentTimestamp()) / 3000));
 			release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														  (deadline - GetCurrentTimestamp()) / 2000));

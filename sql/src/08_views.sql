@@ -53,6 +53,7 @@ SELECT w.run_id, w.agent_id, w.created_by_actor_id, w.status, w.backend_kind,
   FROM mesh.workspaces w JOIN mesh.run_limits l ON l.workspace_id = w.id
  WHERE mesh.may_drive(w.owner_role, (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
+-- (20_retention.sql redefines it: what expired runs left in mesh.usage_daily counts too)
 CREATE VIEW mesh.spend_by_agent AS
 SELECT w.agent_id, count(*) AS runs,
        count(*) FILTER (WHERE w.status IN ('acquiring', 'ready', 'releasing')) AS live_workspaces,
