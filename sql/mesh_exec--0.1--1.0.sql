@@ -149,10 +149,11 @@ CREATE INDEX events_at_idx ON mesh.events (at);
 CREATE INDEX workspaces_settled_idx ON mesh.workspaces ((coalesce(released_at, created_at)))
     WHERE status IN ('released', 'failed');
 
--- A retention setting (an interval GUC such as '14d'; 0: keep) as an interval, NULL for keep.
-CREATE FUNCTION mesh.retention_setting(p_name text) RETURNS interval
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT nullif(current_setting(p_name)::interval, interval '0')
+-- A retention setting's value (as SHOW gives it: '14d', '90min', 0 to keep) as an interval,
+-- NULL for keep.
+CREATE FUNCTION mesh.retention_interval(p_value text) RETURNS interval
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    SELECT nullif(p_value::interval, interval '0')
 $$;
 
 /*
@@ -183,13 +184,13 @@ CREATE FUNCTION mesh.history_expire(p_exec_retention interval DEFAULT NULL,
                                     OUT workspaces bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
-    exec_keep interval := CASE WHEN p_exec_retention IS NULL THEN mesh.retention_setting('mesh.exec_retention')
+    exec_keep interval := CASE WHEN p_exec_retention IS NULL THEN mesh.retention_interval(current_setting('mesh.exec_retention'))
                                ELSE nullif(p_exec_retention, interval '0') END;
-    event_keep interval := CASE WHEN p_event_retention IS NULL THEN mesh.retention_setting('mesh.event_retention')
+    event_keep interval := CASE WHEN p_event_retention IS NULL THEN mesh.retention_interval(current_setting('mesh.event_retention'))
                                 ELSE nullif(p_event_retention, interval '0') END;
-    ws_keep interval := CASE WHEN p_workspace_retention IS NULL THEN mesh.retention_setting('mesh.workspace_retention')
+    ws_keep interval := CASE WHEN p_workspace_retention IS NULL THEN mesh.retention_interval(current_setting('mesh.workspace_retention'))
                              ELSE nullif(p_workspace_retention, interval '0') END;
-    output_keep interval := CASE WHEN p_output_retention IS NULL THEN mesh.retention_setting('mesh.exec_output_retention')
+    output_keep interval := CASE WHEN p_output_retention IS NULL THEN mesh.retention_interval(current_setting('mesh.exec_output_retention'))
                                  ELSE nullif(p_output_retention, interval '0') END;
     ids bigint[];
     runs text[];
@@ -299,5 +300,5 @@ REVOKE ALL ON FUNCTION mesh.history_expire(interval, interval, interval, interva
 GRANT EXECUTE ON FUNCTION mesh.history_expire(interval, interval, interval, interval, integer) TO mesh_worker, mesh_admin;
 -- as 90_privileges.sql gives every table and function of the schema
 GRANT SELECT, INSERT, UPDATE ON mesh.usage_daily TO mesh_worker;
-REVOKE ALL ON FUNCTION mesh.retention_setting(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION mesh.retention_setting(text) TO mesh_worker;
+REVOKE ALL ON FUNCTION mesh.retention_interval(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION mesh.retention_interval(text) TO mesh_worker;
