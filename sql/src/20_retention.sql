@@ -46,11 +46,11 @@ $$;
  * and how many of each is returned (the reaper calls it again, in a new
  * transaction, while any kind filled its batch).  A NULL retention reads its
  * setting; 0 keeps that kind.
- *   outputs:    stored output of execs that ended over p_output_retention ago
- *               (mesh.exec_output_expire; the exec rows stay);
  *   execs:      finished execs of released or failed runs that ended over
  *               p_exec_retention ago, with their output, after their sums went
  *               into mesh.usage_daily;
+ *   outputs:    stored output of the execs left that ended over
+ *               p_output_retention ago (mesh.exec_output_expire; the rows stay);
  *   events:     events older than p_event_retention, except a live workspace's;
  *   workspaces: released or failed workspaces released (or created, if never)
  *               over p_workspace_retention ago (and over p_exec_retention, so
@@ -91,10 +91,6 @@ BEGIN
     END IF;
     outputs := 0; execs := 0; events := 0; workspaces := 0;
 
-    IF output_keep IS NOT NULL THEN
-        outputs := mesh.exec_output_expire(greatest(ceil(extract(epoch FROM output_keep) / 60), 1)::integer, p_batch);
-    END IF;
-
     IF exec_keep IS NOT NULL THEN
         SELECT array_agg(o.id) INTO ids FROM (
             SELECT e.id FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id
@@ -122,6 +118,11 @@ BEGIN
             DELETE FROM mesh.execs e WHERE e.id = ANY (ids);
             GET DIAGNOSTICS execs = ROW_COUNT;
         END IF;
+    END IF;
+
+    -- after the execs: the output of those that went needs no expiry of its own
+    IF output_keep IS NOT NULL THEN
+        outputs := mesh.exec_output_expire(greatest(ceil(extract(epoch FROM output_keep) / 60), 1)::integer, p_batch);
     END IF;
 
     IF event_keep IS NOT NULL THEN
