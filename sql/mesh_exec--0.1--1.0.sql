@@ -164,15 +164,17 @@ $$;
  *   execs:      finished execs of released or failed runs that ended over
  *               p_exec_retention ago, with their output, after their sums went
  *               into mesh.usage_daily;
- *   outputs:    stored output of the execs left that ended over
- *               p_output_retention ago (mesh.exec_output_expire; the rows stay);
+ *   outputs:    once no more execs are due, stored output of the execs left
+ *               that ended over p_output_retention ago (mesh.exec_output_expire;
+ *               the rows stay);
  *   events:     events older than p_event_retention, except a live workspace's;
- *   workspaces: released or failed workspaces released (or created, if never)
- *               over p_workspace_retention ago (and over p_exec_retention, so
- *               their execs are gone), that no exec, live child run or
- *               unreleased sandbox still needs, with their run's grants,
- *               tokens and budget override, after their sums went into
- *               mesh.usage_daily.  The run's id may then be declared again.
+ *   workspaces: once no more execs are due, released or failed workspaces
+ *               released (or created, if never) over p_workspace_retention
+ *               ago (and over p_exec_retention, so their execs are gone), that
+ *               no exec, live child run or unreleased sandbox still needs,
+ *               with their run's grants, tokens and budget override, after
+ *               their sums went into mesh.usage_daily.  The run's id may then
+ *               be declared again.
  * The only deletion mesh_worker may cause, hence a definer's function.
  */
 CREATE FUNCTION mesh.history_expire(p_exec_retention interval DEFAULT NULL,
@@ -235,22 +237,24 @@ BEGIN
         END IF;
     END IF;
 
-    -- after the execs: the output of those that went needs no expiry of its own
-    IF output_keep IS NOT NULL THEN
+    -- after the execs, and only once they are done: output of execs about to go needs no expiry
+    IF output_keep IS NOT NULL AND execs < p_batch THEN
         outputs := mesh.exec_output_expire(greatest(ceil(extract(epoch FROM output_keep) / 60), 1)::integer, p_batch);
     END IF;
 
     IF event_keep IS NOT NULL THEN
-        DELETE FROM mesh.events v WHERE v.id IN (
+        SELECT array_agg(o.id) INTO ids FROM (
             SELECT x.id FROM mesh.events x
              WHERE x.at < now() - event_keep
                AND NOT EXISTS (SELECT 1 FROM mesh.workspaces w
                                 WHERE w.id = x.workspace_id AND w.status NOT IN ('released', 'failed'))
-             ORDER BY x.at LIMIT p_batch);
+             ORDER BY x.at LIMIT p_batch) o;
+        DELETE FROM mesh.events v WHERE v.id = ANY (ids);
         GET DIAGNOSTICS events = ROW_COUNT;
     END IF;
 
-    IF ws_keep IS NOT NULL THEN
+    -- once no more execs are due: a run's row can go only after its execs
+    IF ws_keep IS NOT NULL AND execs < p_batch THEN
         SELECT array_agg(o.id), array_agg(o.run_id) INTO ids, runs FROM (
             SELECT w.id, w.run_id FROM mesh.workspaces w
              WHERE w.status IN ('released', 'failed')
