@@ -79,15 +79,12 @@ burst_measure() {
   BURST_P99=$(burst_pct "$WORK/burst.ms" 0.99)
 }
 
-# burst_report: the figures and, stage by stage, where the burst's time went
-burst_report() {
+# burst_summary: the figures, and the stage that took the largest share of a first exec
+burst_summary() {
   printf 'burst of %d: time to first exec p50 %s ms, p99 %s ms, %d failures; single cold start %s ms (p50 of %d, %d failures); ideal (%d x single / %d cores) %s ms; p99 / ideal %s\n' \
     "$BURST_N" "$BURST_P50" "$BURST_P99" "$BURST_FAILURES" "$BURST_SINGLE" "$BURST_SINGLES" \
     "$BURST_SINGLE_FAILURES" "$BURST_N" "$CORES" "$BURST_IDEAL" \
     "$(awk -v p="$BURST_P99" -v i="$BURST_IDEAL" 'BEGIN { printf "%.2fx", p / i }')"
-  [ -n "$BURST_STAGES" ] || return 0
-  printf '%-10s %-10s %-14s %8s %12s %12s %8s\n' phase op stage calls total_ms ms_per_call "%_total"
-  awk '{ printf "%-10s %-10s %-14s %8s %12s %12s %8s\n", "burst", $1, $2, $3, $4, $5, $6 }' <<<"$BURST_STAGES"
   # the stage (other than total) with the largest share of the exec's time
   awk '$1 == "exec" && $2 != "total" && $6 + 0 > best { best = $6 + 0; s = $2 }
     END {
@@ -101,6 +98,12 @@ burst_report() {
     }' <<<"$BURST_STAGES"
 }
 
+# burst_stage_table: stage by stage, where the burst's time went
+burst_stage_table() {
+  printf '%-10s %-10s %-14s %8s %12s %12s %8s\n' phase op stage calls total_ms ms_per_call "%_total"
+  awk '{ printf "%-10s %-10s %-14s %8s %12s %12s %8s\n", "burst", $1, $2, $3, $4, $5, $6 }' <<<"$BURST_STAGES"
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail
   cd "$(dirname "$0")/.."
@@ -112,6 +115,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   echo "bench/burst.sh: $BURST_N runs at once, $BURST_SINGLES single cold starts; $(lscpu | sed -n 's/^Model name: *//p'), $CORES cores;" \
        "load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
   burst_measure "$BURST_N" "$BURST_SINGLES"
-  burst_report
+  burst_stage_table
+  burst_summary
   echo "load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
 fi
