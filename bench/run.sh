@@ -198,7 +198,7 @@ fsyncs=$(q -c "SELECT round(wal_sync::numeric / ($CLIENTS * ($ITER + 1)), 4) FRO
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 MD=bench/out/run.md
 {
-  echo "<!-- bench/run.sh $ITER $CLIENTS, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $CORES cores, load $LOAD_START at start, $LOAD_END at end -->"
+  echo "<!-- bench/run.sh $ITER $CLIENTS $BURST_N, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $MODEL, $CORES cores, $MEM_GIB GiB, load $LOAD_START at start, $LOAD_END at end -->"
   echo "| figure | what | median (p99) | baseline | median (p99) | ratio | target |"
   echo "|---|---|---|---|---|---|---|"
 } > "$MD"
