@@ -212,7 +212,12 @@ row() {
     BEGIN {
       split(check, c, " ")
       r = c[1] == "q" ? p / bp : m / b
+      # a ratio is judged only when its figures were measured (a few execs may take less CPU
+      # than one clock tick; a burst whose every run failed has no p99)
+      num = "^[0-9]+(\\.[0-9]+)?$"
+      valid = c[1] == "q" ? p ~ num && bp ~ num && bp > 0 : c[1] == "m" ? m ~ num : m ~ num && b ~ num && b > 0
       if (check == "-") met = "-"
+      else if (!valid) met = "unmeasured"
       else {
         x = c[1] == "m" ? m : r
         met = (c[2] == "<=" && x <= c[3]) || (c[2] == "<" && x < c[3]) || (c[2] == ">=" && x >= c[3]) ? "met" : "MISSED"
@@ -283,7 +288,8 @@ printf '\n| target | measured | baseline (same run) | ratio | target | |\n|---|-
 target() {
   awk -v what="$1" -v v="$2" -v b="$3" -v unit="$4" -v op="$5" -v t="$6" -v md="$MD" 'BEGIN {
     r = v / b
-    met = (op == "<=" && r <= t) || (op == ">=" && r >= t) ? "met" : "MISSED"
+    if (!(v ~ /^[0-9]+(\.[0-9]+)?$/ && b ~ /^[0-9]+(\.[0-9]+)?$/ && b > 0)) met = "unmeasured"
+    else met = (op == "<=" && r <= t) || (op == ">=" && r >= t) ? "met" : "MISSED"
     printf "  %-54s %10.3f %10.3f %-5s %7.2fx  %s %.1fx  %s\n", what, v, b, unit, r, op, t, met
     printf "| %s | %.3f %s | %.3f %s | **%.2fx** | %s %.1fx | %s |\n", what, v, unit, b, unit, r, op, t, tolower(met) >> md
   }'

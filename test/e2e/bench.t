@@ -33,13 +33,14 @@ if [ "$(id -u)" -eq 0 ]; then
 else
   ok 0 "# SKIP cpu_bound_sd: mesh-sandboxd's own CPU is measured as root only"
 fi
-targets=$(grep -cE '^(warm_exec|sandboxd|cold_start|cpu_per_exec) .*<= [0-9.]+x +(met|MISSED)$|^(warm_stream|burst) .*p99 <= [0-9.]+x +(met|MISSED)$|^concurrent .*>= 0\.7x +(met|MISSED)$|^acquire .*< 1 ms +(met|MISSED)$|^fsync_per_exec .*<= 0\.3 +(met|MISSED)$' "$out")
+# a few execs may take less CPU than one clock tick: then CPU per exec is judged "unmeasured"
+targets=$(grep -cE '^(warm_exec|sandboxd|cold_start) .*<= [0-9.]+x +(met|MISSED)$|^cpu_per_exec .*<= 1\.2x +(met|MISSED|unmeasured)$|^(warm_stream|burst) .*p99 <= [0-9.]+x +(met|MISSED)$|^concurrent .*>= 0\.7x +(met|MISSED)$|^acquire .*< 1 ms +(met|MISSED)$|^fsync_per_exec .*<= 0\.3 +(met|MISSED)$' "$out")
 is "$targets" 9 "each figure with a target says whether it met it"
 grep -qE "^burst of 5: time to first exec p50 $num ms, p99 $num ms, 0 failures; single cold start $num ms \(p50 of 3, 0 failures\); ideal \(5 x single / [0-9]+ cores\) $num ms" "$out"
 ok $? "the burst of 5: p50, p99, the single cold start and the ideal, every run's first exec done"
 # the targets table: a header, then one indented row per target, each a ratio and met/MISSED
 rows=$(awk '/^targets: each a ratio/ { t = 1; next } t && /^$/ { exit } t' "$out" |
-  grep -cE "^  .* $num +$num +(ms|/s|/exec) +$num"x"  (<=|>=) $num"x"  (met|MISSED)$")
+  grep -cE "^  .* $num +$num +(ms|/s|/exec) +$num"x"  (<=|>=) $num"x"  (met|MISSED)$|^  CPU per warm exec .* unmeasured$")
 is "$rows" 6 "the targets table: six rows, each a ratio to its baseline, met or MISSED"
 grep -qE "^  burst of 5: p99 time to first exec / ideal .*(met|MISSED)$" "$out"
 ok $? "the targets table has the burst's row"
