@@ -113,6 +113,7 @@ read -r idle_med idle_p99 < <(summary warm_idle)
 # --- warm exec while background commands stream, vs quiet -----------------------------
 # each prints a numbered line every 10 ms (bash builtins: read times out on a FIFO no one
 # writes), so that the streaming, not the command, is what competes with the warm execs
+# shellcheck disable=SC2016  # expanded by the sandbox's bash, not here
 STREAMER='rm -f .bench-fifo; mkfifo .bench-fifo; exec 3<> .bench-fifo; i=0
 while :; do i=$((i + 1)); echo "line $i of a background command streaming its output"; read -t 0.01 -u 3 || :; done'
 for b in $(seq 1 "$STREAMS"); do
@@ -126,7 +127,6 @@ for _ in $(seq $ROUNDS); do
   done > "$WORK/streams"
   sleep 0.3
   q -c "CALL bench.warm_exec('bench-warm', $(share "$ITER"), 'warm_stream')"
-  # shellcheck disable=SC2046
   q -c "SELECT count(mesh_exec_kill(id)) FROM unnest('{$(paste -sd, "$WORK/streams")}'::bigint[]) id" >/dev/null
 done
 read -r quiet_med quiet_p99 < <(summary warm_quiet)

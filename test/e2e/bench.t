@@ -40,7 +40,7 @@ grep -qE "^burst of 5: time to first exec p50 $num ms, p99 $num ms, 0 failures; 
 ok $? "the burst of 5: p50, p99, the single cold start and the ideal, every run's first exec done"
 # the targets table: a header, then one indented row per target, each a ratio and met/MISSED
 rows=$(awk '/^targets: each a ratio/ { t = 1; next } t && /^$/ { exit } t' "$out" |
-  grep -cE "^  .* $num +$num +(ms|/s|/exec) +$num"x"  (<=|>=) $num"x"  (met|MISSED)$|^  CPU per warm exec .* unmeasured$")
+  grep -cE "^  .* $num +$num +(ms|/s|/exec) +${num}x  (<=|>=) ${num}x  (met|MISSED)$|^  CPU per warm exec .* unmeasured$")
 is "$rows" 6 "the targets table: six rows, each a ratio to its baseline, met or MISSED"
 grep -qE "^  burst of 5: p99 time to first exec / ideal .*(met|MISSED)$" "$out"
 ok $? "the targets table has the burst's row"
