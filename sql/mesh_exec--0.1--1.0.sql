@@ -109,3 +109,56 @@ BEGIN
     RETURN egress_policy();
 END
 $$;
+
+------------------------------------------------------------------------------
+-- pg_dump (README "Backup and restore"): 0.1 dumped every row of the live tables and
+-- none of their sequences, and a restore failed on the rows CREATE EXTENSION makes.
+-- Now a live run's rows and run tokens stay out, the id sequences come along, and a
+-- restored policy row or embedded backend replaces the fresh install's own (01_catalog.sql).
+------------------------------------------------------------------------------
+SELECT pg_catalog.pg_extension_config_dump('mesh.workspaces',
+    $$WHERE status = 'released' OR (status = 'failed' AND released_at IS NOT NULL)$$);
+SELECT pg_catalog.pg_extension_config_dump('mesh.workspaces_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.execs',
+    $$WHERE workspace_id IN (SELECT w.id FROM mesh.workspaces w
+                              WHERE w.status = 'released' OR (w.status = 'failed' AND w.released_at IS NOT NULL))$$);
+SELECT pg_catalog.pg_extension_config_dump('mesh.execs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.events',
+    $$WHERE run_id IS NULL
+         OR run_id NOT IN (SELECT w.run_id FROM mesh.workspaces w
+                            WHERE NOT (w.status = 'released' OR (w.status = 'failed' AND w.released_at IS NOT NULL)))$$);
+SELECT pg_catalog.pg_extension_config_dump('mesh.events_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.snapshots', $$WHERE status <> 'capturing'$$);
+SELECT pg_catalog.pg_extension_config_dump('mesh.grants',
+    $$WHERE run_id NOT IN (SELECT w.run_id FROM mesh.workspaces w
+                            WHERE NOT (w.status = 'released' OR (w.status = 'failed' AND w.released_at IS NOT NULL)))$$);
+SELECT pg_catalog.pg_extension_config_dump('mesh.grants_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.run_tokens', 'WHERE false');
+SELECT pg_catalog.pg_extension_config_dump('mesh.snapshot_shares',
+    $$WHERE snapshot_id IN (SELECT s.id FROM mesh.snapshots s WHERE s.status <> 'capturing')$$);
+SELECT pg_catalog.pg_extension_config_dump('mesh.exec_output',
+    $$WHERE exec_id IN (SELECT e.id FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id
+                         WHERE w.status = 'released' OR (w.status = 'failed' AND w.released_at IS NOT NULL))$$);
+
+CREATE FUNCTION mesh.settings_restored() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    DELETE FROM mesh.settings;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER settings_restored BEFORE INSERT ON mesh.settings
+    FOR EACH ROW EXECUTE FUNCTION mesh.settings_restored();
+
+CREATE FUNCTION mesh.backends_restored() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    DELETE FROM mesh.backends b
+     WHERE b.name = NEW.name AND b.created_at > NEW.created_at AND b.config @> '{"embedded": true}';
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER backends_restored BEFORE INSERT ON mesh.backends
+    FOR EACH ROW EXECUTE FUNCTION mesh.backends_restored();
+REVOKE ALL ON FUNCTION mesh.settings_restored(), mesh.backends_restored() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION mesh.settings_restored(), mesh.backends_restored() TO mesh_worker;
