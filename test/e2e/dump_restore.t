@@ -8,36 +8,38 @@
 # live, and the restored install serves a new run with a restored secret.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../lib/cluster.sh"
-plan 22
 [ "$(id -u)" -eq 0 ] || { echo "1..0 # skip needs root to start a cluster as postgres"; exit 0; }
+plan 22
 
 SRC_HOST=$PGHOST SRC_PORT=$PGPORT
+S=$$   # names of this run's backend, agent, environment and runs: the file can run again
 dir=$(mktemp -d "${MESH_TEST_WORK:-/tmp}/mesh-dump.XXXXXX"); chmod 755 "$dir"
 DST_DIR=$dir/pg DST_PORT=${MESH_DUMP_PORT:-$((PGPORT + 50))}
 cleanup() {
   MESH_PORT=$DST_PORT mesh_cluster_stop "$DST_DIR"
   rm -rf "$dir"
-  PGHOST=$SRC_HOST PGPORT=$SRC_PORT psql -X -q -c "SELECT mesh_release('dump-live')" >/dev/null 2>&1
+  PGHOST=$SRC_HOST PGPORT=$SRC_PORT psql -X -q -c "SELECT mesh_release('dump-live-$S')" >/dev/null 2>&1
 }
 trap cleanup EXIT
+export PGOPTIONS="-c client_min_messages=warning"   # the set-up NOTICEs
 src() { PGHOST=$SRC_HOST PGPORT=$SRC_PORT psql -X -qAt -v ON_ERROR_STOP=1 -c "$1"; }
 dst() { PGHOST=$DST_DIR PGPORT=$DST_PORT psql -X -qAt -v ON_ERROR_STOP=1 -c "$1"; }
 
 # --- an install, configured, with a finished run and a live one ---
-secret='s3cr3t-dump-value-0451' credential='backend-credential-0451'
+secret="s3cr3t-dump-$S-0451" credential="backend-credential-$S"
 src "DO \$\$ BEGIN
        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'dump_harness') THEN
          CREATE ROLE dump_harness LOGIN IN ROLE mesh_harness;
        END IF; END \$\$;
-     SELECT mesh.backend_add('dump-remote', 'sandboxd', '{\"url\": \"http://127.0.0.1:9\"}', enabled => false,
+     SELECT mesh.backend_add('dump-remote-$S', 'sandboxd', '{\"url\": \"http://127.0.0.1:9\"}', enabled => false,
                              catalog_order => 950);
-     SELECT mesh.backend_set_credential('dump-remote', '$credential');
-     SELECT mesh.agent_set('dump-agent', default_size => 'small');
-     SELECT mesh.agent_set_budget('dump-agent', max_compute_seconds => 900, max_concurrent_workspaces => 7);
-     SELECT mesh.agent_grant('dump-agent', 'dump_harness');
-     SELECT mesh.run_set_budget('dump-budgeted', max_compute_seconds => 33);
-     SELECT mesh.secret_set('dump-agent', 'dump_token', '$secret');
-     SELECT mesh.environment_set('dump-env', '[{\"kind\": \"secret\", \"name\": \"dump_token\", \"as\": \"DUMP_TOKEN\"}]')" >/dev/null
+     SELECT mesh.backend_set_credential('dump-remote-$S', '$credential');
+     SELECT mesh.agent_set('dump-agent-$S', default_size => 'small');
+     SELECT mesh.agent_set_budget('dump-agent-$S', max_compute_seconds => 900, max_concurrent_workspaces => 7);
+     SELECT mesh.agent_grant('dump-agent-$S', 'dump_harness');
+     SELECT mesh.run_set_budget('dump-budgeted-$S', max_compute_seconds => 33);
+     SELECT mesh.secret_set('dump-agent-$S', 'dump_token', '$secret');
+     SELECT mesh.environment_set('dump-env-$S', '[{\"kind\": \"secret\", \"name\": \"dump_token\", \"as\": \"DUMP_TOKEN\"}]')" >/dev/null
 ok $? "the source install is configured"
 # the instance policy and egress are the install's: saved as they were, put back at the end
 policy=$(src "SELECT row_to_json(s) FROM mesh.settings s")
@@ -54,13 +56,13 @@ trap 'restore_policy; cleanup' EXIT
 src "SELECT mesh.set_policy(max_run_lifetime => '20 hours', tier_climb_reset_runs => 5);
      SELECT mesh.set_egress_policy('{\"mode\": \"allowlist\", \"domains\": [\"dump.example.org\"]}')" >/dev/null
 
-src "SELECT 1 FROM mesh_acquire('dump-done', 'dump-agent', 'dump-actor', environment => 'dump-env')" >/dev/null
-done_out=$(src "SELECT stdout FROM mesh_exec('dump-done', ARRAY['sh', '-c', 'echo finished run'])")
-src "SELECT mesh_release('dump-done')" >/dev/null
-src "SELECT 1 FROM mesh_acquire('dump-live', 'dump-agent', 'dump-actor', environment => 'dump-env')" >/dev/null
-src "SELECT 1 FROM mesh_exec('dump-live', ARRAY['true'])" >/dev/null
-is "$(src "SELECT status FROM mesh.workspaces WHERE run_id = 'dump-live'")" ready "a live run holds a ready workspace"
-is "$(src "SELECT count(*) > 0 FROM mesh.run_tokens WHERE run_id = 'dump-live' AND revoked_at IS NULL")" t \
+src "SELECT 1 FROM mesh_acquire('dump-done-$S', 'dump-agent-$S', 'dump-actor', environment => 'dump-env-$S')" >/dev/null
+done_out=$(src "SELECT stdout FROM mesh_exec('dump-done-$S', ARRAY['sh', '-c', 'echo finished run'])")
+src "SELECT mesh_release('dump-done-$S')" >/dev/null
+src "SELECT 1 FROM mesh_acquire('dump-live-$S', 'dump-agent-$S', 'dump-actor', environment => 'dump-env-$S')" >/dev/null
+src "SELECT 1 FROM mesh_exec('dump-live-$S', ARRAY['true'])" >/dev/null
+is "$(src "SELECT status FROM mesh.workspaces WHERE run_id = 'dump-live-$S'")" ready "a live run holds a ready workspace"
+is "$(src "SELECT count(*) > 0 FROM mesh.run_tokens WHERE run_id = 'dump-live-$S' AND revoked_at IS NULL")" t \
    "and a live run token"
 
 # --- the dump: roles (pg_dumpall --globals-only) and the database ---
@@ -107,36 +109,36 @@ src_config=$(src "$config") dst_config=$(dst "$config")
 is "$dst_config" "$src_config" "the restored configuration equals the source's"
 echo "$dst_config" | grep -q '"20:00:00"' && echo "$dst_config" | grep -q 'dump.example.org'
 ok $? "including the changed instance policy and the egress allowlist"
-is "$(dst "SELECT md5(credential) = md5('$credential') FROM mesh.backend_credentials WHERE backend = 'dump-remote'")" t \
+is "$(dst "SELECT md5(credential) = md5('$credential') FROM mesh.backend_credentials WHERE backend = 'dump-remote-$S'")" t \
    "the backend credential is restored as set (pg_dump carries credentials)"
 
 # --- live state: not restored; finished runs' history: restored ---
 is "$(dst "SELECT count(*) FROM mesh.workspaces WHERE status NOT IN ('released', 'failed') OR released_at IS NULL")" 0 \
    "no restored workspace is live"
-is "$(dst "SELECT count(*) FROM mesh.workspaces WHERE run_id = 'dump-live'")" 0 "the live run's workspace is not restored"
-is "$(dst "SELECT (SELECT count(*) FROM mesh.execs WHERE run_id = 'dump-live')
-              + (SELECT count(*) FROM mesh.grants WHERE run_id = 'dump-live')
-              + (SELECT count(*) FROM mesh.events WHERE run_id = 'dump-live')")" 0 \
+is "$(dst "SELECT count(*) FROM mesh.workspaces WHERE run_id = 'dump-live-$S'")" 0 "the live run's workspace is not restored"
+is "$(dst "SELECT (SELECT count(*) FROM mesh.execs WHERE run_id = 'dump-live-$S')
+              + (SELECT count(*) FROM mesh.grants WHERE run_id = 'dump-live-$S')
+              + (SELECT count(*) FROM mesh.events WHERE run_id = 'dump-live-$S')")" 0 \
    "nor its commands, grants or events"
 is "$(dst "SELECT count(*) FROM mesh.run_tokens")" 0 "no run token is restored"
-is "$(dst "SELECT status || ' ' || release_outcome FROM mesh.workspaces WHERE run_id = 'dump-done'")" \
+is "$(dst "SELECT status || ' ' || release_outcome FROM mesh.workspaces WHERE run_id = 'dump-done-$S'")" \
    "released destroyed" "the finished run's workspace is restored, released"
-is "$(dst "SELECT string_agg(o.stdout, '') FROM mesh.execs e, mesh_exec_output(e.id) o WHERE e.run_id = 'dump-done'")" \
+is "$(dst "SELECT string_agg(o.stdout, '') FROM mesh.execs e, mesh_exec_output(e.id) o WHERE e.run_id = 'dump-done-$S'")" \
    "$done_out" "its command and its stored output are restored"
-is "$(dst "SELECT count(*) FROM mesh.events WHERE run_id = 'dump-done'")" \
-   "$(src "SELECT count(*) FROM mesh.events WHERE run_id = 'dump-done'")" "and its events"
+is "$(dst "SELECT count(*) FROM mesh.events WHERE run_id = 'dump-done-$S'")" \
+   "$(src "SELECT count(*) FROM mesh.events WHERE run_id = 'dump-done-$S'")" "and its events"
 
 # --- the restored install works: a new run with the restored agent, environment and secret ---
-dst "SELECT 1 FROM mesh_acquire('dump-after', 'dump-agent', 'dump-actor', environment => 'dump-env')" >/dev/null
-got=$(dst "SELECT stdout FROM mesh_exec('dump-after', ARRAY['sh', '-c', 'printf %s \"\$DUMP_TOKEN\" | sha256sum | cut -c1-64'])")
+dst "SELECT 1 FROM mesh_acquire('dump-after-$S', 'dump-agent-$S', 'dump-actor', environment => 'dump-env-$S')" >/dev/null
+got=$(dst "SELECT stdout FROM mesh_exec('dump-after-$S', ARRAY['sh', '-c', 'printf %s \"\$DUMP_TOKEN\" | sha256sum | cut -c1-64'])")
 is "$got" "$(printf %s "$secret" | sha256sum | cut -c1-64)" "a new run on the restored install gets the restored secret"
-is "$(dst "SELECT size FROM mesh.workspaces WHERE run_id = 'dump-after'")" small "with the restored agent's default size"
-is "$(dst "SELECT (SELECT id FROM mesh.workspaces WHERE run_id = 'dump-after')
-                  > (SELECT id FROM mesh.workspaces WHERE run_id = 'dump-done')")" t \
+is "$(dst "SELECT size FROM mesh.workspaces WHERE run_id = 'dump-after-$S'")" small "with the restored agent's default size"
+is "$(dst "SELECT (SELECT id FROM mesh.workspaces WHERE run_id = 'dump-after-$S')
+                  > (SELECT id FROM mesh.workspaces WHERE run_id = 'dump-done-$S')")" t \
    "its workspace id follows the restored ones (the sequences are restored)"
-dst "SELECT mesh_release('dump-after')" >/dev/null
+dst "SELECT mesh_release('dump-after-$S')" >/dev/null
 ok $? "and it releases"
 
 # --- the source is untouched: its live run still runs ---
-is "$(src "SELECT exit_code FROM mesh_exec('dump-live', ARRAY['true'])")" 0 "the source's live run still runs"
+is "$(src "SELECT exit_code FROM mesh_exec('dump-live-$S', ARRAY['true'])")" 0 "the source's live run still runs"
 done_testing

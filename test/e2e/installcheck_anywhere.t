@@ -8,8 +8,8 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../lib/cluster.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-plan 6
 [ "$(id -u)" -eq 0 ] || { echo "1..0 # skip needs root to start a cluster as postgres"; exit 0; }
+plan 6
 
 dir=$(mktemp -d "${MESH_TEST_WORK:-/tmp}/mesh-anywhere.XXXXXX"); chmod 755 "$dir"
 port=${MESH_ANYWHERE_PORT:-$((PGPORT + 51))} db=mesh_other_db
