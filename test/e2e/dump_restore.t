@@ -9,21 +9,48 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../lib/cluster.sh"
 [ "$(id -u)" -eq 0 ] || { echo "1..0 # skip needs root to start a cluster as postgres"; exit 0; }
-plan 22
+plan 23
 
 SRC_HOST=$PGHOST SRC_PORT=$PGPORT
 S=$$   # names of this run's backend, agent, environment and runs: the file can run again
 dir=$(mktemp -d "${MESH_TEST_WORK:-/tmp}/mesh-dump.XXXXXX"); chmod 755 "$dir"
 DST_DIR=$dir/pg DST_PORT=${MESH_DUMP_PORT:-$((PGPORT + 50))}
 cleanup() {
+  kill "$stand_in_pid" 2>/dev/null
   MESH_PORT=$DST_PORT mesh_cluster_stop "$DST_DIR"
   rm -rf "$dir"
-  PGHOST=$SRC_HOST PGPORT=$SRC_PORT psql -X -q -c "SELECT mesh_release('dump-live-$S')" >/dev/null 2>&1
+  # the source keeps no backend of this file's (the stand-in is gone)
+  PGHOST=$SRC_HOST PGPORT=$SRC_PORT psql -X -q -c "SELECT mesh_release('dump-live-$S')" \
+    -c "DELETE FROM mesh.backends WHERE name = 'dump-remote-$S'" >/dev/null 2>&1
 }
 trap cleanup EXIT
 export PGOPTIONS="-c client_min_messages=warning"   # the set-up NOTICEs
 src() { PGHOST=$SRC_HOST PGPORT=$SRC_PORT psql -X -qAt -v ON_ERROR_STOP=1 -c "$1"; }
 dst() { PGHOST=$DST_DIR PGPORT=$DST_PORT psql -X -qAt -v ON_ERROR_STOP=1 -c "$1"; }
+
+# a remote backend's stand-in: records the Authorization header of each request, serves none
+/usr/bin/python3 - "$dir/auth.log" "$dir/stand_in.port" <<'PY' &
+import http.server, sys
+class Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+    def answer(self):
+        with open(sys.argv[1], "a") as f:
+            f.write("%s\n" % self.headers.get("Authorization"))
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"error": "stand-in"}')
+    do_GET = do_POST = do_PUT = do_DELETE = answer
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+with open(sys.argv[2] + ".tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+import os; os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+server.serve_forever()
+PY
+stand_in_pid=$!
+for _ in $(seq 1 100); do [ -s "$dir/stand_in.port" ] && break; sleep 0.1; done
+remote_port=$(cat "$dir/stand_in.port")
 
 # --- an install, configured, with a finished run and a live one ---
 secret="s3cr3t-dump-$S-0451" credential="backend-credential-$S"
@@ -31,7 +58,7 @@ src "DO \$\$ BEGIN
        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'dump_harness') THEN
          CREATE ROLE dump_harness LOGIN IN ROLE mesh_harness;
        END IF; END \$\$;
-     SELECT mesh.backend_add('dump-remote-$S', 'sandboxd', '{\"url\": \"http://127.0.0.1:9\"}', enabled => false,
+     SELECT mesh.backend_add('dump-remote-$S', 'sandboxd', '{\"url\": \"http://127.0.0.1:$remote_port\"}', enabled => false,
                              catalog_order => 950);
      SELECT mesh.backend_set_credential('dump-remote-$S', '$credential');
      SELECT mesh.agent_set('dump-agent-$S', default_size => 'small');
@@ -138,6 +165,15 @@ is "$(dst "SELECT (SELECT id FROM mesh.workspaces WHERE run_id = 'dump-after-$S'
    "its workspace id follows the restored ones (the sequences are restored)"
 dst "SELECT mesh_release('dump-after-$S')" >/dev/null
 ok $? "and it releases"
+
+# the restored backend credential is the one the restored install sends (the stand-in serves
+# no workspace: the run fails, after its request)
+dst "SELECT mesh.backend_enable('dump-remote-$S');
+     SELECT mesh.agent_set('dump-pinned-$S', backend => 'dump-remote-$S')" >/dev/null
+PGHOST=$DST_DIR PGPORT=$DST_PORT psql -X -qAt -c "SELECT 1 FROM mesh_acquire('dump-pinned-$S', 'dump-pinned-$S', 'dump-actor')" \
+  -c "SELECT exit_code FROM mesh_exec('dump-pinned-$S', ARRAY['true'])" >/dev/null 2>&1
+grep -qx "Bearer $credential" "$dir/auth.log"
+ok $? "the restored install sends the restored backend credential to that backend"
 
 # --- the source is untouched: its live run still runs ---
 is "$(src "SELECT exit_code FROM mesh_exec('dump-live-$S', ARRAY['true'])")" 0 "the source's live run still runs"
