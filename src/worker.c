@@ -255,6 +255,7 @@ flush_outbox(WorkerCall *call, uint64 flush_ns)
 			call->times.worker_txn_ns += flush_ns;
 			call->times.replied_at_ns = mesh_clock_ns();
 			call->times.backend = mesh_stat_backend(call->be.driver ? call->be.name : NULL);
+			mesh_stat_worker_activity(worker_index, true);	/* counted before its caller can look */
 			mesh_msg_set_times(msg->head, &call->times);
 		}
 		/* after WOULD_BLOCK, the same parts again: the queue remembers how far it got */
@@ -422,7 +423,8 @@ free_call(WorkerCall *call)
 	dlist_delete(&call->node);
 	if (!call->uncounted)
 		ncalls--;
-	mesh_stat_worker_activity(worker_index, true);
+	/* a call that sent no reply (the worker's own, or its caller left) ends here */
+	mesh_stat_worker_activity(worker_index, call->times.replied_at_ns == 0);
 	leave_background_slot(call);
 	release_caller(call);
 	MemoryContextDelete(call->cxt);
