@@ -116,7 +116,7 @@ $$;
 -- Per backend (NULL: calls that reached none -- declarations, sweeps, calls
 -- refused or abandoned before a worker answered) and operation: calls, the
 -- calls that raised an error, total and mean time, and latency percentiles
--- read from a log-bucket histogram (within about a fifth of the true value).
+-- read from a log-bucket histogram (at worst a quarter off the exact value).
 CREATE FUNCTION mesh.stat_get_backends()
 RETURNS TABLE (backend text, operation text, calls bigint, errors bigint,
                total_time double precision, mean_time double precision,

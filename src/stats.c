@@ -12,9 +12,9 @@
  * never a pointer.  Counting is atomics only; naming a row, the first time
  * a backend answers, takes stat_lock, and a row keeps its name for the
  * life of the server.  A call's latency goes to a log-bucket histogram
- * (four buckets per doubling, from 1024 ns: within 19% of the true value
- * once interpolated), and the view computes p50/p95/p99 from it, so the
- * call path never sorts or allocates.
+ * (four buckets per doubling from 1024 ns, each at most a quarter wider
+ * than its floor, which bounds a percentile's error), and the view
+ * computes p50/p95/p99 from it, so the call path never sorts or allocates.
  *
  * A reset zeroes the counters and stamps stats_reset; the rows stay (a
  * scraper sees counters fall to zero, not series vanish).
