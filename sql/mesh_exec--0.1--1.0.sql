@@ -124,6 +124,14 @@ RETURNS TABLE (backend text, operation text, calls bigint, errors bigint,
                stats_reset timestamptz)
     AS 'MODULE_PATHNAME', 'mesh_stat_backends' LANGUAGE C VOLATILE;
 
+-- The same calls' latency histogram as Prometheus reads one (postgres_exporter's HISTOGRAM):
+-- upper bounds in seconds, one per doubling from 8 us, the calls below each (cumulative), their
+-- total time in seconds and their number, so that percentiles can be computed over any window.
+CREATE FUNCTION mesh.stat_get_backend_latency()
+RETURNS TABLE (backend text, operation text, le double precision[], calls_below bigint[],
+               sum_seconds double precision, calls bigint)
+    AS 'MODULE_PATHNAME', 'mesh_stat_backend_latency' LANGUAGE C VOLATILE;
+
 -- Per worker: its pid (NULL while not running), calls waiting in its queue and
 -- in progress, its busy time (awake in its loop), calls it ended, when it last
 -- took or ended one.
@@ -141,6 +149,10 @@ CREATE VIEW mesh.stat_backends AS
 SELECT backend, operation, calls, errors, total_time, mean_time, p50_time, p95_time, p99_time,
        stats_reset
   FROM mesh.stat_get_backends();
+
+CREATE VIEW mesh.stat_backend_latency AS
+SELECT backend, operation, le, calls_below, sum_seconds, calls
+  FROM mesh.stat_get_backend_latency();
 
 CREATE VIEW mesh.stat_workers AS
 SELECT worker, pid, queue_depth, calls_in_flight, busy_time, calls, last_activity, stats_reset
@@ -171,12 +183,17 @@ SELECT w.agent_id,
                        FROM mesh.execs e WHERE e.workspace_id = w.id) x ON true
  GROUP BY w.agent_id;
 
-REVOKE ALL ON FUNCTION mesh.stat_get_backends(), mesh.stat_get_workers(), mesh.stat_reset() FROM PUBLIC;
-REVOKE ALL ON mesh.stat_backends, mesh.stat_workers, mesh.stat_agents FROM PUBLIC;
+REVOKE ALL ON FUNCTION mesh.stat_get_backends(), mesh.stat_get_backend_latency(), mesh.stat_get_workers(),
+                       mesh.stat_reset() FROM PUBLIC;
+REVOKE ALL ON mesh.stat_backends, mesh.stat_backend_latency, mesh.stat_workers, mesh.stat_agents FROM PUBLIC;
 GRANT USAGE ON SCHEMA mesh TO pg_monitor;
-GRANT EXECUTE ON FUNCTION mesh.stat_get_backends(), mesh.stat_get_workers() TO mesh_admin, pg_monitor;
-GRANT SELECT ON mesh.stat_backends, mesh.stat_workers, mesh.stat_agents TO mesh_admin, pg_monitor;
+GRANT EXECUTE ON FUNCTION mesh.stat_get_backends(), mesh.stat_get_backend_latency(), mesh.stat_get_workers()
+      TO mesh_admin, pg_monitor;
+GRANT SELECT ON mesh.stat_backends, mesh.stat_backend_latency, mesh.stat_workers, mesh.stat_agents
+      TO mesh_admin, pg_monitor;
 GRANT EXECUTE ON FUNCTION mesh.stat_reset() TO mesh_admin;
 -- as sql/src/90_privileges.sql gives the workers every table and function of the schema
-GRANT SELECT, INSERT, UPDATE ON mesh.stat_backends, mesh.stat_workers, mesh.stat_agents TO mesh_worker;
-GRANT EXECUTE ON FUNCTION mesh.stat_get_backends(), mesh.stat_get_workers(), mesh.stat_reset() TO mesh_worker;
+GRANT SELECT, INSERT, UPDATE ON mesh.stat_backends, mesh.stat_backend_latency, mesh.stat_workers, mesh.stat_agents
+      TO mesh_worker;
+GRANT EXECUTE ON FUNCTION mesh.stat_get_backends(), mesh.stat_get_backend_latency(), mesh.stat_get_workers(),
+                          mesh.stat_reset() TO mesh_worker;

@@ -28,17 +28,25 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "catalog/pg_type.h"
 #include "port/pg_bitutils.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 #include "handoff.h"
 
 PG_FUNCTION_INFO_V1(mesh_stat_backends);
+PG_FUNCTION_INFO_V1(mesh_stat_backend_latency);
 PG_FUNCTION_INFO_V1(mesh_stat_workers);
 PG_FUNCTION_INFO_V1(mesh_stat_reset);
 
 #define BUCKET_SHIFT 10			/* the histogram's unit: 1024 ns */
+/* mesh.stat_backend_latency's buckets: one per doubling, from bucket 8 (8 us) on */
+#define EXPORT_FIRST 8
+#define EXPORT_BOUNDS ((MESH_STAT_BUCKETS - EXPORT_FIRST) / 4)
+StaticAssertDecl(EXPORT_FIRST + 4 * (EXPORT_BOUNDS - 1) < MESH_STAT_BUCKETS,
+				 "every exported bound is a bucket's floor");
 
 /* Zero every counter a reset clears (the rows' names and seen marks stay). */
 static void
@@ -239,6 +247,13 @@ mesh_stat_worker_activity(int index, bool ended)
 	pg_atomic_write_u64(&ws->last_activity, (uint64) GetCurrentTimestamp());
 }
 
+/* The backend column of row B: its name, "(other)", or NULL (no backend, or a row not in use). */
+static const char *
+row_label(int b)
+{
+	return b == MESH_STAT_OTHER ? "(other)" : row_name(b);
+}
+
 /* stats_reset, for the views' rows. */
 static Datum
 stats_reset_datum(void)
@@ -290,7 +305,7 @@ mesh_stat_backends(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	for (int b = 0; b < MESH_STAT_SLOTS; b++)
 	{
-		const char *name = b == MESH_STAT_OTHER ? "(other)" : row_name(b);
+		const char *name = row_label(b);
 
 		if (b != MESH_STAT_NO_BACKEND && name == NULL)
 			continue;
@@ -321,6 +336,62 @@ mesh_stat_backends(PG_FUNCTION_ARGS)
 			values[8] = Float8GetDatum(percentile_ms(buckets, n, 0.99));
 			nulls[5] = nulls[6] = nulls[7] = nulls[8] = (n == 0 || calls == 0);
 			values[9] = reset;
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	}
+	return (Datum) 0;
+}
+
+/*
+ * mesh.stat_backend_latency(): the histogram of mesh.stat_backends' rows as
+ * Prometheus reads one, so that a monitoring stack computes percentiles over
+ * any window it likes: upper bounds in seconds, one per doubling from 8 us,
+ * each with the calls counted below it (cumulative), and the calls' total
+ * time and number.  The calls above the last bound are in the count only.
+ */
+Datum
+mesh_stat_backend_latency(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		bounds[EXPORT_BOUNDS];
+
+	for (int i = 0; i < EXPORT_BOUNDS; i++)
+		bounds[i] = Float8GetDatum(bucket_floor_ns(EXPORT_FIRST + 4 * i) / 1e9);
+	InitMaterializedSRF(fcinfo, 0);
+	for (int b = 0; b < MESH_STAT_SLOTS; b++)
+	{
+		const char *name = row_label(b);
+
+		if (b != MESH_STAT_NO_BACKEND && name == NULL)
+			continue;
+		for (int op = 1; op < MESH_OP_COUNT; op++)
+		{
+			MeshOpStats *s = &mesh_shared->stat_backends[b].ops[op];
+			Datum		counts[EXPORT_BOUNDS];
+			uint64		below = 0;
+			int			next = 0;
+			Datum		values[6];
+			bool		nulls[6] = {false};
+
+			if (pg_atomic_read_u32(&s->seen) == 0)
+				continue;
+			/* the calls in the buckets below each bound: bound i is bucket EXPORT_FIRST + 4i's floor */
+			for (int i = 0; i < MESH_STAT_BUCKETS; i++)
+			{
+				if (next < EXPORT_BOUNDS && i == EXPORT_FIRST + 4 * next)
+					counts[next++] = Int64GetDatum((int64) below);
+				below += pg_atomic_read_u64(&s->buckets[i]);
+			}
+			values[0] = name ? CStringGetTextDatum(name) : (Datum) 0;
+			nulls[0] = name == NULL;
+			values[1] = CStringGetTextDatum(mesh_op_name((MeshOp) op));
+			values[2] = PointerGetDatum(construct_array(bounds, EXPORT_BOUNDS, FLOAT8OID,
+														sizeof(float8), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			values[3] = PointerGetDatum(construct_array(counts, EXPORT_BOUNDS, INT8OID,
+														sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			values[4] = Float8GetDatum(pg_atomic_read_u64(&s->total_ns) / 1e9);
+			/* the buckets' own total, so that the last bucket and the count agree */
+			values[5] = Int64GetDatum((int64) below);
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 	}

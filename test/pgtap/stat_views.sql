@@ -5,9 +5,10 @@
 -- counts an agent's runs and commands from the tables; mesh_admin and pg_monitor read them,
 -- only mesh_admin resets, PUBLIC and harness roles get nothing.  The worker commits the rows
 -- these calls make, so the file releases its run.
-SELECT plan(36);
+SELECT plan(39);
 
 SELECT has_view('mesh', 'stat_backends', 'mesh.stat_backends exists');
+SELECT has_view('mesh', 'stat_backend_latency', 'mesh.stat_backend_latency exists');
 SELECT has_view('mesh', 'stat_workers', 'mesh.stat_workers exists');
 SELECT has_view('mesh', 'stat_agents', 'mesh.stat_agents exists');
 SELECT has_function('mesh', 'stat_reset', ARRAY[]::text[], 'mesh.stat_reset() exists');
@@ -22,11 +23,11 @@ SELECT columns_are('mesh', 'stat_workers',
 
 -- privileges: read by mesh_admin and pg_monitor, reset by mesh_admin only, nothing for others
 SELECT ok(bool_and(has_table_privilege('mesh_admin', v, 'SELECT') AND has_table_privilege('pg_monitor', v, 'SELECT')),
-          'mesh_admin and pg_monitor may read the three views')
-  FROM unnest(ARRAY['mesh.stat_backends', 'mesh.stat_workers', 'mesh.stat_agents']) v;
+          'mesh_admin and pg_monitor may read the four views')
+  FROM unnest(ARRAY['mesh.stat_backends', 'mesh.stat_backend_latency', 'mesh.stat_workers', 'mesh.stat_agents']) v;
 SELECT ok(NOT bool_or(has_table_privilege('mesh_harness', v, 'SELECT') OR has_table_privilege('public', v, 'SELECT')),
           'neither a harness role nor PUBLIC may read them')
-  FROM unnest(ARRAY['mesh.stat_backends', 'mesh.stat_workers', 'mesh.stat_agents']) v;
+  FROM unnest(ARRAY['mesh.stat_backends', 'mesh.stat_backend_latency', 'mesh.stat_workers', 'mesh.stat_agents']) v;
 SELECT ok(has_function_privilege('mesh_admin', 'mesh.stat_reset()', 'EXECUTE')
           AND NOT has_function_privilege('pg_monitor', 'mesh.stat_reset()', 'EXECUTE')
           AND NOT has_function_privilege('mesh_harness', 'mesh.stat_reset()', 'EXECUTE')
@@ -83,6 +84,17 @@ SELECT ok((SELECT total_time > 0 AND abs(mean_time * calls - total_time) < 1e-6 
                   AND p50_time > 0 AND p50_time <= p95_time AND p95_time <= p99_time
              FROM mesh.stat_backends WHERE backend = :'backend' AND operation = 'exec'),
           'the commands took time: the mean is total/calls, 0 < p50 <= p95 <= p99');
+-- the histogram Prometheus reads holds the same calls: cumulative counts under rising bounds
+SELECT is((SELECT l.calls || '/' || round((l.sum_seconds * 1000)::numeric, 3)
+             FROM mesh.stat_backend_latency l WHERE l.backend = :'backend' AND l.operation = 'exec'),
+          (SELECT b.calls || '/' || round(b.total_time::numeric, 3)
+             FROM mesh.stat_backends b WHERE b.backend = :'backend' AND b.operation = 'exec'),
+          'the latency histogram counts the same commands and time as mesh.stat_backends');
+SELECT ok((SELECT le = (SELECT array_agg(x ORDER BY x) FROM unnest(le) x)
+                  AND calls_below = (SELECT array_agg(c ORDER BY c) FROM unnest(calls_below) c)
+                  AND calls_below[array_length(calls_below, 1)] <= calls AND calls_below[1] = 0
+             FROM mesh.stat_backend_latency WHERE backend = :'backend' AND operation = 'exec'),
+          'its bounds rise and the calls below them never fall, up to the count');
 SELECT ok((SELECT sum(calls) FROM mesh.stat_workers) >= 5
           AND (SELECT bool_or(busy_time > 0 AND last_activity >= :'before_reset'::timestamptz) FROM mesh.stat_workers),
           'the workers counted the calls they ended, their busy time and last activity');
