@@ -6,6 +6,7 @@ OBJS = \
 	src/handoff.o \
 	src/calls.o \
 	src/stages.o \
+	src/stats.o \
 	src/api.o \
 	src/worker.o \
 	src/worker_acquire.o \
