@@ -159,10 +159,10 @@ static const struct
  * History past its retention goes (mesh.history_expire, 20_retention.sql):
  * finished execs, events and released workspaces past theirs, folded first
  * into mesh.usage_daily, and the stored output of the execs kept past
- * mesh.exec_output_retention.  One batch per transaction of its own (no lock outlives
- * a batch), until no kind fills a batch or the time given is used, so
- * expiry keeps up with any rate of execs; a backlog waits for the next
- * sweep.
+ * mesh.exec_output_retention.  One batch per transaction of its own (no
+ * lock outlives a batch), until no kind fills a batch or the time given is
+ * used, so expiry keeps up with any rate of execs; a backlog waits for the
+ * next sweep.
  */
 static void
 expire_history(json_t *rows, TimestampTz deadline)
