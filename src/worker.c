@@ -702,10 +702,15 @@ complete_run(WorkerCall *call)
  * moves that come before a backend call, the results its callers are about
  * to hear of), so one flush covers every call of the turn.  written_wanted:
  * commits that need only be written before the requests leave (an ordinary
- * exec's row: the flush of its result takes it to disk).
+ * exec's row: the flush of its result takes it to disk).  reply_wanted:
+ * commits that must be on disk before the turn's messages go out but not
+ * before its requests (an exec's result), which may wait a little for other
+ * calls' results to share their flush (group commit, gather_until).
  */
 static XLogRecPtr durable_wanted = InvalidXLogRecPtr;
 static XLogRecPtr written_wanted = InvalidXLogRecPtr;
+static XLogRecPtr reply_wanted = InvalidXLogRecPtr;
+static TimestampTz gather_until = 0;
 
 /*
  * What the call committed up to lsn must be on disk before the loop sends
@@ -730,23 +735,121 @@ worker_want_written(XLogRecPtr lsn)
 }
 
 /*
+ * What the call committed up to lsn (a result) must be on disk before any
+ * message of the loop goes out; the requests may leave first.  The flush
+ * may wait up to mesh.worker_group_commit_delay for other results.
+ */
+void
+worker_want_reply_durable(XLogRecPtr lsn)
+{
+	if (lsn > reply_wanted)
+		reply_wanted = lsn;
+}
+
+/*
+ * Calls of this worker that are not answered yet and not waiting for a
+ * flush (their results may still commit), background followers left out:
+ * they run for minutes.  Published in the worker's slot each turn, for the
+ * other workers' group commit.
+ */
+static uint32
+open_calls(void)
+{
+	dlist_iter	iter;
+	uint32		n = 0;
+
+	dlist_foreach(iter, &calls)
+	{
+		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
+
+		if (call->step != STEP_FINISHED && call->follow == NULL && !call->caller_gone)
+			n++;
+	}
+	return n;
+}
+
+/*
+ * Could a result that shares this turn's flush commit soon: does a call of
+ * this worker or of another still wait for its answer?  With none, waiting
+ * only delays the reply (a lone client never waits).
+ */
+static bool
+others_may_commit(void)
+{
+	if (open_calls() > 0)
+		return true;
+	for (int i = 0; i < mesh_shared->nworkers; i++)
+		if (i != worker_index && pg_atomic_read_u32(&mesh_shared->workers[i].open_calls) > 0)
+			return true;
+	return false;
+}
+
+/*
  * Make this turn's commits durable, or written where that is all they need:
  * one flush and one write at most, whatever the number of calls.  Runs
  * before the turn's requests are put on the wire (they only leave in
  * mesh_http_drive), so a command never runs without its exec row in the
- * WAL files, whatever process crashes.  Returns the time taken, in ns.
+ * WAL files, whatever process crashes.  Results (reply_wanted) may wait
+ * for a flush: up to mesh.worker_group_commit_delay while other calls are
+ * in progress, so that one fdatasync covers the results of several calls,
+ * of this worker's and, since the flush goes to the end of the WAL
+ * inserted so far, of the other workers' (whose own flush then finds its
+ * commits on disk and costs nothing).  *may_reply: the messages queued may
+ * go out now; false, they wait for a later turn's flush.  Returns the time
+ * taken, in ns.
  */
 static uint64
-make_turn_durable(void)
+make_turn_durable(bool *may_reply)
 {
 	uint64		ns = 0;
+	XLogRecPtr	flush = durable_wanted;
 
-	if (written_wanted > durable_wanted)
+	*may_reply = true;
+	if (reply_wanted != InvalidXLogRecPtr && durable_wanted < reply_wanted &&
+		GetFlushRecPtr(NULL) < reply_wanted)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		if (gather_until == 0)
+			gather_until = TimestampTzPlusMilliseconds(now, mesh_worker_group_commit_delay_ms);
+		if (now < gather_until && others_may_commit())
+			*may_reply = false;
+		else
+			flush = reply_wanted;
+	}
+	if (flush != InvalidXLogRecPtr && mesh_worker_group_commit_delay_ms > 0)
+	{
+		/* what the other workers committed meanwhile goes with it, at no cost */
+		XLogRecPtr	inserted = GetXLogInsertRecPtr();
+
+		if (inserted > flush)
+			flush = inserted;
+	}
+	if (written_wanted > flush)
 		ns += mesh_write_to(written_wanted);
-	ns += mesh_flush_to(durable_wanted);
+	ns += mesh_flush_to(flush);
 	durable_wanted = InvalidXLogRecPtr;
 	written_wanted = InvalidXLogRecPtr;
+	if (*may_reply || (flush != InvalidXLogRecPtr && flush >= reply_wanted))
+	{
+		*may_reply = true;
+		reply_wanted = InvalidXLogRecPtr;
+		gather_until = 0;
+	}
 	return ns;
+}
+
+/* How long the loop may sleep while replies wait for a shared flush (-1: none wait). */
+static long
+gather_timeout(void)
+{
+	long		left;
+
+	if (gather_until == 0)
+		return -1;
+	left = (long) ((gather_until - GetCurrentTimestamp() + 999) / 1000);
+	/* look again within a millisecond: another worker's flush may cover the replies */
+	return Min(Max(left, 0L), 1L);
 }
 
 /* Send what the calls queued (the turn made durable) and free the calls that ended. */
@@ -946,6 +1049,8 @@ mesh_worker_main(Datum arg)
 		bool		runnable;
 		int			completed;
 		uint64		flush_ns;
+		bool		may_reply;
+		long		gather_wait;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -958,7 +1063,7 @@ mesh_worker_main(Datum arg)
 		mesh_http_drive();
 		runnable = advance_all();
 		/* make the turn's commits durable, then push new requests onto the wire and reply */
-		flush_ns = make_turn_durable();
+		flush_ns = make_turn_durable(&may_reply);
 		if (exec_ended_this_turn)
 		{
 			/* mesh_exec_wait's callers look again, now that the ends are on disk */
@@ -966,7 +1071,9 @@ mesh_worker_main(Datum arg)
 			ConditionVariableBroadcast(&mesh_shared->exec_ended);
 		}
 		completed = mesh_http_drive();
-		send_all(flush_ns);
+		if (may_reply)
+			send_all(flush_ns);
+		pg_atomic_write_u32(&mesh_shared->workers[worker_index].open_calls, open_calls());
 		/* finished requests mean another pass */
 		if (completed > 0 || runnable || any_call_ready() || queued_calls_fit())
 			continue;
@@ -975,6 +1082,9 @@ mesh_worker_main(Datum arg)
 		calls_wait = calls_timeout();
 		if (calls_wait >= 0 && (timeout < 0 || calls_wait < timeout))
 			timeout = calls_wait;
+		gather_wait = gather_timeout();
+		if (gather_wait >= 0 && (timeout < 0 || gather_wait < timeout))
+			timeout = gather_wait;
 		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}

@@ -149,6 +149,7 @@ extern void start_op(WorkerCall *call, CallStep step, bool built, const MeshHttp
 extern bool workspace_has_capability(WorkerCall *call, const char *name);
 extern void worker_want_durable(XLogRecPtr lsn);
 extern void worker_want_written(XLogRecPtr lsn);
+extern void worker_want_reply_durable(XLogRecPtr lsn);
 extern const char *caller_role(WorkerCall *call);
 
 /* worker_acquire.c: declare, materialize, wake, the run token, tier climb */

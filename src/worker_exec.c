@@ -582,7 +582,7 @@ finish_exec(WorkerCall *call)
 		reply_txn_error(call, err);
 		return;
 	}
-	worker_want_durable(lsn);
+	worker_want_reply_durable(lsn);
 	charge_budget(call, rec.charged_seconds);
 	notice_egress_denials(call, result.egress_denials);
 	notice_disk_quota(call, &result);
