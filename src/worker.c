@@ -1051,6 +1051,7 @@ mesh_worker_main(Datum arg)
 		uint64		flush_ns;
 		bool		may_reply;
 		long		gather_wait;
+		long		stats_wait;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -1085,6 +1086,14 @@ mesh_worker_main(Datum arg)
 		gather_wait = gather_timeout();
 		if (gather_wait >= 0 && (timeout < 0 || gather_wait < timeout))
 			timeout = gather_wait;
+		/*
+		 * About to sleep: report what the statistics still hold (a turn's
+		 * flush comes after its transactions' reports), at most once a
+		 * second, so an idle worker's WAL flushes reach pg_stat_wal.
+		 */
+		stats_wait = pgstat_report_stat(false);
+		if (stats_wait > 0 && (timeout < 0 || stats_wait < timeout))
+			timeout = stats_wait;
 		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
