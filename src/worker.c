@@ -556,22 +556,6 @@ start_op(WorkerCall *call, CallStep step, bool built, const MeshHttpRequest *req
 }
 
 /*
- * Whether the workspace's recorded capabilities include NAME.  Capabilities
- * are recorded when the workspace is materialized; a workspace without them
- * (or with unreadable ones) has none: absent means absent (invariant 6).
- */
-bool
-workspace_has_capability(WorkerCall *call, const char *name)
-{
-	json_t	   *caps = call->ws.capabilities ? json_loads(call->ws.capabilities, 0, NULL) : NULL;
-	bool		has = caps != NULL && json_is_true(json_object_get(caps, name));
-
-	if (caps)
-		json_decref(caps);
-	return has;
-}
-
-/*
  * The role that made the call (an oid, as text), which a run belongs to
  * when it declares it; NULL for the pool's own calls (reaper releases).
  */
