@@ -871,45 +871,86 @@ start_if_due(WorkerCall *call)
 }
 
 /*
+ * Move one call on as far as it goes without waiting.  Returns true when it
+ * can go on at once (STEP_START again).
+ */
+static bool
+advance_one(WorkerCall *call)
+{
+	MemoryContext old = MemoryContextSwitchTo(call->cxt);
+	bool		runnable;
+
+	CHECK_FOR_INTERRUPTS();
+	call->txn_mark = mesh_txn_time_ns;
+	if (call->hdr && pg_atomic_read_u32(&call->hdr->cancelled) && !call->caller_gone)
+	{
+		call->caller_gone = true;
+		if (call->step == STEP_OPERATING && call->op == MESH_OP_EXEC && call->run.active)
+			cancel_exec(call);
+		else if (call->step == STEP_PARKED || call->step == STEP_START)
+			call->step = STEP_FINISHED;
+	}
+	start_if_due(call);
+	if (call->step == STEP_AWAITING_BROKER && broker_listening(call))
+		call->step = STEP_START;
+	if (call->step == STEP_FOLLOW_PAUSED)
+		follow_when_due(call, GetCurrentTimestamp());
+	if (mesh_run_ready(&call->run))
+	{
+		complete_run(call);
+		/* a workspace just set up: the command starts in this turn, under its one flush */
+		start_if_due(call);
+	}
+	settle_txn_time(call);
+	runnable = call->step == STEP_START;
+	MemoryContextSwitchTo(old);
+	return runnable;
+}
+
+/* The followers' turn was given up to the calls' answers last time. */
+static bool followers_deferred = false;
+
+/*
  * One pass over all calls.  Returns true when some call can make progress
- * without waiting (so the loop should not sleep).
+ * without waiting (so the loop should not sleep).  Callers first: a
+ * background command's follower stores output in transactions of its own,
+ * which would hold up the turn's flush and replies, so when a caller's call
+ * ended in this pass the followers wait for the next turn, one turn at most
+ * (the loop does not sleep while their answers are ready).
  */
 static bool
 advance_all(void)
 {
 	dlist_mutable_iter iter;
 	bool		runnable = false;
+	bool		answered = false;
 
 	dlist_foreach_modify(iter, &calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
-		MemoryContext old = MemoryContextSwitchTo(call->cxt);
+		bool		was_finished = call->step == STEP_FINISHED;
 
-		CHECK_FOR_INTERRUPTS();
-		call->txn_mark = mesh_txn_time_ns;
-		if (call->hdr && pg_atomic_read_u32(&call->hdr->cancelled) && !call->caller_gone)
-		{
-			call->caller_gone = true;
-			if (call->step == STEP_OPERATING && call->op == MESH_OP_EXEC && call->run.active)
-				cancel_exec(call);
-			else if (call->step == STEP_PARKED || call->step == STEP_START)
-				call->step = STEP_FINISHED;
-		}
-		start_if_due(call);
-		if (call->step == STEP_AWAITING_BROKER && broker_listening(call))
-			call->step = STEP_START;
-		if (call->step == STEP_FOLLOW_PAUSED)
-			follow_when_due(call, GetCurrentTimestamp());
-		if (mesh_run_ready(&call->run))
-		{
-			complete_run(call);
-			/* a workspace just set up: the command starts in this turn, under its one flush */
-			start_if_due(call);
-		}
-		settle_txn_time(call);
-		if (call->step == STEP_START)
+		if (call->follow != NULL)
+			continue;
+		if (advance_one(call))
 			runnable = true;
-		MemoryContextSwitchTo(old);
+		if (!was_finished && call->step == STEP_FINISHED && !call->caller_gone)
+			answered = true;
+	}
+	if (answered && !followers_deferred)
+	{
+		followers_deferred = true;
+		return runnable;
+	}
+	followers_deferred = false;
+	dlist_foreach_modify(iter, &calls)
+	{
+		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
+
+		if (call->follow == NULL)
+			continue;
+		if (advance_one(call))
+			runnable = true;
 	}
 	return runnable;
 }

@@ -5,7 +5,7 @@
 # calls meet, and what is counted is flushes (pg_stat_wal.wal_sync) and rows.
 . "$(dirname "$0")/lib.sh"
 plan 7
-N=12
+N=16
 out=$(mktemp -d)
 trap 'rm -rf "$out"; q "ALTER SYSTEM RESET mesh.worker_group_commit_delay" >/dev/null; q "SELECT pg_reload_conf()" >/dev/null' EXIT
 workers=$(q "SHOW mesh.workers")
