@@ -31,6 +31,7 @@
 
 #include "mesh_json.h"
 
+#include "access/xlog_internal.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -806,6 +807,14 @@ make_turn_durable(bool *may_reply)
 		/* what the other workers committed meanwhile goes with it, at no cost */
 		XLogRecPtr	inserted = GetXLogInsertRecPtr();
 
+		/*
+		 * At the start of a page the insert position points past the page's
+		 * header, which is not written yet: flushing there is asking past the
+		 * end of the WAL.  Whatever ends within a header's length of the page
+		 * start is left to its own flush.
+		 */
+		if (inserted % XLOG_BLCKSZ <= SizeOfXLogLongPHD)
+			inserted -= inserted % XLOG_BLCKSZ;
 		if (inserted > flush)
 			flush = inserted;
 	}
