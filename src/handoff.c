@@ -103,6 +103,7 @@ mesh_shmem_startup(void)
 		{
 			SpinLockInit(&mesh_shared->workers[i].mutex);
 			ConditionVariableInit(&mesh_shared->workers[i].queue_changed);
+			pg_atomic_init_u32(&mesh_shared->workers[i].open_calls, 0);
 		}
 		mesh_stages_init();
 		mesh_stats_init();
@@ -568,6 +569,7 @@ mesh_worker_detach_slot(int index)
 	slot->pid = 0;
 	slot->generation++;
 	SpinLockRelease(&slot->mutex);
+	pg_atomic_write_u32(&slot->open_calls, 0);
 }
 
 /*

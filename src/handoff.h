@@ -49,6 +49,7 @@ typedef struct MeshWorkerSlot
 	uint64		generation;		/* bumped on each (re)start */
 	uint32		head;			/* next handle to take */
 	uint32		tail;			/* next free position */
+	pg_atomic_uint32 open_calls;	/* callers' calls in progress, not yet answered (group commit) */
 	dsm_handle	queue[MESH_QUEUE_LEN];
 } MeshWorkerSlot;
 

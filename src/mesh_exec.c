@@ -38,6 +38,7 @@ int			mesh_max_file_bytes = 16 * 1024 * 1024;
 int			mesh_max_stdin_bytes = 16 * 1024 * 1024;
 int			mesh_worker_lock_timeout_ms = 2000;
 int			mesh_worker_max_calls = 128;
+int			mesh_worker_group_commit_delay_ms = 2;
 int			mesh_max_background_per_worker = 256;
 int			mesh_reaper_interval_s = 600;
 int			mesh_reaper_sweep_timeout_ms = 60000;
@@ -99,6 +100,12 @@ define_settings(void)
 	DefineCustomIntVariable("mesh.worker_lock_timeout",
 							"How long a worker waits for a row lock before failing the request.",
 							NULL, &mesh_worker_lock_timeout_ms, 2000, 10, 600000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	/* how long an exec's result may wait for others' commits to share its WAL flush */
+	DefineCustomIntVariable("mesh.worker_group_commit_delay",
+							"Longest a worker holds an exec's reply for other calls' results to share its WAL flush.",
+							"Only while other calls are in progress; 0 flushes at once.",
+							&mesh_worker_group_commit_delay_ms, 2, 0, 100,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	/* each call in progress holds a socket; curl's fd_set reaches descriptor 1023 only */
 	DefineCustomIntVariable("mesh.worker_max_calls",

@@ -24,6 +24,7 @@ extern int	mesh_max_file_bytes;
 extern int	mesh_max_stdin_bytes;
 extern int	mesh_worker_lock_timeout_ms;
 extern int	mesh_worker_max_calls;
+extern int	mesh_worker_group_commit_delay_ms;
 extern int	mesh_max_background_per_worker;
 extern int	mesh_reaper_interval_s;
 extern int	mesh_reaper_sweep_timeout_ms;

@@ -187,6 +187,7 @@ fill_workspace(MeshWorkspace *ws, const MeshRows *r)
 	ws->external_ref = mesh_col_text(r, 0, "external_ref");
 	ws->size = mesh_col_text(r, 0, "size");
 	ws->capabilities = mesh_col_text(r, 0, "capabilities");
+	mesh_capabilities_parse(ws->capabilities, &ws->caps);
 	ws->backend_found = mesh_col_bool(r, 0, "backend_found");
 	ws->backend_enabled = mesh_col_bool(r, 0, "backend_enabled");
 	ws->driver = mesh_col_text(r, 0, "driver");
@@ -344,6 +345,7 @@ materialize_body(void *arg)
 
 	be.driver->declared_capabilities(&be, &caps);
 	ws->capabilities = MemoryContextStrdup(mesh_txn_result_cxt(), mesh_capabilities_text(&caps));
+	ws->caps = caps;
 	ws->external_ref = MemoryContextStrdup(mesh_txn_result_cxt(),
 										   be.driver->workspace_ref(&be, a->install_id, ws->id));
 	json_decref(be.config);
@@ -395,6 +397,7 @@ store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, MeshCommit c
 	ws->reason_code = MESH_REASON_NONE;
 	ws->status_reason = NULL;
 	ws->capabilities = caps_text;
+	ws->caps = *caps;
 	return true;
 }
 

@@ -83,6 +83,7 @@ typedef struct MeshWorkspace
 	char	   *external_ref;
 	char	   *size;
 	char	   *capabilities;	/* JSON text or NULL */
+	MeshCapabilities caps;		/* the same, decoded once per row read (absent: false) */
 	char	   *egress;			/* network policy captured at creation: JSON text or NULL */
 	/* what /workspace stands on (store_snapshot_choose at materialization, then the row) */
 	char	   *snapshot_ref;	/* the snapshot's external_ref; NULL: empty */

@@ -31,6 +31,7 @@
 
 #include "mesh_json.h"
 
+#include "access/xlog_internal.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -560,22 +561,6 @@ start_op(WorkerCall *call, CallStep step, bool built, const MeshHttpRequest *req
 }
 
 /*
- * Whether the workspace's recorded capabilities include NAME.  Capabilities
- * are recorded when the workspace is materialized; a workspace without them
- * (or with unreadable ones) has none: absent means absent (invariant 6).
- */
-bool
-workspace_has_capability(WorkerCall *call, const char *name)
-{
-	json_t	   *caps = call->ws.capabilities ? json_loads(call->ws.capabilities, 0, NULL) : NULL;
-	bool		has = caps != NULL && json_is_true(json_object_get(caps, name));
-
-	if (caps)
-		json_decref(caps);
-	return has;
-}
-
-/*
  * The role that made the call (an oid, as text), which a run belongs to
  * when it declares it; NULL for the pool's own calls (reaper releases).
  */
@@ -706,10 +691,15 @@ complete_run(WorkerCall *call)
  * moves that come before a backend call, the results its callers are about
  * to hear of), so one flush covers every call of the turn.  written_wanted:
  * commits that need only be written before the requests leave (an ordinary
- * exec's row: the flush of its result takes it to disk).
+ * exec's row: the flush of its result takes it to disk).  reply_wanted:
+ * commits that must be on disk before the turn's messages go out but not
+ * before its requests (an exec's result), which may wait a little for other
+ * calls' results to share their flush (group commit, gather_until).
  */
 static XLogRecPtr durable_wanted = InvalidXLogRecPtr;
 static XLogRecPtr written_wanted = InvalidXLogRecPtr;
+static XLogRecPtr reply_wanted = InvalidXLogRecPtr;
+static TimestampTz gather_until = 0;
 
 /*
  * What the call committed up to lsn must be on disk before the loop sends
@@ -734,23 +724,129 @@ worker_want_written(XLogRecPtr lsn)
 }
 
 /*
+ * What the call committed up to lsn (a result) must be on disk before any
+ * message of the loop goes out; the requests may leave first.  The flush
+ * may wait up to mesh.worker_group_commit_delay for other results.
+ */
+void
+worker_want_reply_durable(XLogRecPtr lsn)
+{
+	if (lsn > reply_wanted)
+		reply_wanted = lsn;
+}
+
+/*
+ * Calls of this worker that are not answered yet and not waiting for a
+ * flush (their results may still commit), background followers left out:
+ * they run for minutes.  Published in the worker's slot each turn, for the
+ * other workers' group commit.
+ */
+static uint32
+open_calls(void)
+{
+	dlist_iter	iter;
+	uint32		n = 0;
+
+	dlist_foreach(iter, &calls)
+	{
+		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
+
+		if (call->step != STEP_FINISHED && call->follow == NULL && !call->caller_gone)
+			n++;
+	}
+	return n;
+}
+
+/*
+ * Could a result that shares this turn's flush commit soon: does a call of
+ * this worker or of another still wait for its answer?  With none, waiting
+ * only delays the reply (a lone client never waits).
+ */
+static bool
+others_may_commit(void)
+{
+	if (open_calls() > 0)
+		return true;
+	for (int i = 0; i < mesh_shared->nworkers; i++)
+		if (i != worker_index && pg_atomic_read_u32(&mesh_shared->workers[i].open_calls) > 0)
+			return true;
+	return false;
+}
+
+/*
  * Make this turn's commits durable, or written where that is all they need:
  * one flush and one write at most, whatever the number of calls.  Runs
  * before the turn's requests are put on the wire (they only leave in
  * mesh_http_drive), so a command never runs without its exec row in the
- * WAL files, whatever process crashes.  Returns the time taken, in ns.
+ * WAL files, whatever process crashes.  Results (reply_wanted) may wait
+ * for a flush: up to mesh.worker_group_commit_delay while other calls are
+ * in progress, so that one fdatasync covers the results of several calls,
+ * of this worker's and, since the flush goes to the end of the WAL
+ * inserted so far, of the other workers' (whose own flush then finds its
+ * commits on disk and costs nothing).  *may_reply: the messages queued may
+ * go out now; false, they wait for a later turn's flush.  Returns the time
+ * taken, in ns.
  */
 static uint64
-make_turn_durable(void)
+make_turn_durable(bool *may_reply)
 {
 	uint64		ns = 0;
+	XLogRecPtr	flush = durable_wanted;
 
-	if (written_wanted > durable_wanted)
+	*may_reply = true;
+	if (reply_wanted != InvalidXLogRecPtr && durable_wanted < reply_wanted &&
+		GetFlushRecPtr(NULL) < reply_wanted)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		if (gather_until == 0)
+			gather_until = TimestampTzPlusMilliseconds(now, mesh_worker_group_commit_delay_ms);
+		if (now < gather_until && others_may_commit())
+			*may_reply = false;
+		else
+			flush = reply_wanted;
+	}
+	if (flush != InvalidXLogRecPtr && mesh_worker_group_commit_delay_ms > 0)
+	{
+		/* what the other workers committed meanwhile goes with it, at no cost */
+		XLogRecPtr	inserted = GetXLogInsertRecPtr();
+
+		/*
+		 * At the start of a page the insert position points past the page's
+		 * header, which is not written yet: flushing there is asking past the
+		 * end of the WAL.  Whatever ends within a header's length of the page
+		 * start is left to its own flush.
+		 */
+		if (inserted % XLOG_BLCKSZ <= SizeOfXLogLongPHD)
+			inserted -= inserted % XLOG_BLCKSZ;
+		if (inserted > flush)
+			flush = inserted;
+	}
+	if (written_wanted > flush)
 		ns += mesh_write_to(written_wanted);
-	ns += mesh_flush_to(durable_wanted);
+	ns += mesh_flush_to(flush);
 	durable_wanted = InvalidXLogRecPtr;
 	written_wanted = InvalidXLogRecPtr;
+	if (*may_reply || (flush != InvalidXLogRecPtr && flush >= reply_wanted))
+	{
+		*may_reply = true;
+		reply_wanted = InvalidXLogRecPtr;
+		gather_until = 0;
+	}
 	return ns;
+}
+
+/* How long the loop may sleep while replies wait for a shared flush (-1: none wait). */
+static long
+gather_timeout(void)
+{
+	long		left;
+
+	if (gather_until == 0)
+		return -1;
+	left = (long) ((gather_until - GetCurrentTimestamp() + 999) / 1000);
+	/* look again within a millisecond: another worker's flush may cover the replies */
+	return Min(Max(left, 0L), 1L);
 }
 
 /* Send what the calls queued (the turn made durable) and free the calls that ended. */
@@ -788,45 +884,86 @@ start_if_due(WorkerCall *call)
 }
 
 /*
+ * Move one call on as far as it goes without waiting.  Returns true when it
+ * can go on at once (STEP_START again).
+ */
+static bool
+advance_one(WorkerCall *call)
+{
+	MemoryContext old = MemoryContextSwitchTo(call->cxt);
+	bool		runnable;
+
+	CHECK_FOR_INTERRUPTS();
+	call->txn_mark = mesh_txn_time_ns;
+	if (call->hdr && pg_atomic_read_u32(&call->hdr->cancelled) && !call->caller_gone)
+	{
+		call->caller_gone = true;
+		if (call->step == STEP_OPERATING && call->op == MESH_OP_EXEC && call->run.active)
+			cancel_exec(call);
+		else if (call->step == STEP_PARKED || call->step == STEP_START)
+			call->step = STEP_FINISHED;
+	}
+	start_if_due(call);
+	if (call->step == STEP_AWAITING_BROKER && broker_listening(call))
+		call->step = STEP_START;
+	if (call->step == STEP_FOLLOW_PAUSED)
+		follow_when_due(call, GetCurrentTimestamp());
+	if (mesh_run_ready(&call->run))
+	{
+		complete_run(call);
+		/* a workspace just set up: the command starts in this turn, under its one flush */
+		start_if_due(call);
+	}
+	settle_txn_time(call);
+	runnable = call->step == STEP_START;
+	MemoryContextSwitchTo(old);
+	return runnable;
+}
+
+/* The followers' turn was given up to the calls' answers last time. */
+static bool followers_deferred = false;
+
+/*
  * One pass over all calls.  Returns true when some call can make progress
- * without waiting (so the loop should not sleep).
+ * without waiting (so the loop should not sleep).  Callers first: a
+ * background command's follower stores output in transactions of its own,
+ * which would hold up the turn's flush and replies, so when a caller's call
+ * ended in this pass the followers wait for the next turn, one turn at most
+ * (the loop does not sleep while their answers are ready).
  */
 static bool
 advance_all(void)
 {
 	dlist_mutable_iter iter;
 	bool		runnable = false;
+	bool		answered = false;
 
 	dlist_foreach_modify(iter, &calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
-		MemoryContext old = MemoryContextSwitchTo(call->cxt);
+		bool		was_finished = call->step == STEP_FINISHED;
 
-		CHECK_FOR_INTERRUPTS();
-		call->txn_mark = mesh_txn_time_ns;
-		if (call->hdr && pg_atomic_read_u32(&call->hdr->cancelled) && !call->caller_gone)
-		{
-			call->caller_gone = true;
-			if (call->step == STEP_OPERATING && call->op == MESH_OP_EXEC && call->run.active)
-				cancel_exec(call);
-			else if (call->step == STEP_PARKED || call->step == STEP_START)
-				call->step = STEP_FINISHED;
-		}
-		start_if_due(call);
-		if (call->step == STEP_AWAITING_BROKER && broker_listening(call))
-			call->step = STEP_START;
-		if (call->step == STEP_FOLLOW_PAUSED)
-			follow_when_due(call, GetCurrentTimestamp());
-		if (mesh_run_ready(&call->run))
-		{
-			complete_run(call);
-			/* a workspace just set up: the command starts in this turn, under its one flush */
-			start_if_due(call);
-		}
-		settle_txn_time(call);
-		if (call->step == STEP_START)
+		if (call->follow != NULL)
+			continue;
+		if (advance_one(call))
 			runnable = true;
-		MemoryContextSwitchTo(old);
+		if (!was_finished && call->step == STEP_FINISHED && !call->caller_gone)
+			answered = true;
+	}
+	if (answered && !followers_deferred)
+	{
+		followers_deferred = true;
+		return runnable;
+	}
+	followers_deferred = false;
+	dlist_foreach_modify(iter, &calls)
+	{
+		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
+
+		if (call->follow == NULL)
+			continue;
+		if (advance_one(call))
+			runnable = true;
 	}
 	return runnable;
 }
@@ -951,6 +1088,9 @@ mesh_worker_main(Datum arg)
 		bool		runnable;
 		int			completed;
 		uint64		flush_ns;
+		bool		may_reply;
+		long		gather_wait;
+		long		stats_wait;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -963,7 +1103,7 @@ mesh_worker_main(Datum arg)
 		mesh_http_drive();
 		runnable = advance_all();
 		/* make the turn's commits durable, then push new requests onto the wire and reply */
-		flush_ns = make_turn_durable();
+		flush_ns = make_turn_durable(&may_reply);
 		if (exec_ended_this_turn)
 		{
 			/* mesh_exec_wait's callers look again, now that the ends are on disk */
@@ -971,8 +1111,10 @@ mesh_worker_main(Datum arg)
 			ConditionVariableBroadcast(&mesh_shared->exec_ended);
 		}
 		completed = mesh_http_drive();
-		send_all(flush_ns);
+		if (may_reply)
+			send_all(flush_ns);
 		mesh_stat_worker_turn(worker_index, ncalls);
+		pg_atomic_write_u32(&mesh_shared->workers[worker_index].open_calls, open_calls());
 		/* finished requests mean another pass */
 		if (completed > 0 || runnable || any_call_ready() || queued_calls_fit())
 			continue;
@@ -981,6 +1123,17 @@ mesh_worker_main(Datum arg)
 		calls_wait = calls_timeout();
 		if (calls_wait >= 0 && (timeout < 0 || calls_wait < timeout))
 			timeout = calls_wait;
+		gather_wait = gather_timeout();
+		if (gather_wait >= 0 && (timeout < 0 || gather_wait < timeout))
+			timeout = gather_wait;
+		/*
+		 * About to sleep: report what the statistics still hold (a turn's
+		 * flush comes after its transactions' reports), at most once a
+		 * second, so an idle worker's WAL flushes reach pg_stat_wal.
+		 */
+		stats_wait = pgstat_report_stat(false);
+		if (stats_wait > 0 && (timeout < 0 || stats_wait < timeout))
+			timeout = stats_wait;
 		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
 		mesh_stat_worker_woke(worker_index);
 		ResetLatch(MyLatch);

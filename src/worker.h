@@ -146,9 +146,9 @@ extern bool load_backend(WorkerCall *call);
 extern MeshOpState *begin_op(WorkerCall *call);
 extern void start_op(WorkerCall *call, CallStep step, bool built, const MeshHttpRequest *req,
 					 MeshResponseParser parse, void *out, size_t max_response);
-extern bool workspace_has_capability(WorkerCall *call, const char *name);
 extern void worker_want_durable(XLogRecPtr lsn);
 extern void worker_want_written(XLogRecPtr lsn);
+extern void worker_want_reply_durable(XLogRecPtr lsn);
 extern const char *caller_role(WorkerCall *call);
 
 /* worker_acquire.c: declare, materialize, wake, the run token, tier climb */

@@ -196,9 +196,9 @@ exec_start_at_load(WorkerCall *call)
 
 	if (ws->status != MESH_WS_READY || (ws->has_grants && !ws->token_valid) ||
 		(ws->budget_seconds >= 0 && ws->budget_seconds - ws->compute_seconds <= 0) ||
-		!workspace_has_capability(call, "shell") ||
+		!call->ws.caps.shell ||
 		(call->op == MESH_OP_EXEC_START &&
-		 (!workspace_has_capability(call, "background") || !admit_background(call, false))))
+		 (!call->ws.caps.background || !admit_background(call, false))))
 		return false;
 	old = MemoryContextSwitchTo(call->cxt);
 	if (!call->be.driver && !mesh_backend_from_workspace(ws, &call->be))
@@ -226,7 +226,7 @@ start_exec_row(WorkerCall *call)
 	ErrorData  *err;
 	XLogRecPtr	exec_row_lsn;
 
-	if (!workspace_has_capability(call, "shell"))
+	if (!call->ws.caps.shell)
 	{
 		reply_error(call, ERRCODE_FEATURE_NOT_SUPPORTED,
 					psprintf("backend \"%s\" cannot run commands (it does not declare the shell capability)",
@@ -234,7 +234,7 @@ start_exec_row(WorkerCall *call)
 					NULL, "Pin this agent to a backend with shell, or use only file calls.");
 		return false;
 	}
-	if (call->op == MESH_OP_EXEC_START && !workspace_has_capability(call, "background"))
+	if (call->op == MESH_OP_EXEC_START && !call->ws.caps.background)
 	{
 		reply_error(call, ERRCODE_FEATURE_NOT_SUPPORTED,
 					psprintf("backend \"%s\" cannot keep a command running between calls (it does not declare the background capability)",
@@ -582,7 +582,7 @@ finish_exec(WorkerCall *call)
 		reply_txn_error(call, err);
 		return;
 	}
-	worker_want_durable(lsn);
+	worker_want_reply_durable(lsn);
 	charge_budget(call, rec.charged_seconds);
 	notice_egress_denials(call, result.egress_denials);
 	notice_disk_quota(call, &result);

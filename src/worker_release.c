@@ -75,7 +75,7 @@ start_release(WorkerCall *call)
 		return;
 	}
 	built = call->be.driver->release_request(&call->be, begin_op(call), call->ws.external_ref,
-											 release_for_idleness(call) && workspace_has_capability(call, "hibernate"),
+											 release_for_idleness(call) && call->ws.caps.hibernate,
 											 &req, &call->run.err);
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_release, &call->out.release,
 			 worker_small_response_limit(call));

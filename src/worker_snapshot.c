@@ -24,7 +24,7 @@ can_snapshot(WorkerCall *call)
 {
 	return call->ws.backend_kind != NULL &&
 		(call->be.driver != NULL || mesh_backend_from_workspace(&call->ws, &call->be)) &&
-		call->be.driver->snapshot_ref != NULL && workspace_has_capability(call, "snapshot");
+		call->be.driver->snapshot_ref != NULL && call->ws.caps.snapshot;
 }
 
 /*

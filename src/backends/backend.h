@@ -56,6 +56,7 @@ typedef struct MeshCapabilities
 } MeshCapabilities;
 
 extern char *mesh_capabilities_text(const MeshCapabilities *caps);
+extern void mesh_capabilities_parse(const char *text, MeshCapabilities *caps);
 
 /* A catalog entry resolved for one operation. */
 typedef struct MeshBackend
@@ -121,6 +122,7 @@ typedef struct MeshError
 	MeshFailure failure;
 	char	   *message;		/* human text, never containing a credential */
 	char	   *reason;			/* the backend's own words, when it answered with an error */
+	char	   *code;			/* the backend's error code ({"error":{"code"}}), else NULL */
 } MeshError;
 
 /* What acquire is asked for, on a create and on a wake alike. */

@@ -96,6 +96,37 @@ mesh_capabilities_text(const MeshCapabilities *caps)
 }
 
 /*
+ * The capabilities a workspace row records (mesh_capabilities_text's JSON),
+ * decoded once when the row is read, so that a check is a field's test and
+ * not a parse.  A capability that is absent, not true, or unknown to this
+ * build counts as absent (invariant 6); so do all of them for NULL or
+ * unreadable text.
+ */
+void
+mesh_capabilities_parse(const char *text, MeshCapabilities *caps)
+{
+	json_t	   *doc = text ? json_loads(text, 0, NULL) : NULL;
+
+	memset(caps, 0, sizeof(*caps));
+	if (doc == NULL)
+		return;
+#define MESH_CAP(field) caps->field = json_is_true(json_object_get(doc, #field))
+	MESH_CAP(shell);
+	MESH_CAP(resource_limits);
+	MESH_CAP(compute_metering);
+	MESH_CAP(egress_control);
+	MESH_CAP(disk_limits);
+	MESH_CAP(disk_quota);
+	MESH_CAP(snapshot);
+	MESH_CAP(hibernate);
+	MESH_CAP(caller_chosen_id);
+	MESH_CAP(seccomp);
+	MESH_CAP(background);
+#undef MESH_CAP
+	json_decref(doc);
+}
+
+/*
  * The reference every driver gives a new workspace: "mesh-<install>-<id>"
  * (the install id is digits), valid as a daemon workspace id, a container
  * name ([a-zA-Z0-9_.-]) and a pod name (a DNS subdomain) alike.
@@ -215,6 +246,7 @@ mesh_error_set(MeshError *err, MeshFailure failure, const char *fmt,...)
 	err->failure = failure;
 	err->message = pstrdup(buf);
 	err->reason = NULL;
+	err->code = NULL;
 }
 
 /*
@@ -316,6 +348,7 @@ mesh_http_error_from_json(const MeshHttpResponse *resp, const char *backend, Mes
 				   code ? " " : "", code ? code : "",
 				   message ? ": " : "", message ? message : "");
 	err->reason = pstrdup(message ? message : (code ? code : "no reason given"));
+	err->code = code ? pstrdup(code) : NULL;
 	if (doc)
 		json_decref(doc);
 	return false;

@@ -594,9 +594,15 @@ static MeshStepResult
 sandboxd_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 					   MeshError *err)
 {
-	if (resp->status == 404 && resp->body && strstr(resp->body, "exec_not_found"))
+	MeshError	answer = {0};
+
+	if (mesh_http_error_from_json(resp, be->name, &answer))
 		return MESH_STEP_DONE;
-	return mesh_step(mesh_http_error_from_json(resp, be->name, err));
+	/* the daemon's own error code, decoded, not a word found somewhere in the body */
+	if (resp->status == 404 && answer.code && strcmp(answer.code, "exec_not_found") == 0)
+		return MESH_STEP_DONE;
+	*err = answer;
+	return MESH_STEP_FAILED;
 }
 
 static bool
