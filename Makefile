@@ -3,6 +3,7 @@
 MODULE_big = mesh_exec
 OBJS = \
 	src/mesh_exec.o \
+	src/settings.o \
 	src/handoff.o \
 	src/calls.o \
 	src/stages.o \

@@ -33,7 +33,7 @@
 #include "utils/wait_event.h"
 
 #include "handoff.h"
-#include "mesh_exec.h"
+#include "settings.h"
 
 #define MESH_MAX_TIMEOUT_MS (7L * 24 * 3600 * 1000)
 

@@ -57,7 +57,7 @@
 
 #include "credentials.h"
 #include "handoff.h"
-#include "mesh_exec.h"
+#include "settings.h"
 #include "txn.h"
 
 #define BROKER_DIR "mesh_broker"
@@ -506,6 +506,9 @@ broker_exit(int code, Datum arg)
 {
 	mesh_shared->broker_procno = -1;
 }
+
+/* a background worker's entry point, named in its registration (mesh_exec.c) */
+PGDLLEXPORT void mesh_broker_main(Datum arg);
 
 void
 mesh_broker_main(Datum arg)

@@ -33,12 +33,12 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
 #include "exec_output.h"
-#include "mesh_exec.h"
-#include "store.h"
+#include "settings.h"
 #include "txn.h"
 
 PG_FUNCTION_INFO_V1(mesh_output_text);
@@ -267,4 +267,31 @@ mesh_output_text(PG_FUNCTION_ARGS)
 	bytea	   *data = PG_GETARG_BYTEA_PP(0);
 
 	PG_RETURN_TEXT_P(cstring_to_text(mesh_sanitize_text(VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data))));
+}
+
+/* Text a PostgreSQL text column can hold: invalid UTF-8 and NUL become U+FFFD. */
+char *
+mesh_sanitize_text(const char *data, size_t len)
+{
+	StringInfoData out;
+	size_t		i = 0;
+
+	initStringInfo(&out);
+	while (i < len)
+	{
+		const unsigned char *p = (const unsigned char *) data + i;
+		int			n = pg_utf_mblen(p);
+
+		if (*p != 0 && i + n <= len && pg_utf8_islegal(p, n))
+		{
+			appendBinaryStringInfo(&out, (const char *) p, n);
+			i += n;
+		}
+		else
+		{
+			appendStringInfoString(&out, "\xEF\xBF\xBD");
+			i += 1;
+		}
+	}
+	return out.data;
 }

@@ -30,4 +30,7 @@ extern void exec_output_store_stream(int64 exec_id, int which, const MeshOutputS
 extern void exec_output_clamp(char **data, size_t *len, int64 total, long max_bytes,
 							  bool *truncated);
 
+/* text a PostgreSQL text column can hold: invalid UTF-8 and NUL become U+FFFD */
+extern char *mesh_sanitize_text(const char *data, size_t len);
+
 #endif							/* MESH_EXEC_OUTPUT_H */

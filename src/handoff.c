@@ -35,7 +35,7 @@
 
 #include "handoff.h"
 #include "version.h"
-#include "mesh_exec.h"
+#include "settings.h"
 
 #define MESH_SUBMIT_WAIT_MS 10000
 #define MESH_DAEMON_START_WAIT_MS 10000

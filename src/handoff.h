@@ -29,7 +29,8 @@
 #include "storage/spin.h"
 #include "utils/timestamp.h"
 
-#define MESH_MAX_WORKERS 16
+#include "settings.h"
+
 #define MESH_QUEUE_LEN 256
 #define MESH_CALL_MAGIC 0x6d657368
 #define MESH_REPLY_QUEUE_SIZE (64 * 1024)

@@ -51,7 +51,7 @@
 #include "utils/timestamp.h"
 
 #include "handoff.h"
-#include "mesh_exec.h"
+#include "settings.h"
 
 #define DAEMON_STATE_DIR "mesh_sandboxd"
 #define DAEMON_SOCKET "sandboxd.sock"
@@ -230,6 +230,9 @@ handle_sigchld(SIGNAL_ARGS)
 	SetLatch(MyLatch);
 	errno = save_errno;
 }
+
+/* a background worker's entry point, named in its registration (mesh_exec.c) */
+PGDLLEXPORT void mesh_launcher_main(Datum arg);
 
 void
 mesh_launcher_main(Datum arg)

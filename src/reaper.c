@@ -66,7 +66,7 @@
 #include "utils/timestamp.h"
 
 #include "handoff.h"
-#include "mesh_exec.h"
+#include "settings.h"
 #include "store.h"
 #include "txn.h"
 #include "runner.h"
@@ -855,6 +855,9 @@ reaper_exit(int code, Datum arg)
 {
 	mesh_worker_detach_slot(MESH_REAPER_SLOT);
 }
+
+/* a background worker's entry point, named in its registration (mesh_exec.c) */
+PGDLLEXPORT void mesh_reaper_main(Datum arg);
 
 void
 mesh_reaper_main(Datum arg)

@@ -29,7 +29,6 @@
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "lib/stringinfo.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -626,33 +625,6 @@ store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err)
 
 static const char exec_finish_sql[] =
 "SELECT mesh.exec_finish($1, $2::mesh.exec_status, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb)";
-
-/* Text a PostgreSQL text column can hold: invalid UTF-8 and NUL become U+FFFD. */
-char *
-mesh_sanitize_text(const char *data, size_t len)
-{
-	StringInfoData out;
-	size_t		i = 0;
-
-	initStringInfo(&out);
-	while (i < len)
-	{
-		const unsigned char *p = (const unsigned char *) data + i;
-		int			n = pg_utf_mblen(p);
-
-		if (*p != 0 && i + n <= len && pg_utf8_islegal(p, n))
-		{
-			appendBinaryStringInfo(&out, (const char *) p, n);
-			i += n;
-		}
-		else
-		{
-			appendStringInfoString(&out, "\xEF\xBF\xBD");
-			i += 1;
-		}
-	}
-	return out.data;
-}
 
 typedef struct ExecFinishArgs
 {

@@ -131,7 +131,6 @@ typedef struct MeshExecRecord
 
 extern Datum store_row_copy(const MeshRows *rows);
 extern bool mesh_backend_from_workspace(const MeshWorkspace *ws, MeshBackend *be);
-extern char *mesh_sanitize_text(const char *data, size_t len);
 
 extern bool store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 						  const char *parent_run_id, const char *environment,

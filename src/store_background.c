@@ -18,7 +18,7 @@
 #include "calls.h"
 #include "credentials.h"
 #include "exec_output.h"
-#include "mesh_exec.h"
+#include "settings.h"
 #include "store.h"
 #include "txn.h"
 

@@ -33,7 +33,7 @@
 #include "utils/snapmgr.h"
 
 #include "handoff.h"
-#include "mesh_exec.h"
+#include "settings.h"
 #include "txn.h"
 #include "version.h"
 

@@ -43,7 +43,7 @@
 #include "utils/memutils.h"
 
 #include "handoff.h"
-#include "mesh_exec.h"
+#include "settings.h"
 #include "txn.h"
 #include "worker.h"
 
@@ -1049,6 +1049,9 @@ apply_worker_settings(void)
 	 */
 	SetConfigOption("wal_writer_delay", "10s", PGC_SIGHUP, PGC_S_OVERRIDE);
 }
+
+/* a background worker's entry point, named in its registration (mesh_exec.c) */
+PGDLLEXPORT void mesh_worker_main(Datum arg);
 
 void
 mesh_worker_main(Datum arg)

@@ -42,7 +42,7 @@
 
 #include "credentials.h"
 #include "exec_output.h"
-#include "mesh_exec.h"
+#include "settings.h"
 #include "worker.h"
 #include "worker_http.h"
 

@@ -19,7 +19,7 @@
 
 #include "credentials.h"
 #include "exec_output.h"
-#include "mesh_exec.h"
+#include "settings.h"
 #include "worker.h"
 
 /*

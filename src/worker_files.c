@@ -11,7 +11,7 @@
  */
 #include "postgres.h"
 
-#include "mesh_exec.h"
+#include "settings.h"
 #include "worker.h"
 
 /*

@@ -1,17 +1,18 @@
 /*-------------------------------------------------------------------------
  *
- * mesh_exec.h
- *	  Process-level settings (GUCs) and entry points shared across files.
- *
- * GUCs hold only process-level knobs; backends and credentials live in
- * tables (invariant 7, docs/design.md).
+ * settings.h
+ *	  The mesh.* settings (GUCs, src/settings.c), read by every part of the
+ *	  extension.  Includes nothing of the extension's own.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef MESH_EXEC_H
-#define MESH_EXEC_H
+#ifndef MESH_SETTINGS_H
+#define MESH_SETTINGS_H
 
 #include "postgres.h"
+
+/* the most worker processes mesh.workers may ask for (shared memory is sized for them) */
+#define MESH_MAX_WORKERS 16
 
 extern int	mesh_worker_count;
 extern char *mesh_database;
@@ -38,10 +39,6 @@ extern int	mesh_output_run_quota_mb;
 extern int	mesh_output_total_quota_mb;
 extern int	mesh_output_disk_reserve_mb;
 
-/* bgworker entry points (src/worker.c, src/launcher.c, src/reaper.c, src/broker.c) */
-extern PGDLLEXPORT void mesh_worker_main(Datum arg);
-extern PGDLLEXPORT void mesh_launcher_main(Datum arg);
-extern PGDLLEXPORT void mesh_reaper_main(Datum arg);
-extern PGDLLEXPORT void mesh_broker_main(Datum arg);
+extern void mesh_define_settings(void);
 
-#endif							/* MESH_EXEC_H */
+#endif							/* MESH_SETTINGS_H */
