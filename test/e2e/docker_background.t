@@ -20,7 +20,7 @@ if ! cc -Wall -Wextra -Werror -std=gnu11 -I "$root/src" -o "$w/bg_tool" "$root/t
   plan 1; ok 1 "the script tool builds"; sed 's/^/# /' "$w/cc.err"; done_testing
 fi
 if ! mesh_docker_start "$w/docker" 2> "$w/docker.err" || ! mesh_docker_image mesh-bg-test 2>> "$w/docker.err"; then
-  echo "1..0 # SKIP dockerd cannot run here: $(tr '\n' ' ' < "$w/docker.err" | cut -c1-200)"; exit 0
+  skip_all "dockerd cannot run here: $(tr '\n' ' ' < "$w/docker.err" | cut -c1-200)"
 fi
 plan 56
 C=mesh-bg-test-$$
