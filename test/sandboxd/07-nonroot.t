@@ -4,7 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/isolation_checks.sh"
 id postgres >/dev/null 2>&1 || skip_all "no postgres user"
-plan 29
+plan 39
 sd_start_as postgres
 
 is "$(stat -c '%a %U' "$SD_SOCKET")" "600 postgres" "socket is mode 0600, owned by the daemon's user"

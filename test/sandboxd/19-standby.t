@@ -10,7 +10,7 @@
 # subtree renames the cgroups as well.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/isolation_checks.sh"
-plan 61
+plan 71
 
 # log lines of standby adoptions: "<workspace> <holder pid> <standby name>"
 adoptions() {
