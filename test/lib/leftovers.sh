@@ -27,26 +27,18 @@ leftovers_mounts() {
 }
 
 # leftovers_procs: "PID COMMAND" of each process whose environment carries this run's id, but
-# for this shell, its ancestors and its descendants (the check's own pipeline)
+# for this shell, its ancestors and the processes of this check (LEFTOVERS_CHECKING in theirs)
 leftovers_procs() {
-    local pid p mine=" $$ " tag="MESH_TEST_RUN=$MESH_TEST_RUN"
-    # this shell's ancestors
+    local pid p env mine=" $$ " tag="MESH_TEST_RUN=$MESH_TEST_RUN"
     p=$$
-    while [ "$p" -gt 1 ]; do p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null) || break; [ -n "$p" ] || break; mine+="$p "; done
+    while [ "${p:-0}" -gt 1 ]; do p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null); mine+="${p:-0} "; done
     for pid in /proc/[0-9]*; do
         pid=${pid#/proc/}
         case "$mine" in *" $pid "*) continue ;; esac
-        tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qxF "$tag" || continue
-        # a descendant of this shell (the pipeline running this check) is not a leftover
-        p=$pid
-        while [ "$p" -gt 1 ]; do
-            p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null) || break
-            [ -n "$p" ] || break
-            [ "$p" = $$ ] && break
-        done
-        [ "$p" = $$ ] && continue
-        [ -e "/proc/$pid" ] || continue
-        echo "$pid $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-160)"
+        env=$({ tr '\0' '\n' < "/proc/$pid/environ"; } 2>/dev/null) || continue
+        grep -qxF "$tag" <<<"$env" || continue
+        grep -qx "LEFTOVERS_CHECKING=1" <<<"$env" && continue
+        echo "$pid $({ tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | cut -c1-160)"
     done
 }
 
@@ -56,7 +48,7 @@ leftovers_check() {
     while read -r line; do
         [ -n "$line" ] || continue
         echo "not ok - leftovers: process $line"; found=1
-    done < <(leftovers_procs)
+    done < <(LEFTOVERS_CHECKING=1 leftovers_procs)
     while read -r line; do
         echo "not ok - leftovers: cgroup $line ($(wc -l < "$line/cgroup.procs" 2>/dev/null || echo ?) processes)"; found=1
     done < <(leftovers_cgroups | comm -13 "$LEFTOVERS_DIR/cgroups.before" -)
