@@ -132,6 +132,10 @@ if [ "${MESH_SANITIZERS:-0}" = 1 ]; then
   bash test/fuzz/run.sh > "$MESH_TEST_WORK/fuzz.out" 2>&1; rc=$?
   grep -E '^(not )?ok|^# ' "$MESH_TEST_WORK/fuzz.out" | head -40
   cov_tap fuzzers "$MESH_TEST_WORK/fuzz.out" $rc
+else
+  echo "== sanitizers and fuzzing: not run (MESH_SANITIZERS is not 1)"
+  cov_skip_layer sanitizers "MESH_SANITIZERS is not 1"
+  cov_skip_layer fuzzers "MESH_SANITIZERS is not 1"
 fi
 
 # what this run left running, in a cgroup or mounted (test/lib/leftovers.sh): checked once the
