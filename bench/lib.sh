@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench/lib.sh: what every benchmark starts from (source it from the checkout's root).
 #
-# bench_cluster WORKERS: build and install, then a throwaway cluster with the embedded
-# daemon and WORKERS mesh workers, the extension created; WORK is its directory, and the
-# cluster is stopped on exit (after the command BENCH_ON_EXIT names, if any).
+# bench_cluster WORKERS [CONF...]: build and install, then a throwaway cluster with the
+# embedded daemon and WORKERS mesh workers (and the postgresql.conf lines CONF), the extension
+# created; WORK is its directory, and the cluster is stopped on exit (after the command
+# BENCH_ON_EXIT names, if any).
 #
 # As root the cluster runs as `postgres` after the host set-up (cgroups, a filesystem of
 # its own for workspaces), as test/run.sh does.  As a developer who is not root it runs as
@@ -19,7 +20,7 @@ bench_cluster() {
   [ "$(id -u)" -eq 0 ] || mesh_host_setup() { bench_workspaces_on_tmpfs "$@"; }
   WORK=$(mktemp -d /tmp/mesh-bench.XXXXXX); chmod 755 "$WORK"
   trap 'bench_stop' EXIT
-  mesh_cluster_start "$WORK/pg" "mesh.embedded_sandboxd = on" "mesh.workers = $1"
+  mesh_cluster_start "$WORK/pg" "mesh.embedded_sandboxd = on" "mesh.workers = $1" "${@:2}"
   mesh_wait_embedded "$WORK/pg"
   psql -X -q -c "CREATE EXTENSION mesh_exec"
   mesh_wait_workers

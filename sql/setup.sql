@@ -1,4 +1,18 @@
 -- setup: the extension is installed and the embedded backend is registered.
+-- The files run in an existing database (make installcheck: the one mesh.database names), whose
+-- server may have its own defaults: they get the settings pg_regress gives a database it
+-- creates, and NOTICEs shown, from the next file on.
+DO $$
+BEGIN
+    EXECUTE format('ALTER DATABASE %I SET lc_messages = %L', current_database(), 'C');
+    EXECUTE format('ALTER DATABASE %I SET lc_monetary = %L', current_database(), 'C');
+    EXECUTE format('ALTER DATABASE %I SET lc_numeric = %L', current_database(), 'C');
+    EXECUTE format('ALTER DATABASE %I SET lc_time = %L', current_database(), 'C');
+    EXECUTE format('ALTER DATABASE %I SET bytea_output = %L', current_database(), 'hex');
+    EXECUTE format('ALTER DATABASE %I SET timezone_abbreviations = %L', current_database(), 'Default');
+    EXECUTE format('ALTER DATABASE %I SET client_min_messages = %L', current_database(), 'notice');
+END
+$$;
 SELECT extname, extversion FROM pg_extension WHERE extname = 'mesh_exec';
 SELECT name, driver, enabled, catalog_order, config, max_size, has_credential
   FROM mesh.backend_catalog ORDER BY name;

@@ -70,6 +70,7 @@ typedef struct MeshCallTimes
 	uint64		worker_txn_ns;	/* in the worker's own transactions and flushes */
 	uint64		http_ns;		/* backend requests: sent -> response received */
 	uint64		replied_at_ns;	/* when the worker queued the final message */
+	uint32		backend;		/* the backend's row in mesh.stat_backends (stats.c); 0: none */
 } MeshCallTimes;
 
 typedef struct MeshMsgHeader

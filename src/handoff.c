@@ -105,6 +105,7 @@ mesh_shmem_startup(void)
 			ConditionVariableInit(&mesh_shared->workers[i].queue_changed);
 		}
 		mesh_stages_init();
+		mesh_stats_init();
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -511,13 +512,23 @@ mesh_call_slot(int w, const char *run_id, StringInfo request,
 	on_dsm_detach(seg, call_detached, PointerGetDatum(call));
 
 	call->queued_at_ns = mesh_clock_ns();
-	submit_call(w, seg, mq, &generation);
-	receive_final(w, generation, mqh, deadline, reply);
+	PG_TRY();
+	{
+		submit_call(w, seg, mq, &generation);
+		receive_final(w, generation, mqh, deadline, reply);
+	}
+	PG_CATCH();
+	{
+		/* no answer (cancelled, timed out, no worker): a failed call, of no backend */
+		mesh_stat_count(op, MESH_STAT_NO_BACKEND, true, mesh_clock_ns() - started);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 
 	waiting_done = true;
 	keep_message(seg, reply);
 	dsm_detach(seg);
-	mesh_stages_count(op, &reply->hdr->times, started);
+	mesh_stages_count(op, &reply->hdr->times, started, reply->hdr->kind == MESH_MSG_ERROR);
 	if (reply->hdr->kind == MESH_MSG_ERROR)
 		raise_reported_error(reply);
 	if (reply->hdr->kind != MESH_MSG_REPLY || reply->hdr->op != op)
@@ -625,6 +636,9 @@ mesh_worker_pop(int index, dsm_handle *handle)
 	}
 	SpinLockRelease(&slot->mutex);
 	if (got)
+	{
 		ConditionVariableBroadcast(&slot->queue_changed);	/* room for a waiting caller */
+		mesh_stat_worker_activity(index, false);
+	}
 	return got;
 }

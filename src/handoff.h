@@ -77,6 +77,44 @@ typedef struct MeshStageCounters
 	pg_atomic_uint64 ns[MESH_STAGE_COUNT];
 } MeshStageCounters;
 
+/*
+ * Calls per backend and operation (stats.c): mesh.stat_backends.  A call's
+ * latency goes to a log-bucket histogram, four buckets per doubling from
+ * 1024 ns, whose percentiles the view interpolates.  Atomics only, as the
+ * stages': no lock on the call path.
+ */
+#define MESH_STAT_BUCKETS 128
+#define MESH_STAT_BACKENDS 16	/* backend names counted apart */
+#define MESH_STAT_NO_BACKEND 0	/* calls that reached no backend */
+#define MESH_STAT_OTHER (MESH_STAT_BACKENDS + 1)	/* names past the first 16 */
+#define MESH_STAT_SLOTS (MESH_STAT_BACKENDS + 2)
+
+typedef struct MeshOpStats
+{
+	pg_atomic_uint32 seen;		/* counted since the server started: a row (never reset) */
+	pg_atomic_uint64 calls;
+	pg_atomic_uint64 errors;	/* calls that raised an error */
+	pg_atomic_uint64 total_ns;
+	pg_atomic_uint64 buckets[MESH_STAT_BUCKETS];
+} MeshOpStats;
+
+typedef struct MeshBackendStats
+{
+	pg_atomic_uint32 named;		/* name is set: written once, under stat_lock */
+	char		name[NAMEDATALEN];	/* mesh.backends names are at most 63 bytes */
+	MeshOpStats ops[MESH_OP_COUNT];	/* by MeshOp */
+} MeshBackendStats;
+
+/* A worker's own counters (stats.c): mesh.stat_workers. */
+typedef struct MeshWorkerStats
+{
+	pg_atomic_uint64 calls;		/* calls it ended */
+	pg_atomic_uint64 busy_ns;	/* time in its loop, not asleep waiting for events */
+	pg_atomic_uint64 busy_mark; /* mesh_clock_ns() its busy time was last counted to */
+	pg_atomic_uint32 in_flight; /* calls in progress, as of its last turn */
+	pg_atomic_uint64 last_activity; /* TimestampTz it last took or ended a call; 0: never */
+} MeshWorkerStats;
+
 typedef struct MeshShared
 {
 	int			nworkers;
@@ -88,6 +126,10 @@ typedef struct MeshShared
 	pg_atomic_uint32 reclaim_wanted;	/* a snapshot was retired or freed: the reaper reclaims */
 	MeshWorkerSlot workers[MESH_MAX_WORKERS + 1];	/* workers, then the reaper */
 	MeshStageCounters stages[MESH_OP_COUNT];	/* by MeshOp */
+	slock_t		stat_lock;		/* taken to name a row of stat_backends */
+	pg_atomic_uint64 stats_reset;	/* TimestampTz the counters below start from */
+	MeshBackendStats stat_backends[MESH_STAT_SLOTS];
+	MeshWorkerStats stat_workers[MESH_MAX_WORKERS + 1];
 } MeshShared;
 
 /* The call segment's shm_toc keys. */
@@ -140,6 +182,16 @@ extern void mesh_worker_wake(int index);
 /* stages.c */
 extern uint64 mesh_clock_ns(void);
 extern void mesh_stages_init(void);
-extern void mesh_stages_count(MeshOp op, const MeshCallTimes *worker, uint64 started_ns);
+extern const char *mesh_op_name(MeshOp op);
+extern void mesh_stages_count(MeshOp op, const MeshCallTimes *worker, uint64 started_ns,
+							  bool failed);
+
+/* stats.c */
+extern void mesh_stats_init(void);
+extern uint32 mesh_stat_backend(const char *name);
+extern void mesh_stat_count(MeshOp op, uint32 backend, bool failed, uint64 elapsed_ns);
+extern void mesh_stat_worker_turn(int index, int in_flight);
+extern void mesh_stat_worker_woke(int index);
+extern void mesh_stat_worker_activity(int index, bool ended);
 
 #endif							/* MESH_HANDOFF_H */

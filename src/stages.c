@@ -11,6 +11,8 @@
  * operation's call count, so total_ms / calls is a per-call mean and the
  * stages of one operation add up to (about) its total.  bench/run.sh prints
  * them as its last table, so the next regression shows where it is.
+ * The same count feeds mesh.stat_backends (stats.c), by the backend the
+ * worker names in the reply.
  *
  *-------------------------------------------------------------------------
  */
@@ -47,6 +49,15 @@ static const char *const stage_names[MESH_STAGE_COUNT] = {
 	[MESH_STAGE_REPLY] = "reply",
 	[MESH_STAGE_TOTAL] = "total",
 };
+
+/* An operation's name, as the views show it ("exec"); NULL for no operation. */
+const char *
+mesh_op_name(MeshOp op)
+{
+	if ((int) op <= 0 || (int) op >= MESH_OP_COUNT)
+		return NULL;
+	return op_names[op];
+}
 
 /*
  * A clock both sides of a call read alike: CLOCK_MONOTONIC is one clock for
@@ -88,9 +99,12 @@ since(uint64 then, uint64 now)
 	return now > then ? now - then : 0;
 }
 
-/* The caller has its final message: count the call's stages. */
+/*
+ * The caller has its final message: count the call's stages, and the call
+ * for its backend (FAILED: the message is an error, raised next).
+ */
 void
-mesh_stages_count(MeshOp op, const MeshCallTimes *worker, uint64 started_ns)
+mesh_stages_count(MeshOp op, const MeshCallTimes *worker, uint64 started_ns, bool failed)
 {
 	MeshStageCounters *c;
 	uint64		now = mesh_clock_ns();
@@ -105,6 +119,7 @@ mesh_stages_count(MeshOp op, const MeshCallTimes *worker, uint64 started_ns)
 		pg_atomic_fetch_add_u64(&c->ns[MESH_STAGE_REPLY], since(worker->replied_at_ns, now));
 	pg_atomic_fetch_add_u64(&c->ns[MESH_STAGE_TOTAL], since(started_ns, now));
 	pg_atomic_fetch_add_u64(&c->calls, 1);
+	mesh_stat_count(op, worker->backend, failed, since(started_ns, now));
 }
 
 /*

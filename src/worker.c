@@ -254,6 +254,8 @@ flush_outbox(WorkerCall *call, uint64 flush_ns)
 		{
 			call->times.worker_txn_ns += flush_ns;
 			call->times.replied_at_ns = mesh_clock_ns();
+			call->times.backend = mesh_stat_backend(call->be.driver ? call->be.name : NULL);
+			mesh_stat_worker_activity(worker_index, true);	/* counted before its caller can look */
 			mesh_msg_set_times(msg->head, &call->times);
 		}
 		/* after WOULD_BLOCK, the same parts again: the queue remembers how far it got */
@@ -421,6 +423,8 @@ free_call(WorkerCall *call)
 	dlist_delete(&call->node);
 	if (!call->uncounted)
 		ncalls--;
+	/* a call that sent no reply (the worker's own, or its caller left) ends here */
+	mesh_stat_worker_activity(worker_index, call->times.replied_at_ns == 0);
 	leave_background_slot(call);
 	release_caller(call);
 	MemoryContextDelete(call->cxt);
@@ -929,6 +933,7 @@ mesh_worker_main(Datum arg)
 	worker_recover();
 	spawn_followers();
 	mesh_worker_attach_slot(worker_index);
+	mesh_stat_worker_woke(worker_index);
 	before_shmem_exit(worker_exit, Int32GetDatum(worker_index));
 	ereport(LOG, (errmsg("mesh worker %d started", worker_index)));
 
@@ -967,6 +972,7 @@ mesh_worker_main(Datum arg)
 		}
 		completed = mesh_http_drive();
 		send_all(flush_ns);
+		mesh_stat_worker_turn(worker_index, ncalls);
 		/* finished requests mean another pass */
 		if (completed > 0 || runnable || any_call_ready() || queued_calls_fit())
 			continue;
@@ -976,6 +982,7 @@ mesh_worker_main(Datum arg)
 		if (calls_wait >= 0 && (timeout < 0 || calls_wait < timeout))
 			timeout = calls_wait;
 		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
+		mesh_stat_worker_woke(worker_index);
 		ResetLatch(MyLatch);
 	}
 }

@@ -260,13 +260,56 @@ CREATE TABLE mesh.events (
 CREATE INDEX events_run_idx ON mesh.events (run_id, id);
 CREATE INDEX events_kind_idx ON mesh.events (kind, at);
 
+-- What pg_dump keeps (README "Backup and restore"): the configuration whole, credentials
+-- included, and the history of finished runs (released, or failed and released); never a
+-- live run's rows, which would come back as workspaces no backend holds for the restored
+-- install.  The filters run in pg_dump's session (empty search_path: names qualified), in
+-- one snapshot, and keep every foreign key whole (an exec of a dumped workspace, ...).
+-- The sequences of dumped rows' ids come along, so new rows never reuse a restored id.
 SELECT pg_catalog.pg_extension_config_dump('mesh.backends', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.backend_credentials', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.agents', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.agent_roles', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.run_budgets', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.settings', '');
-SELECT pg_catalog.pg_extension_config_dump('mesh.workspaces', '');
-SELECT pg_catalog.pg_extension_config_dump('mesh.execs', '');
-SELECT pg_catalog.pg_extension_config_dump('mesh.events', '');
-SELECT pg_catalog.pg_extension_config_dump('mesh.snapshots', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.workspaces',
+    $$WHERE status = 'released' OR (status = 'failed' AND released_at IS NOT NULL)$$);
+SELECT pg_catalog.pg_extension_config_dump('mesh.workspaces_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.execs',
+    $$WHERE workspace_id IN (SELECT w.id FROM mesh.workspaces w
+                              WHERE w.status = 'released' OR (w.status = 'failed' AND w.released_at IS NOT NULL))$$);
+SELECT pg_catalog.pg_extension_config_dump('mesh.execs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.events',
+    $$WHERE run_id IS NULL
+         OR run_id NOT IN (SELECT w.run_id FROM mesh.workspaces w
+                            WHERE NOT (w.status = 'released' OR (w.status = 'failed' AND w.released_at IS NOT NULL)))$$);
+SELECT pg_catalog.pg_extension_config_dump('mesh.events_id_seq', '');
+-- a capture in progress is a live run's
+SELECT pg_catalog.pg_extension_config_dump('mesh.snapshots', $$WHERE status <> 'capturing'$$);
+
+-- A restore puts the dumped rows into a fresh install, whose CREATE EXTENSION made rows of its
+-- own: the policy row, and the embedded "local" backend where the embedded daemon is on.  The
+-- dumped row replaces that one, instead of failing on its key (and with it the whole table's
+-- data).  The policy has one row, which only this script and a restore insert; a backend row
+-- is replaced only by an older one of the same name (a restored row predates the install's
+-- own; one mesh.backend_add inserts never does), and only the embedded one CREATE EXTENSION made.
+CREATE FUNCTION mesh.settings_restored() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    DELETE FROM mesh.settings;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER settings_restored BEFORE INSERT ON mesh.settings
+    FOR EACH ROW EXECUTE FUNCTION mesh.settings_restored();
+
+CREATE FUNCTION mesh.backends_restored() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    DELETE FROM mesh.backends b
+     WHERE b.name = NEW.name AND b.created_at > NEW.created_at AND b.config @> '{"embedded": true}';
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER backends_restored BEFORE INSERT ON mesh.backends
+    FOR EACH ROW EXECUTE FUNCTION mesh.backends_restored();

@@ -56,8 +56,13 @@ CREATE INDEX run_tokens_run_idx ON mesh.run_tokens (run_id) WHERE revoked_at IS 
 
 SELECT pg_catalog.pg_extension_config_dump('mesh.secrets', '');
 SELECT pg_catalog.pg_extension_config_dump('mesh.environments', '');
-SELECT pg_catalog.pg_extension_config_dump('mesh.grants', '');
-SELECT pg_catalog.pg_extension_config_dump('mesh.run_tokens', '');
+-- secrets are dumped as set (README "Backup and restore"); a live run's grants are not
+-- (01_catalog.sql), and no run token is: each belongs to a live run of the dumped install
+SELECT pg_catalog.pg_extension_config_dump('mesh.grants',
+    $$WHERE run_id NOT IN (SELECT w.run_id FROM mesh.workspaces w
+                            WHERE NOT (w.status = 'released' OR (w.status = 'failed' AND w.released_at IS NOT NULL)))$$);
+SELECT pg_catalog.pg_extension_config_dump('mesh.grants_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.run_tokens', 'WHERE false');
 
 -- Revoke the live tokens of runs that can reach (agent, secret): their
 -- workspaces get fresh tokens on their next call, the old ones are refused.

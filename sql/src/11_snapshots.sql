@@ -14,7 +14,8 @@ CREATE TABLE mesh.snapshot_shares (
     shared_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (snapshot_id, role_oid)
 );
-SELECT pg_catalog.pg_extension_config_dump('mesh.snapshot_shares', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.snapshot_shares',
+    $$WHERE snapshot_id IN (SELECT s.id FROM mesh.snapshots s WHERE s.status <> 'capturing')$$);
 
 -- May role caller start a run from (or see) the snapshot of owner?  Its
 -- owner's members and admins may (mesh.may_drive), and the roles it was

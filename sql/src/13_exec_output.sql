@@ -16,7 +16,10 @@ CREATE TABLE mesh.exec_output (
 -- the execs whose output the reaper may have to expire
 CREATE INDEX execs_output_kept_idx ON mesh.execs (finished_at)
     WHERE stdout_dropped < stdout_bytes OR stderr_dropped < stderr_bytes OR stdout <> '' OR stderr <> '';
-SELECT pg_catalog.pg_extension_config_dump('mesh.exec_output', '');
+-- the output of the execs pg_dump keeps (01_catalog.sql)
+SELECT pg_catalog.pg_extension_config_dump('mesh.exec_output',
+    $$WHERE exec_id IN (SELECT e.id FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id
+                         WHERE w.status = 'released' OR (w.status = 'failed' AND w.released_at IS NOT NULL))$$);
 
 -- Bytes as text a person (and a text column) can hold: NUL and invalid UTF-8 become U+FFFD.
 CREATE FUNCTION mesh.output_text(data bytea) RETURNS text

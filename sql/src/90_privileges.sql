@@ -21,6 +21,8 @@ REVOKE ALL ON FUNCTION @extschema@.mesh_snapshot_share(bigint, regrole) FROM PUB
 REVOKE ALL ON FUNCTION @extschema@.mesh_snapshot_unshare(bigint, regrole) FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA mesh TO mesh_harness, mesh_admin, mesh_worker;
+-- a monitoring role reads the statistics views (sql/src/21_stats.sql), nothing else
+GRANT USAGE ON SCHEMA mesh TO pg_monitor;
 -- the workers read and write mesh's rows (no DELETE, no DDL), call its functions
 GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA mesh TO mesh_worker;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA mesh TO mesh_worker;

@@ -5,9 +5,12 @@
 # undoes it.
 # The cluster runs as the postgres OS user (initdb refuses root), or as the calling user when
 # that is not root, and listens only on a unix socket in DIR; PGHOST/PGPORT/PGUSER/PGDATABASE are exported for psql.
+# MESH_PORT (default 5499) and MESH_DATABASE (default mesh_test: the database created, and
+# mesh.database) choose the port and the database.
 
 PG_BIN=${PG_BIN:-$(pg_config --bindir)}
 MESH_PORT=${MESH_PORT:-5499}
+MESH_DATABASE=${MESH_DATABASE:-mesh_test}
 
 as_postgres() {
   if [ "$(id -u)" -ne 0 ]; then "$@"; else runuser -u postgres -- "$@"; fi
@@ -54,14 +57,14 @@ mesh_cluster_start() {
     echo "port = $MESH_PORT"
     echo "unix_socket_directories = '$dir'"
     echo "listen_addresses = ''"
-    echo "mesh.database = 'mesh_test'"
+    echo "mesh.database = '$MESH_DATABASE'"
     echo "fsync = on"
     echo "log_line_prefix = '%m [%p] %b '"
     for line in "$@"; do echo "$line"; done
   } >> "$dir/data/postgresql.conf"
   as_postgres "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null
-  export PGHOST=$dir PGPORT=$MESH_PORT PGUSER=postgres PGDATABASE=mesh_test
-  as_postgres "$PG_BIN/createdb" -h "$dir" -p "$MESH_PORT" -U postgres mesh_test
+  export PGHOST=$dir PGPORT=$MESH_PORT PGUSER=postgres PGDATABASE=$MESH_DATABASE
+  as_postgres "$PG_BIN/createdb" -h "$dir" -p "$MESH_PORT" -U postgres "$MESH_DATABASE"
 }
 
 mesh_cluster_restart() {
