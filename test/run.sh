@@ -13,7 +13,10 @@
 # (the "kubernetes" backend of 3 and of the conformance suite runs against a test double of
 # the Kubernetes API server, test/kubernetes/, whose pods are real mesh-sandboxd processes)
 #   5. with MESH_SANITIZERS=1 (CI): the daemon tests under TSan and ASan+UBSan, and the fuzzers
-# and prints "N passed, N failed".  Exit status is non-zero on any failure.
+# and prints per layer "-> layer: P passed, F failed, S skipped" (test/lib/coverage.sh), then
+# "N passed, M failed, K skipped, T todo".  Exit status is non-zero on any failure, on anything
+# the run left behind (test/lib/leftovers.sh) and, with MESH_COVERAGE_ENFORCE=1 (CI), on a layer
+# below its floor in test/expected_coverage or skipped as a whole.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -31,16 +34,13 @@ PGDIR=$MESH_TEST_WORK/pg
 cleanup() { mesh_cluster_stop "$PGDIR"; }
 trap cleanup EXIT
 
-passed=0; failed=0
-count_tap() {   # count "ok"/"not ok" lines of verbose TAP output in file $1; $2: the runner's exit status
-  local ok nok
-  ok=$(grep -cE '^\s*ok [0-9]+' "$1" || true)
-  nok=$(grep -cE '^\s*not ok [0-9]+' "$1" || true)
-  # a runner that failed without a failing test line (bad plan, crash) still counts as a failure
-  [ "${2:-0}" -ne 0 ] && [ "$nok" -eq 0 ] && nok=1
-  passed=$((passed + ok)); failed=$((failed + nok))
-  echo "  -> $ok passed, $nok failed"
-}
+# per-layer counts, floors and the closing line (test/lib/coverage.sh); what this run leaves
+# behind (test/lib/leftovers.sh)
+# shellcheck source=test/lib/coverage.sh
+. test/lib/coverage.sh
+# shellcheck source=test/lib/leftovers.sh
+. test/lib/leftovers.sh
+leftovers_begin
 
 mesh_cluster_start "$PGDIR" "mesh.embedded_sandboxd = on" || { echo "cluster did not start"; exit 1; }
 mesh_wait_embedded "$PGDIR" || { tail -20 "$PGDIR/server.log"; exit 1; }
@@ -61,11 +61,8 @@ trap 'mesh_k8s_stop; cleanup' EXIT
 echo "== pg_regress (sql/)"
 make -s installcheck > "$MESH_TEST_WORK/regress.out" 2>&1
 grep -E '^(test| ) |^ok |^not ok ' "$MESH_TEST_WORK/regress.out" | sed 's/^/  /'
-r_ok=$(grep -cE '^(test| ) \S+ +\.\.\. ok|^ok ' "$MESH_TEST_WORK/regress.out" || true)
-r_bad=$(grep -cE '\.\.\. FAILED|^not ok ' "$MESH_TEST_WORK/regress.out" || true)
-passed=$((passed + r_ok)); failed=$((failed + r_bad))
-[ "$r_bad" -gt 0 ] && [ -f regression.diffs ] && head -100 regression.diffs
-echo "  -> $r_ok passed, $r_bad failed"
+grep -qE '\.\.\. FAILED|^not ok ' "$MESH_TEST_WORK/regress.out" && [ -f regression.diffs ] && head -100 regression.diffs
+cov_regress "$MESH_TEST_WORK/regress.out"
 
 if ls test/pgtap/*.sql >/dev/null 2>&1; then
   echo "== pg_prove (test/pgtap/)"
@@ -73,7 +70,7 @@ if ls test/pgtap/*.sql >/dev/null 2>&1; then
   pg_prove -v test/pgtap/*.sql > "$MESH_TEST_WORK/pgtap.out" 2>&1; rc=$?
   grep -E '^not ok|^# ' "$MESH_TEST_WORK/pgtap.out" | head -40
   tail -3 "$MESH_TEST_WORK/pgtap.out"
-  count_tap "$MESH_TEST_WORK/pgtap.out" $rc
+  cov_tap pgtap "$MESH_TEST_WORK/pgtap.out" $rc
 fi
 
 # The daemon's own tests (test/sandboxd/, no PostgreSQL) run beside the e2e suite, which
@@ -89,7 +86,7 @@ if ls test/e2e/*.t >/dev/null 2>&1; then
   PGDIR=$PGDIR prove -v test/e2e/*.t > "$MESH_TEST_WORK/e2e.out" 2>&1; rc=$?
   grep -E '^not ok|^# ' "$MESH_TEST_WORK/e2e.out" | head -40
   tail -3 "$MESH_TEST_WORK/e2e.out"
-  count_tap "$MESH_TEST_WORK/e2e.out" $rc
+  cov_tap e2e "$MESH_TEST_WORK/e2e.out" $rc
 fi
 
 # --- conformance (test/conformance/, test/lib/docker.sh): the same pgTAP files against every
@@ -110,7 +107,7 @@ if [ -x test/conformance/run.sh ]; then
   test/conformance/run.sh > "$MESH_TEST_WORK/conformance.out" 2>&1; rc=$?
   grep -E '^not ok|^# (backend|SKIP|Failed)' "$MESH_TEST_WORK/conformance.out" | head -40
   grep -E '^Files=|^Result' "$MESH_TEST_WORK/conformance.out"
-  count_tap "$MESH_TEST_WORK/conformance.out" $rc
+  cov_conformance "$MESH_TEST_WORK/conformance.out" $rc
   mesh_docker_stop
 fi
 # --- end conformance
@@ -120,7 +117,7 @@ if [ -n "$sandboxd_pid" ]; then
   wait "$sandboxd_pid"; rc=$?
   grep -E '^not ok' "$MESH_TEST_WORK/sandboxd.out" | head -40
   tail -3 "$MESH_TEST_WORK/sandboxd.out"
-  count_tap "$MESH_TEST_WORK/sandboxd.out" $rc
+  cov_tap daemon "$MESH_TEST_WORK/sandboxd.out" $rc
 fi
 
 # --- sanitizers and fuzzers (.ci/run sets MESH_SANITIZERS=1): the daemon tests again under
@@ -130,13 +127,21 @@ if [ "${MESH_SANITIZERS:-0}" = 1 ]; then
   echo "== sanitizers (test/sandboxd/ under tsan and asan)"
   bash test/sandboxd/sanitize.sh > "$MESH_TEST_WORK/sanitize.out" 2>&1; rc=$?
   grep -E '^not ok|^# (not ok|Result|=+|SUMMARY|WARNING)' "$MESH_TEST_WORK/sanitize.out" | head -40
-  count_tap "$MESH_TEST_WORK/sanitize.out" $rc
+  cov_tap sanitizers "$MESH_TEST_WORK/sanitize.out" $rc
   echo "== fuzzing (test/fuzz/, ${MESH_FUZZ_SECONDS:-30}s per target)"
   bash test/fuzz/run.sh > "$MESH_TEST_WORK/fuzz.out" 2>&1; rc=$?
   grep -E '^(not )?ok|^# ' "$MESH_TEST_WORK/fuzz.out" | head -40
-  count_tap "$MESH_TEST_WORK/fuzz.out" $rc
+  cov_tap fuzzers "$MESH_TEST_WORK/fuzz.out" $rc
+else
+  echo "== sanitizers and fuzzing: not run (MESH_SANITIZERS is not 1)"
+  cov_skip_layer sanitizers "MESH_SANITIZERS is not 1"
+  cov_skip_layer fuzzers "MESH_SANITIZERS is not 1"
 fi
 
+# what this run left running, in a cgroup or mounted (test/lib/leftovers.sh): checked once the
+# run's own cluster and Kubernetes API-server double are stopped (dockerd stopped above)
+mesh_k8s_stop; cleanup; trap - EXIT
+EXTRA_FAILED=0
+leftovers_check || EXTRA_FAILED=1
 echo "logs and outputs: $MESH_TEST_WORK"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
+cov_final

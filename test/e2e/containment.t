@@ -6,9 +6,9 @@
 # /workspace never fails a PostgreSQL write; 12 workspaces hoarding broker and proxy
 # connections leave another run working.
 . "$(dirname "$0")/lib.sh"
+[ "$(id -u)" -eq 0 ] || skip_all "needs root to make the server's memory cgroup"
+[ -d /sys/fs/cgroup/memory ] || skip_all "no cgroup v1 memory hierarchy on this host (docs/sandboxd.md)"
 plan 18
-[ "$(id -u)" -eq 0 ] || { echo "1..0 # skip needs root to make the server's memory cgroup"; exit 0; }
-[ -d /sys/fs/cgroup/memory ] || { echo "1..0 # skip no cgroup v1 memory hierarchy on this host (docs/sandboxd.md)"; exit 0; }
 SOCK="$PGDIR/data/mesh_sandboxd/sandboxd.sock"
 STATE="$PGDIR/data/mesh_sandboxd"
 caps=$(curl -s -m 5 --unix-socket "$SOCK" http://l/v1/capabilities)

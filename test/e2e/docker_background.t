@@ -20,9 +20,9 @@ if ! cc -Wall -Wextra -Werror -std=gnu11 -I "$root/src" -o "$w/bg_tool" "$root/t
   plan 1; ok 1 "the script tool builds"; sed 's/^/# /' "$w/cc.err"; done_testing
 fi
 if ! mesh_docker_start "$w/docker" 2> "$w/docker.err" || ! mesh_docker_image mesh-bg-test 2>> "$w/docker.err"; then
-  echo "1..0 # SKIP dockerd cannot run here: $(tr '\n' ' ' < "$w/docker.err" | cut -c1-200)"; exit 0
+  skip_all "dockerd cannot run here: $(tr '\n' ' ' < "$w/docker.err" | cut -c1-200)"
 fi
-plan 56
+plan 59
 C=mesh-bg-test-$$
 docker run -d --name "$C" --init --user 1000:1000 --network none --read-only --cap-drop ALL \
   --security-opt no-new-privileges --pids-limit 128 --memory 256m --memory-swap 256m \
@@ -111,6 +111,9 @@ is "$(od -An -tx1 "$w/k1.part" | tr -d ' \n')" "00010203040506070809" "bytes fro
 start ka 0 . printf '%s|' '$(touch /workspace/injected)' '; touch /workspace/injected' '"' "'" '*' ''
 drain ka 100 >/dev/null
 is "$(cat "$w/ka.out")" "\$(touch /workspace/injected)|; touch /workspace/injected|\"|'|*||" "argv passes through the wrapper verbatim"
+docker exec "$C" touch /workspace/control && docker exec "$C" test -e /workspace/control
+ok $? "control: a file made in the container's /workspace is seen by the same test -e"
+docker exec "$C" rm -f /workspace/control
 docker exec "$C" test -e /workspace/injected; ok $((! $?)) "and none of it ran as shell"
 
 # --- the long poll: it returns on new bytes, and on the end
@@ -185,6 +188,7 @@ is "$(field exit "$words") $(cat "$w/k9.err")" "1 mesh: no such directory: /work
    "a missing directory ends the command with a clear message"
 
 # --- forget
+docker exec "$C" test -d /run/mesh/bg/k1; ok $? "control: the ended command's directory is there before forget"
 is "$(script forget k1)" gone "forget removes an ended command's record"
 docker exec "$C" test -e /run/mesh/bg/k1; ok $((! $?)) "its directory is gone"
 is "$(script forget k1)" gone "forgetting it again is success"
@@ -229,5 +233,6 @@ is "$? $(cat "$w/f4.fo") $(cat -v "$w/f4.fe" | grep -o '\^\^mesh:[01]:[0-9]*')" 
    "the timeout kills the command, marked timed out in the trailer"
 is "$(docker exec "$C" ps -o args | grep -cE '^sleep 10[01]$')" 0 "with its tree"
 fg f5 30 100 sh -c 'echo forged >&3'
+cat -v "$w/f5.fe" | grep -q '\^\^mesh:'; ok $? "control: the trailer is in the file looked at"
 grep -q forged "$w/f5.fe"; ok $((! $?)) "the command cannot write on the trailer's descriptor"
 done_testing

@@ -8,7 +8,7 @@
 # live, and the restored install serves a new run with a restored secret.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../lib/cluster.sh"
-[ "$(id -u)" -eq 0 ] || { echo "1..0 # skip needs root to start a cluster as postgres"; exit 0; }
+[ "$(id -u)" -eq 0 ] || skip_all "needs root to start a cluster as postgres"
 plan 25
 
 SRC_HOST=$PGHOST SRC_PORT=$PGPORT

@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../lib/cluster.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-[ "$(id -u)" -eq 0 ] || { echo "1..0 # skip needs root to start a cluster as postgres"; exit 0; }
+[ "$(id -u)" -eq 0 ] || skip_all "needs root to start a cluster as postgres"
 plan 6
 
 dir=$(mktemp -d "${MESH_TEST_WORK:-/tmp}/mesh-anywhere.XXXXXX"); chmod 755 "$dir"

@@ -3,17 +3,8 @@
 # Needs PGHOST, PGPORT, PGUSER, PGDATABASE and PGDIR (the cluster's directory) in the environment.
 
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/holders.sh"
-TAP_N=0
-TAP_FAILED=0
-plan() { echo "1..$1"; }
-ok() {  # ok CONDITION-EXIT-STATUS DESCRIPTION
-  TAP_N=$((TAP_N + 1))
-  if [ "$1" -eq 0 ]; then echo "ok $TAP_N - $2"; else echo "not ok $TAP_N - $2"; TAP_FAILED=$((TAP_FAILED + 1)); fi
-}
-is() {  # is GOT EXPECTED DESCRIPTION
-  if [ "$1" = "$2" ]; then ok 0 "$3"; else ok 1 "$3"; echo "#   got: '$1'"; echo "#   expected: '$2'"; fi
-}
-done_testing() { exit $((TAP_FAILED > 0)); }
+# TAP: test/lib/tap.sh (plan, ok, is, like, skip REASON COUNT, skip_all, diag, done_testing)
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/tap.sh"
 
 q() { psql -X -qAt -v ON_ERROR_STOP=1 -c "$1"; }
 

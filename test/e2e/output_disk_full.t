@@ -9,8 +9,8 @@
 #     keeps free space.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../lib/cluster.sh"
+[ "$(id -u)" -eq 0 ] || skip_all "needs root to mount a small filesystem"
 plan 12
-[ "$(id -u)" -eq 0 ] || { echo "1..0 # SKIP needs root to mount a small filesystem"; exit 0; }
 dir=$(mktemp -d /tmp/mesh-diskfull.XXXXXX); chmod 755 "$dir"
 mount -t tmpfs -o size=640m,mode=755 mesh-diskfull "$dir" || exit 1
 trap 'mesh_cluster_stop "$dir/pg"; umount -l "$dir"; rmdir "$dir"' EXIT

@@ -9,7 +9,7 @@
 # that replaces the project's current one (the reaper's sweep is every 10 minutes by default).
 # A hostile .meshignore fails a capture with a clear error.
 . "$(dirname "$0")/lib.sh"
-plan 19
+plan 20
 SNAPS="$PGDIR/data/mesh_sandboxd/workspaces/.snapshots"
 tag="hyg$$"
 project="github.com/$tag/app"
@@ -61,6 +61,10 @@ is "$(q "SELECT snapshot_id FROM mesh.workspaces WHERE run_id = '$tag-b'")" "$SA
 token_b=$(out "$tag-b" 'cat .mesh/run-token' | tr -d '\n')
 ok $(( ${#token_b} > 20 && ${#token_a} > 20 ? 0 : 1 )) "A and B each have a token"
 ok $([ "$token_a" != "$token_b" ]; echo $?) "B's token is not A's"
+# control: the same request with A's token from A's own sandbox gets the value
+out "$tag-a" 'curl -s --unix-socket /run/mesh/broker.sock -X POST -H "Authorization: Bearer '"$token_a"'" http://mesh/v1/secrets/api_key' \
+  | grep -q '"value"'
+ok $? "control: A's token, from A's sandbox, gets the secret"
 out "$tag-b" 'curl -s --unix-socket /run/mesh/broker.sock -X POST -H "Authorization: Bearer '"$token_a"'" http://mesh/v1/secrets/api_key' \
   | grep -q '"value"'
 ok $((! $?)) "A's token does not work from B's sandbox"

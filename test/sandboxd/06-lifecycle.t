@@ -119,7 +119,9 @@ wait "$keeper"
 is "$(sed -n 2p "$SD_DIR/keep.out")" 200 "the connection still answers"
 
 mkdir -m 700 "$SD_DIR/closed"
-"$SANDBOXD" --state-dir "$SD_DIR/closed/state" --socket "$SD_DIR/closed/s" 2>"$SD_DIR/closed.log"
+# a cgroup name of its own, removed on exit (the default, mesh-sandboxd, would stay behind)
+SD_CGROUPS+=("mesh-test-$$-closed")
+"$SANDBOXD" --state-dir "$SD_DIR/closed/state" --socket "$SD_DIR/closed/s" --cgroup-name "mesh-test-$$-closed" 2>"$SD_DIR/closed.log"
 ok $(( $? == 0 )) "a state dir the sandbox user cannot reach is refused at start"
 like "$(cat "$SD_DIR/closed.log")" "cannot traverse" "with a clear reason"
 finish

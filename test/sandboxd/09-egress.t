@@ -32,13 +32,15 @@ WWW=$(mktemp -d /tmp/mesh-egress-www.XXXXXX)
 SD_DIRS+=("$WWW")
 echo "hello from allowed" > "$WWW/hello.txt"
 SERVERS=("$INTERNET")
-in_internet python3 -m http.server --bind 198.51.100.7 --directory "$WWW" 8080 >/dev/null 2>&1 &
+# nsenter itself (not the in_internet function, whose background subshell would be the pid
+# recorded while the server outlived it) execs the server: $! is the server, killed on exit
+nsenter --net=/proc/$INTERNET/ns/net -- python3 -m http.server --bind 198.51.100.7 --directory "$WWW" 8080 >/dev/null 2>&1 &
 SERVERS+=($!)
 for addr in 10.99.0.1 127.0.0.1 198.51.100.1 203.0.113.9; do
     python3 -m http.server --bind "$addr" --directory "$WWW" 8080 >/dev/null 2>&1 &
     SERVERS+=($!)
 done
-trap 'kill "${SERVERS[@]}" 2>/dev/null; sd_cleanup' EXIT
+trap 'kill "${SERVERS[@]}" 2>/dev/null; wait "${SERVERS[@]}" 2>/dev/null; sd_cleanup' EXIT
 for addr in 127.0.0.1 198.51.100.7 198.51.100.1 203.0.113.9; do
     for _ in $(seq 1 50); do curl -s -m 1 "http://$addr:8080/hello.txt" >/dev/null && break; sleep 0.1; done
 done

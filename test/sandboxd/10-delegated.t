@@ -6,9 +6,9 @@
 # restart re-uses the delegation, and without a bound the daemon refuses to share the disk it
 # was told to protect.
 . "$(dirname "$0")/lib.sh"
+id postgres >/dev/null 2>&1 || skip_all "no postgres user"
+[ -d /sys/fs/cgroup/memory ] || skip_all "no cgroup v1 memory hierarchy on this host"
 plan 32
-id postgres >/dev/null 2>&1 || { echo "1..0 # skip no postgres user"; exit 0; }
-[ -d /sys/fs/cgroup/memory ] || { echo "1..0 # skip no cgroup v1 memory hierarchy on this host"; exit 0; }
 sd_prepare_as postgres --max-file-bytes 1048576
 CG="mesh-test-$$-$RANDOM"
 SD_CGROUPS+=("$CG")

@@ -5,7 +5,7 @@
 # descriptors, signals it or takes its place; its death mid-exec is a prompt, clear error,
 # and the next acquire brings the workspace back.
 . "$(dirname "$0")/lib.sh"
-[ "$(uname -m)" = x86_64 ] || { echo "1..0 # skip system-call numbers below are x86-64's"; exit 0; }
+[ "$(uname -m)" = x86_64 ] || skip_all "system-call numbers below are x86-64's"
 plan 16
 
 holder_of() { jq -r .holder_pid "$SD_STATE/workspaces/$1/meta.json"; }

@@ -10,7 +10,7 @@
 # subtree renames the cgroups as well.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/isolation_checks.sh"
-plan 61
+plan 71
 
 # log lines of standby adoptions: "<workspace> <holder pid> <standby name>"
 adoptions() {
@@ -146,8 +146,11 @@ sd_stop
 # umask is the whole process's: the daemon sets it once, at start, before any thread or child,
 # and never again (a mask set for a moment while the pool's holders are forked would be theirs)
 mkdir -m 711 "$SD_DIR/um"
+# a cgroup name of its own, removed on exit (the default, mesh-sandboxd, would stay behind)
+SD_CGROUPS+=("mesh-test-$$-um")
 strace -f -qq -e trace=umask,execve -o "$SD_DIR/um/trace" \
-    "$SANDBOXD" --state-dir "$SD_DIR/um/state" --socket "$SD_DIR/um/s" --standby 2 2>"$SD_DIR/um/log" &
+    "$SANDBOXD" --state-dir "$SD_DIR/um/state" --socket "$SD_DIR/um/s" --standby 2 \
+    --cgroup-name "mesh-test-$$-um" 2>"$SD_DIR/um/log" &
 tracer=$!
 served=1
 for _ in $(seq 1 100); do

@@ -7,10 +7,10 @@
 # a snapshot); inotify instances and watches stop at the tier's bound in one workspace while
 # another still gets one; a host prepared without quotas is declared as such.
 . "$(dirname "$0")/lib.sh"
+id postgres >/dev/null 2>&1 || skip_all "no postgres user"
+[ -d /sys/fs/cgroup/memory ] || skip_all "no cgroup v1 memory hierarchy on this host"
+[ -x /usr/sbin/mkfs.btrfs ] || skip_all "no mkfs.btrfs (btrfs-progs)"
 plan 37
-id postgres >/dev/null 2>&1 || { echo "1..0 # skip no postgres user"; exit 0; }
-[ -d /sys/fs/cgroup/memory ] || { echo "1..0 # skip no cgroup v1 memory hierarchy on this host"; exit 0; }
-[ -x /usr/sbin/mkfs.btrfs ] || { echo "1..0 # skip no mkfs.btrfs (btrfs-progs)"; exit 0; }
 MiB=$((1 << 20))
 sd_prepare_as postgres
 CG="mesh-test-$$-$RANDOM"

@@ -9,8 +9,6 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # MESH_SANDBOXD selects another build of the daemon (e.g. the sanitizer ones, see .ci/run).
 SANDBOXD="${MESH_SANDBOXD:-$REPO/src/sandboxd/mesh-sandboxd}"
 . "$(dirname "${BASH_SOURCE[0]}")/../lib/holders.sh"
-TEST_N=0
-TEST_FAILED=0
 SD_DIRS=()
 SD_PIDS=()
 SD_CGROUPS=()
@@ -19,20 +17,8 @@ if [ ! -x "$SANDBOXD" ]; then
     make -s -C "$REPO/src/sandboxd" >/dev/null || { echo "Bail out! build failed"; exit 1; }
 fi
 
-# --- TAP ---
-plan() { echo "1..$1"; }
-ok() {  # ok CONDITION_EXIT_STATUS DESCRIPTION
-    TEST_N=$((TEST_N + 1))
-    if [ "$1" -eq 0 ]; then echo "ok $TEST_N - $2"; else echo "not ok $TEST_N - $2"; TEST_FAILED=1; fi
-}
-is() {  # is GOT EXPECTED DESCRIPTION
-    if [ "$1" = "$2" ]; then ok 0 "$3"; else ok 1 "$3"; echo "#   got: '$1'"; echo "#   expected: '$2'"; fi
-}
-like() {  # like GOT REGEX DESCRIPTION
-    if echo "$1" | grep -qE -- "$2"; then ok 0 "$3"; else ok 1 "$3"; echo "#   got: '$1'"; echo "#   expected to match: '$2'"; fi
-}
-skip() { TEST_N=$((TEST_N + 1)); echo "ok $TEST_N # skip $1"; }
-diag() { echo "# $*"; }
+# --- TAP: test/lib/tap.sh (plan, ok, is, like, skip REASON COUNT, skip_all, diag) ---
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/tap.sh"
 
 # --- daemon lifecycle ---
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
@@ -184,7 +170,7 @@ frame_split() {
     echo "$line" | jq -c --argjson rest $(( $(wc -c < "$body") - n - o - e )) '. + {rest: $rest}'
 }
 
-finish() { exit $TEST_FAILED; }
+finish() { exit $((TAP_FAILED > 0)); }
 
 # sd_prepare_as USER [daemon flags...]: directories and flags of a non-root daemon on a unix
 # socket (how the extension embeds it), not started yet.

@@ -6,6 +6,7 @@
 # stderr in directories they delete; every daemon stops with SIGTERM first so LeakSanitizer runs.
 #
 #   bash test/sandboxd/sanitize.sh [tsan|asan ...]     (default: both)
+#   MESH_SANITIZE_TESTS="test/sandboxd/03-isolation.t ..." runs those files only (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -31,7 +32,7 @@ prove_kind() {
     ASAN_OPTIONS="$common detect_leaks=1 detect_stack_use_after_return=0" \
     UBSAN_OPTIONS="$common print_stacktrace=1" \
     MESH_SANDBOXD="$ROOT/src/sandboxd/mesh-sandboxd-$1" timeout 900 \
-        prove -v test/sandboxd/*.t >"$WORK/$1.out" 2>&1
+        prove -v ${MESH_SANITIZE_TESTS:-test/sandboxd/*.t} >"$WORK/$1.out" 2>&1
 }
 
 # report_kind KIND BUILD_STATUS PROVE_STATUS: its TAP lines, and the sanitizer's reports. A
