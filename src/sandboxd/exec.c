@@ -20,7 +20,18 @@
  * output going to its record (background.c) instead of a capture, read only while the record
  * has room, so a command nobody fetches from blocks on write instead of losing bytes.
  */
-#include "sandboxd.h"
+#include "exec.h"
+#include "background.h"
+#include "capture.h"
+#include "cgroup.h"
+#include "config.h"
+#include "egress.h"
+#include "json.h"
+#include "log.h"
+#include "quota.h"
+#include "registry.h"
+#include "sandbox.h"
+#include "util.h"
 #include "agent_proto.h"
 #include <errno.h>
 #include <fcntl.h>

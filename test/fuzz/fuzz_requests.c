@@ -14,15 +14,6 @@
 #include "../../src/sandboxd/workspace.c"
 #include "../../src/sandboxd/snapshot.c"
 
-struct config g_config;
-struct host_caps g_caps;
-
-/* main.c's, left out: the parsers never start a sandbox, so there is no child to watch. */
-void reaper_watch(pid_t pid)
-{
-    (void)pid;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* A workspace object that exists only for the parsers (never started). */
