@@ -18,7 +18,13 @@
  * reference-counted: the list, the supervisor and every request using it hold one. Lock order:
  * ws->lock, then a record's lock; nothing takes ws->lock while holding a record's.
  */
-#include "sandboxd.h"
+#include "background.h"
+#include "capture.h"
+#include "config.h"
+#include "json.h"
+#include "log.h"
+#include "registry.h"
+#include "util.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

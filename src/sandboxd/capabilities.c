@@ -1,39 +1,24 @@
 /*
- * capabilities.c - the size-tier table and detection of what this host really enforces.
+ * capabilities.c - detection of what this host really enforces.
  *
  * Capabilities are detected once at start (never assumed) and reported by
  * GET /v1/capabilities; the extension branches on them, never on the backend's identity.
  */
-#include "sandboxd.h"
+#include "capabilities.h"
+#include "cgroup.h"
+#include "config.h"
+#include "egress.h"
+#include "hostsetup.h"
+#include "log.h"
+#include "quota.h"
+#include "seccomp.h"
+#include "snapshot.h"
+#include "tiers.h"
+#include "util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* The one size-tier table: memory, CPU and pid limits applied through cgroups; disk (never
- * more than a quarter of the workspaces' filesystem) and inotify bounds (quota.c). */
-static const struct size_tier tiers[] = {
-    {"small", 512, 0.5, 128, 2048, 32, 8192},
-    {"standard", 2048, 1.0, 512, 8192, 64, 16384},
-    {"large", 4096, 2.0, 1024, 16384, 128, 32768},
-    {"xlarge", 8192, 2.0, 2048, 32768, 128, 65536},
-};
-
-/* Looks a tier up by its protocol name; NULL when unknown. */
-const struct size_tier *tier_by_name(const char *name)
-{
-    for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
-        if (strcmp(tiers[i].name, name) == 0)
-            return &tiers[i];
-    return NULL;
-}
-
-/* The whole table, for the capabilities document and docs. */
-const struct size_tier *tier_table(size_t *count)
-{
-    *count = sizeof tiers / sizeof tiers[0];
-    return tiers;
-}
 
 /* True when the sandbox base has an executable /bin/sh (so argv may name a shell). */
 static bool base_has_shell(void)

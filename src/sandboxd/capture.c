@@ -3,7 +3,8 @@
  * tail around a marker, or (output "tail") only the most recent bytes, as they came; and how
  * it leaves in an answer (base64 in the JSON document, or raw after it).
  */
-#include "sandboxd.h"
+#include "capture.h"
+#include "json.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,11 @@
  * belong to it too, and cgroup v1 lets a process move tasks of its own uid. Where a hierarchy is
  * not writable the controller is reported unavailable and the matching capability is false.
  */
-#include "sandboxd.h"
+#include "cgroup.h"
+#include "config.h"
+#include "log.h"
+#include "tiers.h"
+#include "util.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

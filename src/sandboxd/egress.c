@@ -13,7 +13,12 @@
  * local interface's, public ones too), in every mode,
  * enforces the allowlist, and records each refusal so the exec that caused it reports it.
  */
-#include "sandboxd.h"
+#include "egress.h"
+#include "config.h"
+#include "layout.h"
+#include "log.h"
+#include "registry.h"
+#include "util.h"
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>

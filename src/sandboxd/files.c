@@ -10,7 +10,12 @@
  * root the I/O runs with the sandbox user's filesystem uid (setfsuid, per thread), so
  * permissions are the sandbox's and created files and directories belong to it.
  */
-#include "sandboxd.h"
+#include "files.h"
+#include "config.h"
+#include "json.h"
+#include "layout.h"
+#include "registry.h"
+#include "util.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>

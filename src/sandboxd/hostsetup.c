@@ -30,7 +30,13 @@
  * on that state dir reads for its cgroup name. Nothing here survives a reboot (cgroups and
  * mounts are runtime state): run it at boot before the database, e.g. from a systemd unit.
  */
-#include "sandboxd.h"
+#include "hostsetup.h"
+#include "cgroup.h"
+#include "config.h"
+#include "log.h"
+#include "quota.h"
+#include "sandbox.h"
+#include "util.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,21 @@
  * libmicrohttpd runs one thread per connection, so a long exec only occupies its own
  * connection, and HTTP keep-alive lets the extension's workers reuse connections.
  */
-#include "sandboxd.h"
+#include "http.h"
+#include "background.h"
+#include "capabilities.h"
+#include "capture.h"
+#include "config.h"
+#include "exec.h"
+#include "files.h"
+#include "json.h"
+#include "log.h"
+#include "registry.h"
+#include "route.h"
+#include "single.h"
+#include "snapshot.h"
+#include "util.h"
+#include "workspace.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -18,7 +32,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-int g_shutting_down;   /* set once by the main thread; read with __atomic_load_n */
 static struct MHD_Daemon *daemons[2];
 static int in_flight;                    /* requests in flight; under in_flight_lock */
 static pthread_mutex_t in_flight_lock = PTHREAD_MUTEX_INITIALIZER;

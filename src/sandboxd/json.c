@@ -4,7 +4,7 @@
  * Every accessor names the offending field in a bad_request error, so that callers get a
  * clear message for wrong types instead of a crash.
  */
-#include "sandboxd.h"
+#include "json.h"
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>

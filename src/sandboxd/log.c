@@ -3,7 +3,7 @@
  *
  * Callers never pass the bearer token here; the format is "time mesh-sandboxd: message".
  */
-#include "sandboxd.h"
+#include "log.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <time.h>

@@ -5,7 +5,20 @@
  * loop, which sleeps until a signal arrives or a watched child exits, and once a minute forgets
  * background records that expired.
  */
-#include "sandboxd.h"
+#include "capabilities.h"
+#include "cgroup.h"
+#include "config.h"
+#include "egress.h"
+#include "hostsetup.h"
+#include "http.h"
+#include "log.h"
+#include "reaper.h"
+#include "sandbox.h"
+#include "single.h"
+#include "snapshot.h"
+#include "standby.h"
+#include "util.h"
+#include "workspace.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -22,9 +35,6 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-struct config g_config;
-struct host_caps g_caps;
 
 /* Prints usage and exits with STATUS. */
 static void usage(int status)
@@ -325,23 +335,6 @@ static void reap_children(void)
         ;
 }
 
-/* Request threads hand the main thread pidfds of the children it must reap over this pipe
- * (reaper_watch); its write end never blocks. */
-static int watch_pipe[2] = {-1, -1};
-
-/* A request thread's child that may outlive the request (a workspace's bwrap) is reaped by
- * the main thread when its pidfd turns readable: reap_children cannot take another thread's
- * child, and no SIGCHLD comes again when a zombie passes from an ending thread to us. */
-void reaper_watch(pid_t pid)
-{
-    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (fd < 0 || write(watch_pipe[1], &fd, sizeof fd) != (ssize_t)sizeof fd) {
-        log_event("cannot watch child %d for reaping: %s", (int)pid, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-    }
-}
-
 /* The main thread's wait set: a signalfd, the watch pipe, then one pidfd per watched child. */
 struct reaper {
     struct pollfd *fds;
@@ -365,7 +358,7 @@ static void reaper_add(struct reaper *r, int fd)
 static void reaper_take_watches(struct reaper *r)
 {
     int fd;
-    while (read(watch_pipe[0], &fd, sizeof fd) == (ssize_t)sizeof fd)
+    while (read(reaper_watch_fd(), &fd, sizeof fd) == (ssize_t)sizeof fd)
         reaper_add(r, fd);
 }
 
@@ -411,7 +404,7 @@ static int reaper_loop(const sigset_t *handled)
     if (sigfd < 0)
         die("cannot create the signalfd");
     reaper_add(&r, sigfd);
-    reaper_add(&r, watch_pipe[0]);
+    reaper_add(&r, reaper_watch_fd());
     reap_children();   /* orphans that came before the signalfd */
     double next_sweep = monotonic_ms() + sweep_interval_ms();
     for (;;) {
@@ -476,7 +469,7 @@ int main(int argc, char **argv)
     sigaddset(&handled, SIGCHLD);
     sigaddset(&handled, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &handled, NULL);   /* every thread inherits the block */
-    if (pipe2(watch_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+    if (!reaper_watch_open())
         die("cannot create the reaper's pipe");
     cgroup_init();
     caps_detect();

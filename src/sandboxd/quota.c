@@ -29,7 +29,13 @@
  * /proc/sys/user/max_inotify_{instances,watches} from a helper that joins it (the daemon's user
  * owns it, so the helper has CAP_SYS_RESOURCE there; nothing inside the sandbox has).
  */
-#include "sandboxd.h"
+#include "quota.h"
+#include "config.h"
+#include "layout.h"
+#include "log.h"
+#include "registry.h"
+#include "tiers.h"
+#include "util.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -275,23 +281,6 @@ uint64_t quota_tier_bytes(const struct size_tier *tier)
     return quota.layout && i < QUOTA_TIERS ? quota.bytes[i] : 0;
 }
 
-/* <state>/workspaces/<id>/store */
-char *quota_store_dir(const char *id)
-{
-    return xasprintf("%s/workspaces/%s/store", g_config.state_dir, id);
-}
-
-/* <state>/workspaces/<id>/store/NAME when workspace ID has a quota slot, else <id>/NAME:
- * decided by what is on disk, so a workspace keeps its files whatever this start found. */
-char *quota_in_slot(const char *id, const char *name)
-{
-    char *store = quota_store_dir(id);
-    struct stat st;
-    bool slot = lstat(store, &st) == 0 && S_ISDIR(st.st_mode);
-    free(store);
-    return xasprintf("%s/workspaces/%s/%s%s", g_config.state_dir, id, slot ? "store/" : "", name);
-}
-
 /* Gives the workspace directory DIR a free slot of TIER as DIR/store (owned by the sandbox
  * user, like the files in it). False with errno EDQUOT when the tier has none free. */
 bool quota_slot_take(const struct size_tier *tier, const char *dir)
@@ -423,7 +412,7 @@ bool quota_full(const char *id)
 {
     if (!quota.sysfs[0])
         return false;
-    char *store = quota_store_dir(id);
+    char *store = layout_store_dir(id);
     char *qgroup = slot_qgroup(store);
     free(store);
     uint64_t used = 0, limit = 0, rsv = 0, part = 0;

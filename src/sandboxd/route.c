@@ -5,7 +5,8 @@
  * so one request could be routed with another's segments), no MHD types, so the fuzzer
  * (test/fuzz/) can feed it arbitrary bytes.
  */
-#include "sandboxd.h"
+#include "route.h"
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 

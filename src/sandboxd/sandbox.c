@@ -17,7 +17,19 @@
  * keeps the state-dir lock until its execve, so by the time a new daemon holds the lock every
  * holder being started has its marker. Holders no registered workspace explains are killed.
  */
-#include "sandboxd.h"
+#include "sandbox.h"
+#include "cgroup.h"
+#include "config.h"
+#include "egress.h"
+#include "json.h"
+#include "layout.h"
+#include "log.h"
+#include "quota.h"
+#include "reaper.h"
+#include "registry.h"
+#include "seccomp.h"
+#include "tiers.h"
+#include "util.h"
 #include "agent_proto.h"
 #include <dirent.h>
 #include <errno.h>

@@ -19,7 +19,9 @@
  * before the command, because an exec joins the namespaces with setns and never passes through
  * bubblewrap.
  */
-#include "sandboxd.h"
+#include "seccomp.h"
+#include "log.h"
+#include "util.h"
 #include <errno.h>
 #include <linux/btrfs.h>
 #include <sched.h>

@@ -5,7 +5,9 @@
  * is every snapshot route: a snapshot kept on a pod's disk would go with the pod, and nothing
  * but the workspace's own files may fill that disk.
  */
-#include "sandboxd.h"
+#include "single.h"
+#include "config.h"
+#include "route.h"
 #include <ctype.h>
 #include <string.h>
 

@@ -25,7 +25,16 @@
  * run token's /workspace/.mesh, the file call's temporary files and what /workspace/.meshignore
  * names (snapshot_exclude.c), and copies a file's data only: holes stay holes.
  */
-#include "sandboxd.h"
+#include "snapshot.h"
+#include "config.h"
+#include "hostsetup.h"
+#include "json.h"
+#include "layout.h"
+#include "log.h"
+#include "registry.h"
+#include "sandbox.h"
+#include "snapshot_exclude.h"
+#include "util.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -74,14 +83,6 @@ static char *snapshot_dir(const char *id)
 static char *snapshot_tree(const char *id)
 {
     return xasprintf("%s/workspaces/.snapshots/%s/tree", g_config.state_dir, id);
-}
-
-/* <state>/workspaces/<id>/work: overlayfs' work directory for a workspace on a snapshot;
- * <id>/store/work in a quota slot (with the upper layer: overlayfs moves files from one to
- * the other, and btrfs never renames across subvolumes) */
-char *workspace_work_dir(const char *id)
-{
-    return quota_in_slot(id, "work");
 }
 
 /* The raw mount-API system calls (glibc 2.36 has wrappers, older ones do not). */

@@ -21,7 +21,9 @@
  * capture (422 meshignore_invalid) rather than capture what the project meant to leave out.
  * Matching is a linear-space, O(pattern x name) greedy match, never exponential.
  */
-#include "sandboxd.h"
+#include "snapshot_exclude.h"
+#include "json.h"
+#include "layout.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>

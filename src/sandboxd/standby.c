@@ -23,7 +23,20 @@
  * Lock: pool_lock guards the ready list, the filler's state and its condition; it is taken
  * alone, never with another lock of the daemon.
  */
-#include "sandboxd.h"
+#include "standby.h"
+#include "cgroup.h"
+#include "config.h"
+#include "egress.h"
+#include "hostsetup.h"
+#include "json.h"
+#include "layout.h"
+#include "log.h"
+#include "registry.h"
+#include "sandbox.h"
+#include "snapshot.h"
+#include "tiers.h"
+#include "util.h"
+#include "workspace_dirs.h"
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -31,7 +44,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define STANDBY_PREFIX "_standby-"
 #define STANDBY_MAX 64
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -44,14 +56,6 @@ static unsigned long pool_seq;                      /* the filler's alone */
 static int pool_target;                             /* set once at start */
 static bool filler_started;
 static pthread_t filler;
-
-/* True for a pool name (STANDBY_PREFIX and digits): a standby's, never a workspace id. */
-bool standby_name(const char *name)
-{
-    size_t plen = strlen(STANDBY_PREFIX);
-    return strncmp(name, STANDBY_PREFIX, plen) == 0 && name[plen] &&
-           strspn(name + plen, "0123456789") == strlen(name + plen);
-}
 
 /* <broker-dir>/<name>, or NULL without a broker. */
 static char *broker_dir_of(const char *name)

@@ -2,7 +2,8 @@
  * util.c - small helpers shared by several modules: time, formatted allocation, atomic file
  * replacement, recursive removal and directory creation.
  */
-#include "sandboxd.h"
+#include "util.h"
+#include "config.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>

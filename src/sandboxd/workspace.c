@@ -1,6 +1,6 @@
 /*
- * workspace.c - workspace registry, lifecycle (acquire = create or wake, release = destroy or
- * hibernate) and persistence.
+ * workspace.c - workspace lifecycle (acquire = create or wake, release = destroy or
+ * hibernate) and persistence; the objects and their registry are registry.c's.
  *
  * On disk: <state>/workspaces/<id>/meta.json (one small JSON per workspace, replaced
  * atomically) and <state>/workspaces/<id>/files (the workspace's /workspace, owned by the
@@ -9,7 +9,24 @@
  * re-adopts live holders, or starts a new holder over the same files when the old one is
  * gone.
  */
-#include "sandboxd.h"
+#include "workspace.h"
+#include "background.h"
+#include "capabilities.h"
+#include "cgroup.h"
+#include "config.h"
+#include "egress.h"
+#include "exec.h"
+#include "hostsetup.h"
+#include "json.h"
+#include "layout.h"
+#include "log.h"
+#include "registry.h"
+#include "sandbox.h"
+#include "snapshot.h"
+#include "standby.h"
+#include "tiers.h"
+#include "util.h"
+#include "workspace_dirs.h"
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -20,200 +37,20 @@
 #include <time.h>
 #include <unistd.h>
 
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct workspace *registry;
-
-/*
- * Admission by descriptors: a running workspace keeps up to FDS_PER_WORKSPACE open (its user
- * and network namespaces, root, exec agent's channel, 4 cgroups, 2 memory control files, the
- * egress listener); a quarter of the open-files limit
- * stays free for requests, exec pipes and proxied connections. Past running_max a create or
- * wake answers out_of_resources before anything is made, instead of failing half way.
- */
-#define FDS_PER_WORKSPACE 11
-static int running_count;   /* workspaces holding descriptors; under registry_lock */
-static int running_max;     /* set once at start */
-
-/* Reserves the descriptors of one more running workspace; out_of_resources at the limit. */
-static bool running_slot_take(struct api_error *err)
-{
-    pthread_mutex_lock(&registry_lock);
-    bool ok = running_count < running_max;
-    if (ok)
-        running_count++;
-    pthread_mutex_unlock(&registry_lock);
-    if (!ok)
-        api_error_set(err, 503, "out_of_resources",
-                      "%d workspaces are running, the most this daemon's open-files limit "
-                      "allows; release some or raise the limit", running_max);
-    return ok;
-}
-
-/* Gives a reservation back (start failed, or the workspace stopped). */
+/* Gives a reservation back (start failed, or the workspace stopped), and tells the standby
+ * pool that a running workspace's room is free. */
 static void running_slot_give(void)
 {
-    pthread_mutex_lock(&registry_lock);
-    running_count--;
-    pthread_mutex_unlock(&registry_lock);
+    registry_running_give();
     standby_room_freed();
 }
 
-/* Whether STANDBYS standby holders fit beside the running workspaces in the descriptor budget
- * (standby.c starts one only then: a standby never takes a real workspace's room). */
-bool workspace_running_room(int standbys)
-{
-    pthread_mutex_lock(&registry_lock);
-    bool room = running_count + standbys < running_max;
-    pthread_mutex_unlock(&registry_lock);
-    return room;
-}
-
-/* Sets running_max from the open-files limit (after main raised it). */
-static void running_max_init(void)
-{
-    struct rlimit lim;
-    rlim_t files = getrlimit(RLIMIT_NOFILE, &lim) == 0 ? lim.rlim_cur : 1024;
-    running_max = (int)((files / 4 * 3) / FDS_PER_WORKSPACE);
-    log_event("at most %d running workspaces (open-files limit %llu)", running_max,
-              (unsigned long long)files);
-}
-
-/* [A-Za-z0-9][A-Za-z0-9._-]{0,127} */
-bool workspace_id_valid(const char *id)
-{
-    size_t len = strlen(id);
-    if (len == 0 || len > WORKSPACE_ID_MAX || !((id[0] >= 'a' && id[0] <= 'z') ||
-                                                (id[0] >= 'A' && id[0] <= 'Z') ||
-                                                (id[0] >= '0' && id[0] <= '9')))
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", id[i]))
-            return false;
-    return true;
-}
-
-/* <state>/workspaces/<id> */
-char *workspace_dir(const char *id)
-{
-    return xasprintf("%s/workspaces/%s", g_config.state_dir, id);
-}
-
-/* <state>/workspaces/<id>/files, mounted as /workspace; <id>/store/files when the workspace
- * has a quota slot (quota.c) */
-char *workspace_files_dir(const char *id)
-{
-    return quota_in_slot(id, "files");
-}
-
-/* Removes workspace directory DIR (of a workspace or a standby), its quota slot first: the
- * slot goes back to its pool emptied, never deleted. */
-bool workspace_dir_remove(const char *dir)
-{
-    return quota_slot_return(dir) && remove_tree(dir);
-}
-
-/* A fresh, unregistered workspace object with every descriptor closed (also a standby's,
- * standby.c); NULL when out of memory. */
-struct workspace *workspace_new(const char *id)
-{
-    struct workspace *ws = calloc(1, sizeof *ws);
-    json_t *labels = json_object();
-    if (!ws || !labels) {
-        free(ws);
-        json_decref(labels);
-        return NULL;
-    }
-    snprintf(ws->id, sizeof ws->id, "%s", id);
-    ws->tier = tier_by_name("standard");
-    snprintf(ws->network, sizeof ws->network, "none");
-    ws->labels = labels;
-    ws->created_at = time(NULL);
-    ws->state = WS_STOPPING;   /* not usable until started or loaded */
-    ws->user_ns_fd = ws->net_ns_fd = -1;
-    ws->root_fd = -1;
-    ws->agent_fd = -1;
-    for (int f = 0; f < CG_FILES; f++)
-        ws->cgroup_fds[f] = -1;
-    pthread_mutex_init(&ws->lock, NULL);
-    pthread_mutex_init(&ws->lifecycle, NULL);
-    pthread_cond_init(&ws->execs_done, NULL);
-    return ws;
-}
-
-/* Frees a workspace object once nothing references it. */
-void workspace_free(struct workspace *ws)
+/* What a freed workspace object releases of the layers above the registry (registry_on_free):
+ * its background records and the holder's descriptors. */
+static void workspace_release_layers(struct workspace *ws)
 {
     background_drop(ws, false);
     sandbox_close_fds(ws);
-    cgroup_close_fds(ws->cgroup_fds);
-    json_decref(ws->labels);
-    json_decref(ws->allow);
-    pthread_mutex_destroy(&ws->lock);
-    pthread_mutex_destroy(&ws->lifecycle);
-    pthread_cond_destroy(&ws->execs_done);
-    free(ws);
-}
-
-/* Registry lookup (caller holds registry_lock). */
-static struct workspace *registry_find(const char *id)
-{
-    for (struct workspace *ws = registry; ws; ws = ws->next)
-        if (strcmp(ws->id, id) == 0)
-            return ws;
-    return NULL;
-}
-
-/* Unlinks WS from the registry and drops the registry's reference. The caller holds
- * WS's lifecycle lock and a reference of its own, so an acquire waiting for the lifecycle
- * lock sees "removed" and starts over with a new object. */
-static void registry_remove(struct workspace *ws)
-{
-    pthread_mutex_lock(&registry_lock);
-    for (struct workspace **p = &registry; *p; p = &(*p)->next)
-        if (*p == ws) {
-            *p = ws->next;
-            break;
-        }
-    pthread_mutex_lock(&ws->lock);
-    ws->removed = true;
-    pthread_mutex_unlock(&ws->lock);
-    ws->refcount--;   /* never the last: the caller holds one */
-    pthread_mutex_unlock(&registry_lock);
-}
-
-/* Returns a referenced workspace by id, or NULL with bad_workspace_id/workspace_not_found. */
-struct workspace *workspace_get(const char *id, struct api_error *err)
-{
-    if (!workspace_id_valid(id)) {
-        api_error_set(err, 400, "bad_workspace_id", "workspace id is not valid");
-        return NULL;
-    }
-    pthread_mutex_lock(&registry_lock);
-    struct workspace *ws = registry_find(id);
-    if (ws)
-        ws->refcount++;
-    pthread_mutex_unlock(&registry_lock);
-    if (!ws)
-        api_error_set(err, 404, "workspace_not_found", "no workspace with id \"%s\"", id);
-    return ws;
-}
-
-/* Another reference to WS, which the caller holds one of (a background exec's supervisor). */
-void workspace_hold(struct workspace *ws)
-{
-    pthread_mutex_lock(&registry_lock);
-    ws->refcount++;
-    pthread_mutex_unlock(&registry_lock);
-}
-
-/* Drops one reference; the last one frees the object. */
-void workspace_put(struct workspace *ws)
-{
-    pthread_mutex_lock(&registry_lock);
-    bool last = --ws->refcount == 0;
-    pthread_mutex_unlock(&registry_lock);
-    if (last)
-        workspace_free(ws);
 }
 
 /* ISO 8601 UTC time for the API. */
@@ -222,15 +59,6 @@ static void format_time(time_t t, char *out, size_t size)
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(out, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
-/* The state of WS as another thread sees it (the lifecycle holder may read ws->state). */
-enum ws_state workspace_state(struct workspace *ws)
-{
-    pthread_mutex_lock(&ws->lock);
-    enum ws_state state = ws->state;
-    pthread_mutex_unlock(&ws->lock);
-    return state;
 }
 
 /* The list-entry object of a workspace. Its labels and allow list are copies, never references:
@@ -289,25 +117,6 @@ static bool workspace_persist(struct workspace *ws, struct api_error *err)
     return ok;
 }
 
-/* Creates <id>/ and <id>/files (owned by the sandbox user), with disk quotas inside a quota
- * slot of the workspace's tier (errno EDQUOT when none is free). */
-bool workspace_make_dirs(struct workspace *ws)
-{
-    char *dir = workspace_dir(ws->id);
-    bool ok = (mkdir(dir, 0711) == 0 || errno == EEXIST) &&
-              (!quota_layout() || quota_slot_take(ws->tier, dir));
-    int error = errno;   /* EDQUOT: no slot free (the caller tells it apart) */
-    char *files = workspace_files_dir(ws->id);
-    errno = error;
-    ok = ok && (mkdir(files, 0700) == 0 || errno == EEXIST) &&
-              (!g_config.is_root ||
-               chown(files, g_config.sandbox_uid, g_config.sandbox_gid) == 0) &&
-              snapshot_make_work_dir(ws);
-    free(dir);
-    free(files);
-    return ok;
-}
-
 /* Starts the holder of WS and puts its snapshot (if any) under /workspace; on failure no
  * holder is left running. */
 static bool workspace_start_holder(struct workspace *ws, struct api_error *err)
@@ -332,7 +141,7 @@ static void workspace_mark_running(struct workspace *ws)
 /* Starts cgroups and holder for WS (new or hibernated); on failure nothing is left running. */
 static bool workspace_start(struct workspace *ws, struct api_error *err)
 {
-    if (!running_slot_take(err))
+    if (!registry_running_take(err))
         return false;
     if (!cgroup_workspace_create(ws->id, ws->tier, ws->cgroup_fds)) {
         api_error_set(err, 500, "spawn_failed", "cannot create the workspace's cgroups");
@@ -355,7 +164,7 @@ static bool workspace_start(struct workspace *ws, struct api_error *err)
 static bool workspace_start_from_standby(struct workspace *ws)
 {
     struct api_error ignored = {0};
-    if (!running_slot_take(&ignored))
+    if (!registry_running_take(&ignored))
         return false;
     if (!standby_adopt(ws)) {
         running_slot_give();
@@ -492,17 +301,16 @@ static struct workspace *workspace_new_with(const char *id, const struct ws_sett
  * registered it. NULL only when a new object cannot be allocated. */
 static struct workspace *find_or_register(const char *id, const struct ws_settings *settings)
 {
-    pthread_mutex_lock(&registry_lock);
+    registry_lock();
     struct workspace *ws = registry_find(id);
     if (!ws && (ws = workspace_new_with(id, settings))) {
         ws->fresh = true;
         ws->refcount = 1;   /* the registry's */
-        ws->next = registry;
-        registry = ws;
+        registry_insert(ws);
     }
     if (ws)
         ws->refcount++;
-    pthread_mutex_unlock(&registry_lock);
+    registry_unlock();
     return ws;
 }
 
@@ -519,18 +327,6 @@ static struct workspace *register_on_snapshot(const char *id, const struct ws_se
                                ? find_or_register(id, settings) : NULL;
     snapshot_unlock();
     return ws;
-}
-
-/* Registered workspaces (running or hibernated) standing on snapshot SNAPSHOT_ID: a snapshot
- * is deleted only when none is. */
-int workspaces_on_snapshot(const char *snapshot_id)
-{
-    int count = 0;
-    pthread_mutex_lock(&registry_lock);
-    for (struct workspace *ws = registry; ws; ws = ws->next)
-        count += strcmp(ws->snapshot, snapshot_id) == 0;
-    pthread_mutex_unlock(&registry_lock);
-    return count;
 }
 
 /* PUT /v1/workspaces/{id}: create or wake, idempotent. */
@@ -681,15 +477,15 @@ json_t *workspace_list(const char *label_filter, struct api_error *err)
     if (!label_filter_parse(label_filter, key, sizeof key, &value, err))
         return NULL;
     json_t *list = json_array();
-    pthread_mutex_lock(&registry_lock);
-    for (struct workspace *ws = registry; ws; ws = ws->next) {
+    registry_lock();
+    for (struct workspace *ws = registry_first(); ws; ws = ws->next) {
         if (!labels_match(ws->labels, key, value))
             continue;
         if (workspace_state(ws) == WS_STOPPING)
             continue;   /* being created or released */
         json_array_append_new(list, workspace_describe(ws));
     }
-    pthread_mutex_unlock(&registry_lock);
+    registry_unlock();
     return json_pack("{s:o}", "workspaces", list);
 }
 
@@ -777,7 +573,7 @@ static bool holds_workspace(const char *id, pid_t holder_pid)
  * workspace took is a stray. */
 static bool holds_adopted_standby(pid_t holder_pid)
 {
-    for (struct workspace *ws = registry; ws; ws = ws->next)
+    for (struct workspace *ws = registry_first(); ws; ws = ws->next)
         if (ws->state == WS_RUNNING && ws->holder_pid == holder_pid && holder_running(ws))
             return true;
     return false;
@@ -798,9 +594,9 @@ static bool group_of_no_workspace(const char *name)
 {
     if (!workspace_id_valid(name))
         return false;
-    pthread_mutex_lock(&registry_lock);
+    registry_lock();
     bool known = registry_find(name) != NULL;
-    pthread_mutex_unlock(&registry_lock);
+    registry_unlock();
     return !known;
 }
 
@@ -810,7 +606,8 @@ static bool group_of_no_workspace(const char *name)
 void workspaces_init(void)
 {
     char *root = xasprintf("%s/workspaces", g_config.state_dir);
-    running_max_init();
+    registry_on_free(workspace_release_layers);
+    registry_running_init();
     mkdir(root, 0711);
     chmod(root, 0711);
     DIR *d = opendir(root);
@@ -829,10 +626,9 @@ void workspaces_init(void)
         if (ws->state == WS_RUNNING)
             workspace_revive(ws);
         if (ws->state == WS_RUNNING)
-            running_count++;   /* re-adopted ones count, even past the limit */
+            registry_running_adopted();   /* re-adopted ones count, even past the limit */
         ws->refcount = 1;
-        ws->next = registry;
-        registry = ws;
+        registry_insert(ws);
         log_event("workspace %s: loaded (%s)", ws->id,
                   ws->state == WS_RUNNING ? "running" : "hibernated");
     }
@@ -849,13 +645,13 @@ void workspaces_hibernate_all(void)
 {
     for (;;) {
         struct workspace *ws = NULL;
-        pthread_mutex_lock(&registry_lock);
-        for (struct workspace *w = registry; w && !ws; w = w->next)
+        registry_lock();
+        for (struct workspace *w = registry_first(); w && !ws; w = w->next)
             if (workspace_state(w) == WS_RUNNING) {
                 ws = w;
                 ws->refcount++;
             }
-        pthread_mutex_unlock(&registry_lock);
+        registry_unlock();
         if (!ws)
             return;
         pthread_mutex_lock(&ws->lifecycle);
@@ -872,10 +668,10 @@ void workspaces_hibernate_all(void)
  * that started just after one pass is ended by the next. */
 void workspaces_kill_execs(void)
 {
-    pthread_mutex_lock(&registry_lock);
-    for (struct workspace *ws = registry; ws; ws = ws->next)
+    registry_lock();
+    for (struct workspace *ws = registry_first(); ws; ws = ws->next)
         exec_kill_all(ws, false);
-    pthread_mutex_unlock(&registry_lock);
+    registry_unlock();
 }
 
 /* The drain at exit: background commands cannot outlive the daemon that supervises them (the
@@ -883,10 +679,10 @@ void workspaces_kill_execs(void)
  * their supervisors. */
 void workspaces_kill_background(void)
 {
-    pthread_mutex_lock(&registry_lock);
-    for (struct workspace *ws = registry; ws; ws = ws->next)
+    registry_lock();
+    for (struct workspace *ws = registry_first(); ws; ws = ws->next)
         exec_kill_all(ws, true);
-    pthread_mutex_unlock(&registry_lock);
+    registry_unlock();
     background_wait_supervisors();
 }
 
@@ -894,8 +690,8 @@ void workspaces_kill_background(void)
  * 10 minutes, in every workspace (a client that never comes back costs bounded memory). */
 void workspaces_sweep_background(void)
 {
-    pthread_mutex_lock(&registry_lock);
-    for (struct workspace *ws = registry; ws; ws = ws->next)
+    registry_lock();
+    for (struct workspace *ws = registry_first(); ws; ws = ws->next)
         background_drop(ws, true);
-    pthread_mutex_unlock(&registry_lock);
+    registry_unlock();
 }

@@ -3,7 +3,7 @@
  * exec requests' stdin_b64. Arbitrary bytes are decoded (must never overrun), and encoded and
  * decoded again (must give the same bytes back).
  */
-#include "sandboxd.h"
+#include "json.h"
 #include <stdlib.h>
 #include <string.h>
 

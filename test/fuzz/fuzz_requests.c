@@ -1,6 +1,6 @@
 /*
  * fuzz_requests.c - libFuzzer target for what request handlers validate before they touch a
- * workspace: exec bodies (exec.c), acquire bodies (workspace.c), snapshot capture bodies and
+ * workspace: exec bodies (exec_request.c), acquire bodies (workspace.c), snapshot capture bodies and
  * snapshot list filters (snapshot.c), file paths and modes (files.c), label filters and
  * workspace ids, and the capture of a command's output in pieces of any size (capture.c: the
  * kept tail must be exactly the stream's last bytes), and a /workspace/.meshignore with the
@@ -8,20 +8,11 @@
  * is the untrusted input. The daemon's sources are included to reach their static parsers;
  * the rest of the daemon is linked as is (no main.c).
  */
-#include "../../src/sandboxd/exec.c"
+#include "exec_request.h"
 #include "../../src/sandboxd/capture.c"
 #include "../../src/sandboxd/files.c"
 #include "../../src/sandboxd/workspace.c"
 #include "../../src/sandboxd/snapshot.c"
-
-struct config g_config;
-struct host_caps g_caps;
-
-/* main.c's, left out: the parsers never start a sandbox, so there is no child to watch. */
-void reaper_watch(pid_t pid)
-{
-    (void)pid;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

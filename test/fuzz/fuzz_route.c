@@ -3,7 +3,9 @@
  * as the request path. Checks what dispatch relies on: at most ROUTE_MAX_SEGMENTS non-empty
  * segments without '/', and a named route only under /v1/ with its id segment present.
  */
-#include "sandboxd.h"
+#include "route.h"
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
