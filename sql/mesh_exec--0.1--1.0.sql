@@ -445,3 +445,66 @@ GRANT SELECT, INSERT, UPDATE ON mesh.stat_backends, mesh.stat_backend_latency, m
       TO mesh_worker;
 GRANT EXECUTE ON FUNCTION mesh.stat_get_backends(), mesh.stat_get_backend_latency(), mesh.stat_get_workers(),
                           mesh.stat_reset() TO mesh_worker;
+
+------------------------------------------------------------------------------
+-- An exec's end updates its workspace row once: the output bytes stored with it
+-- are charged by mesh.exec_finish (p_output_stored), not by a second update.
+------------------------------------------------------------------------------
+DROP FUNCTION mesh.exec_finish(bigint, mesh.exec_status, integer, text, text, boolean, double precision,
+                               double precision, double precision, text, text, bigint, jsonb);
+
+-- How an exec ended, with the run's charge, the bytes of its output stored in
+-- the same transaction (mesh.exec_output_counts, charged to the run's output
+-- quota here) and each outbound connection the backend refused meanwhile (an
+-- egress_denied event each), in one transaction and one update of the
+-- workspace row: the result path is hot.
+CREATE FUNCTION mesh.exec_finish(p_exec_id bigint, p_status mesh.exec_status, p_exit_code integer,
+                                 p_stdout text, p_stderr text, p_truncated boolean,
+                                 p_wall_seconds double precision, p_cpu_seconds double precision,
+                                 p_charged_seconds double precision, p_charge_basis text, p_error text,
+                                 p_memory_peak_bytes bigint, p_egress_denials jsonb,
+                                 p_output_stored bigint DEFAULT 0)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ws_id bigint;
+BEGIN
+    IF p_status IS NULL OR p_status = 'running' THEN
+        RAISE EXCEPTION 'mesh: an exec cannot finish as %', coalesce(p_status::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    WITH e AS (
+        UPDATE mesh.execs e SET status = p_status, exit_code = p_exit_code, stdout = p_stdout, stderr = p_stderr,
+               truncated = coalesce(p_truncated, false), wall_seconds = p_wall_seconds, cpu_seconds = p_cpu_seconds,
+               charged_seconds = p_charged_seconds, charge_basis = p_charge_basis, error = p_error,
+               memory_peak_bytes = p_memory_peak_bytes, finished_at = clock_timestamp()
+         WHERE e.id = p_exec_id AND e.status = 'running' RETURNING e.workspace_id)
+    UPDATE mesh.workspaces w SET compute_seconds = w.compute_seconds + p_charged_seconds, last_used_at = now(),
+                                 output_bytes = w.output_bytes + coalesce(p_output_stored, 0)
+      FROM e WHERE w.id = e.workspace_id RETURNING w.id INTO ws_id;
+    IF ws_id IS NULL THEN
+        -- ended already (the release of its workspace ended a background command): kept as
+        -- it is, but what was stored of its output still counts against the run's quota
+        IF EXISTS (SELECT 1 FROM mesh.execs e WHERE e.id = p_exec_id) THEN
+            IF coalesce(p_output_stored, 0) > 0 THEN
+                UPDATE mesh.workspaces w SET output_bytes = w.output_bytes + p_output_stored
+                  FROM mesh.execs x WHERE x.id = p_exec_id AND w.id = x.workspace_id;
+            END IF;
+            RETURN;
+        END IF;
+        RAISE EXCEPTION 'mesh: exec % does not exist', p_exec_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF p_egress_denials IS NOT NULL THEN
+        INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail)
+        SELECT 'egress_denied', w.run_id, w.id, w.backend_kind,
+               jsonb_build_object('host', d->>'host', 'port', (d->>'port')::integer,
+                                  'reason', d->>'reason', 'at', d->>'at', 'exec_id', p_exec_id)
+          FROM mesh.workspaces w, jsonb_array_elements(p_egress_denials) d
+         WHERE w.id = ws_id;
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION mesh.exec_finish(bigint, mesh.exec_status, integer, text, text, boolean,
+    double precision, double precision, double precision, text, text, bigint, jsonb, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION mesh.exec_finish(bigint, mesh.exec_status, integer, text, text, boolean,
+    double precision, double precision, double precision, text, text, bigint, jsonb, bigint) TO mesh_worker;

@@ -191,11 +191,13 @@ within_limit(const MeshOutputStream *s)
  * is durable with the exec's end).  Each stream keeps its last bytes within
  * mesh.exec_output_limit, and both together within the allowance: what goes
  * counts as dropped from the head, as past the limit.  Returns why storing
- * stopped short (for the caller's NOTICE), or NULL.  Nothing is written for
- * an exec that printed nothing.
+ * stopped short (for the caller's NOTICE), or NULL; *stored is the bytes
+ * stored, which the caller charges to the run's quota with the exec's end
+ * (mesh.exec_finish), so that the workspace row is updated once per exec.
+ * Nothing is written for an exec that printed nothing.
  */
 const char *
-exec_output_store(int64 exec_id, const MeshOutputStream streams[2])
+exec_output_store(int64 exec_id, const MeshOutputStream streams[2], int64 *stored)
 {
 	MeshParam	counts[8] = {mesh_int8_param(exec_id)};
 	MeshOutputStream kept[2];
@@ -204,6 +206,7 @@ exec_output_store(int64 exec_id, const MeshOutputStream streams[2])
 	const char *reason = NULL;
 	int64		allowed;
 
+	*stored = 0;
 	if (streams[0].len == 0 && streams[0].dropped == 0 &&
 		streams[1].len == 0 && streams[1].dropped == 0)
 		return NULL;
@@ -227,7 +230,8 @@ exec_output_store(int64 exec_id, const MeshOutputStream streams[2])
 		counts[1 + 2 * i] = mesh_int8_param(kept[i].dropped + (int64) kept[i].len);
 		counts[2 + 2 * i] = mesh_int8_param(kept[i].dropped);
 	}
-	counts[5] = mesh_int8_param((int64) (share[0] + share[1]));
+	*stored = (int64) (share[0] + share[1]);
+	counts[5] = mesh_int8_param(0);	/* charged by mesh.exec_finish: see above */
 	counts[6] = mesh_text_param(reason);
 	counts[7] = mesh_int8_param((int64) (len[0] + len[1] - share[0] - share[1]));
 	(void) mesh_sql(store_counts_sql, 8, counts);

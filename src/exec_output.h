@@ -22,7 +22,8 @@ typedef struct MeshOutputStream
 	int64		dropped;
 } MeshOutputStream;
 
-extern const char *exec_output_store(int64 exec_id, const MeshOutputStream streams[2]);
+extern const char *exec_output_store(int64 exec_id, const MeshOutputStream streams[2],
+									 int64 *stored);
 extern int64 exec_output_allowance(int64 exec_id, const char **reason);
 extern const char *exec_output_stop_setting(const char *reason);
 extern void exec_output_share(int64 allowed, const size_t len[2], size_t share[2]);

@@ -624,12 +624,12 @@ store_mint_token(MeshWorkspace *ws, const char *hash_hex, ErrorData **err)
 }
 
 static const char exec_finish_sql[] =
-"SELECT mesh.exec_finish($1, $2::mesh.exec_status, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb)";
+"SELECT mesh.exec_finish($1, $2::mesh.exec_status, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14)";
 
 typedef struct ExecFinishArgs
 {
 	int64		exec_id;
-	const MeshParam *params;
+	MeshParam  *params;			/* [13], the stored output's bytes, is filled here */
 	const MeshOutputStream *output;
 	const char *notify;
 	const char *output_stopped;	/* out: why storing the output stopped short */
@@ -639,10 +639,13 @@ static void
 exec_finish_body(void *arg)
 {
 	ExecFinishArgs *a = (ExecFinishArgs *) arg;
+	int64		stored = 0;
 
-	(void) mesh_sql(exec_finish_sql, 13, a->params);
+	/* the output first: its stored bytes are charged with the end, in one update */
 	if (a->output)
-		a->output_stopped = exec_output_store(a->exec_id, a->output);
+		a->output_stopped = exec_output_store(a->exec_id, a->output, &stored);
+	a->params[13] = mesh_int8_param(stored);
+	(void) mesh_sql(exec_finish_sql, 14, a->params);
 	if (a->notify)
 		Async_Notify(store_exec_channel(a->exec_id), a->notify);
 }
@@ -662,7 +665,7 @@ store_exec_finished(int64 exec_id, const MeshExecRecord *rec, XLogRecPtr *commit
 					const char **output_stopped, ErrorData **err)
 {
 	const MeshExecResult *r = rec->result;
-	MeshParam	p[13] = {
+	MeshParam	p[14] = {
 		mesh_int8_param(exec_id),
 		mesh_text_param(mesh_exec_status_names[rec->status]),
 		r ? mesh_int4_param(r->exit_code) : mesh_null_param(INT4OID),

@@ -10,7 +10,7 @@ SELECT ok(NOT has_function_privilege(r, f, 'EXECUTE'), r || ' cannot call ' || f
   FROM unnest(ARRAY['public', 'mesh_harness', 'mesh_admin']) r,
        unnest(ARRAY['mesh.workspace_begin_acquire(bigint, text, text, mesh.size_tier, jsonb, boolean)',
                     'mesh.workspace_released(bigint, text, text)',
-                    'mesh.exec_finish(bigint, mesh.exec_status, integer, text, text, boolean, double precision, double precision, double precision, text, text, bigint, jsonb)',
+                    'mesh.exec_finish(bigint, mesh.exec_status, integer, text, text, boolean, double precision, double precision, double precision, text, text, bigint, jsonb, bigint)',
                     'mesh.fail_lost_execs(text, integer, integer)']) f;
 SELECT ok(has_function_privilege('mesh_worker', 'mesh.workspace_declare(text, text, text, text, text, oid, text, bigint)', 'EXECUTE'),
           'mesh_worker calls the state-change functions');
