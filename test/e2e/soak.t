@@ -62,28 +62,33 @@ snapshot > "$out/after"
 # 16 B (plus 128 kB for plans cached once, e.g. of an error path the warm-up did not take),
 # anonymous memory 512 B (the daemon 1 kB), descriptors 8 in all.  Before these were
 # fixed, each worker grew by about 1 kB of contexts and 2 kB of anonymous memory per turn.
-growth() {
+growth() {   # growth BEFORE AFTER TURNS-BETWEEN
   join <(sort -k2 "$1" | awk '{print $2, $1, $3, $4, $5}' | sort) \
        <(sort -k2 "$2" | awk '{print $2, $3, $4, $5}' | sort) |
-  awk -v t="$TURNS" '{
+  awk -v t="$3" '{
     ctx = $6 - $3; anon = $7 - $4; fd = $8 - $5
     anon_bound = ($2 == "mesh-sandboxd") ? t * 1024 / 1024 : t * 512 / 1024
     bad = (ctx > 131072 + t * 16) || (anon > anon_bound) || (fd > 8)
     printf "%s%s pid %s: contexts %+d B, anonymous %+d kB, descriptors %+d over %d turns\n",
            bad ? "BAD " : "", $2, $1, ctx, anon, fd, t }'
 }
-growth=$(growth "$out/before" "$out/after")
+growth=$(growth "$out/before" "$out/after" "$TURNS")
 echo "$growth" | sed 's/^/# /'
 # A worker's malloc heap can still be settling towards its high-water mark after the
 # warm-up, more so after the big outputs of the tests before this one (glibc raises its
 # mmap threshold after freeing a large block, so later large blocks come from the heap).
-# A leak grows again in a second window of as many turns; a settling heap does not: a
-# process over its bounds is judged on that second window.
+# A leak grows again in a second window of as many turns; a settling heap does not (it
+# settles once, and with two workers it may settle in the one that did not in the first
+# window): a process over its bounds is judged on both windows together, against the same
+# per-turn bounds over twice the turns, so a one-time step of under a turn-window's bound
+# passes and a steady growth over the bounds fails as before.
 if echo "$growth" | grep -q '^BAD'; then
   turns "$TURNS"
   snapshot > "$out/again"
-  growth=$(growth "$out/after" "$out/again")
-  echo "# over the bounds: judged on a second window of $TURNS turns" 
+  echo "# over the bounds: the second window of $TURNS turns"
+  growth "$out/after" "$out/again" "$TURNS" | sed 's/^/# /'
+  growth=$(growth "$out/before" "$out/again" $((2 * TURNS)))
+  echo "# judged on both windows, $((2 * TURNS)) turns" 
   echo "$growth" | sed 's/^/# /'
 fi
 is "$(echo "$growth" | grep -c '^BAD')" 0 \
