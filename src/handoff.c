@@ -529,7 +529,8 @@ mesh_call_slot(int w, const char *run_id, StringInfo request,
 	waiting_done = true;
 	keep_message(seg, reply);
 	dsm_detach(seg);
-	mesh_stages_count(op, &reply->hdr->times, started, reply->hdr->kind == MESH_MSG_ERROR);
+	mesh_stat_count(op, reply->hdr->times.backend, reply->hdr->kind == MESH_MSG_ERROR,
+					mesh_stages_count(op, &reply->hdr->times, started));
 	if (reply->hdr->kind == MESH_MSG_ERROR)
 		raise_reported_error(reply);
 	if (reply->hdr->kind != MESH_MSG_REPLY || reply->hdr->op != op)

@@ -185,8 +185,7 @@ extern void mesh_worker_wake(int index);
 extern uint64 mesh_clock_ns(void);
 extern void mesh_stages_init(void);
 extern const char *mesh_op_name(MeshOp op);
-extern void mesh_stages_count(MeshOp op, const MeshCallTimes *worker, uint64 started_ns,
-							  bool failed);
+extern uint64 mesh_stages_count(MeshOp op, const MeshCallTimes *worker, uint64 started_ns);
 
 /* stats.c */
 extern void mesh_stats_init(void);

@@ -100,17 +100,18 @@ since(uint64 then, uint64 now)
 }
 
 /*
- * The caller has its final message: count the call's stages, and the call
- * for its backend (FAILED: the message is an error, raised next).
+ * The caller has its final message: count the call's stages.  Returns the
+ * call's whole time, which the caller also counts for its backend
+ * (mesh_stat_count, stats.c).
  */
-void
-mesh_stages_count(MeshOp op, const MeshCallTimes *worker, uint64 started_ns, bool failed)
+uint64
+mesh_stages_count(MeshOp op, const MeshCallTimes *worker, uint64 started_ns)
 {
 	MeshStageCounters *c;
 	uint64		now = mesh_clock_ns();
 
 	if (op <= 0 || op >= MESH_OP_COUNT)
-		return;
+		return since(started_ns, now);
 	c = &mesh_shared->stages[op];
 	pg_atomic_fetch_add_u64(&c->ns[MESH_STAGE_HANDOFF], worker->handoff_ns);
 	pg_atomic_fetch_add_u64(&c->ns[MESH_STAGE_WORKER_TXN], worker->worker_txn_ns);
@@ -119,7 +120,7 @@ mesh_stages_count(MeshOp op, const MeshCallTimes *worker, uint64 started_ns, boo
 		pg_atomic_fetch_add_u64(&c->ns[MESH_STAGE_REPLY], since(worker->replied_at_ns, now));
 	pg_atomic_fetch_add_u64(&c->ns[MESH_STAGE_TOTAL], since(started_ns, now));
 	pg_atomic_fetch_add_u64(&c->calls, 1);
-	mesh_stat_count(op, worker->backend, failed, since(started_ns, now));
+	return since(started_ns, now);
 }
 
 /*

@@ -190,8 +190,9 @@ bucket_floor_ns(int b)
 
 /*
  * Count a call of OP for backend row BACKEND that took ELAPSED_NS, FAILED
- * when it raised an error.  The caller counts: answered calls through
- * mesh_stages_count, calls that got no answer from handoff.c.
+ * when it raised an error.  handoff.c counts every call: an answered one
+ * with the whole time mesh_stages_count measured, one that got no answer
+ * (cancelled, timed out, no worker) as failed.
  */
 void
 mesh_stat_count(MeshOp op, uint32 backend, bool failed, uint64 elapsed_ns)

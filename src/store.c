@@ -92,24 +92,6 @@ static const char declare_sql[] =
 "  FROM mesh.workspace_declare($1, $2, $3, $4, $5, $6, $7, $8) d";
 
 /*
- * The row a state-change function returned (columns "row" and "row_type":
- * a mesh.workspaces or mesh.snapshots row) as one composite datum the
- * caller's backend can return as is: detoasted, with a plain header, in the
- * caller's memory (it outlives the transaction's).
- */
-Datum
-store_row_copy(const MeshRows *rows)
-{
-	bool		isnull;
-	Oid			type = DatumGetObjectId(mesh_col_datum(rows, 0, "row_type", OIDOID, &isnull));
-	Datum		row = mesh_col_datum(rows, 0, "row", type, &isnull);
-
-	if (isnull)
-		elog(ERROR, "mesh: a state-change function returned no row");
-	return PointerGetDatum(PG_DETOAST_DATUM_COPY(row));
-}
-
-/*
  * Declare the run; *row is its row.  A plain declaration is intent and
  * commits deferred (losing one in a crash loses nothing real); with an
  * environment it carries grants, and commits durably.
@@ -129,7 +111,7 @@ store_declare(const char *run_id, const char *agent_id, const char *actor_id,
 	if (!mesh_txn_sql("mesh worker: declare run", environment ? MESH_COMMIT_DURABLE : MESH_COMMIT_DEFERRED,
 					  declare_sql, 8, p, &rows, err))
 		return false;
-	*row = store_row_copy(rows);
+	*row = mesh_row_copy(rows);
 	return true;
 }
 

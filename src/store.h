@@ -129,7 +129,6 @@ typedef struct MeshExecRecord
 	const char *notify;			/* a background command's last NOTIFY payload; NULL: none */
 } MeshExecRecord;
 
-extern Datum store_row_copy(const MeshRows *rows);
 extern bool mesh_backend_from_workspace(const MeshWorkspace *ws, MeshBackend *be);
 
 extern bool store_declare(const char *run_id, const char *agent_id, const char *actor_id,

@@ -117,6 +117,6 @@ store_snapshot_finish(int64 snapshot_id, const MeshSnapshotInfo *info, const cha
 					  &rows, err))
 		return false;
 	if (row)
-		*row = store_row_copy(rows);
+		*row = mesh_row_copy(rows);
 	return true;
 }

@@ -465,3 +465,21 @@ mesh_col_bool(const MeshRows *rows, uint64 row, const char *name)
 
 	return !isnull && DatumGetBool(d);
 }
+
+/*
+ * The row a state-change function returned (columns "row" and "row_type":
+ * a mesh.workspaces or mesh.snapshots row) as one composite datum the
+ * caller's backend can return as is: detoasted, with a plain header, in the
+ * caller's memory (it outlives the transaction's).
+ */
+Datum
+mesh_row_copy(const MeshRows *rows)
+{
+	bool		isnull;
+	Oid			type = DatumGetObjectId(mesh_col_datum(rows, 0, "row_type", OIDOID, &isnull));
+	Datum		row = mesh_col_datum(rows, 0, "row", type, &isnull);
+
+	if (isnull)
+		elog(ERROR, "mesh: a state-change function returned no row");
+	return PointerGetDatum(PG_DETOAST_DATUM_COPY(row));
+}

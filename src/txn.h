@@ -86,6 +86,7 @@ extern MeshParam mesh_text_param(const char *value);
 extern MeshParam mesh_null_param(Oid type);
 extern MeshParam mesh_text_array_param(const char *const *values, int n);
 
+extern Datum mesh_row_copy(const MeshRows *rows);
 extern bool mesh_col_isnull(const MeshRows *rows, uint64 row, const char *name);
 extern char *mesh_col_text(const MeshRows *rows, uint64 row, const char *name);
 extern int64 mesh_col_int64(const MeshRows *rows, uint64 row, const char *name);
