@@ -10,6 +10,8 @@ OBJS = \
 	src/stats.o \
 	src/api.o \
 	src/worker.o \
+	src/worker_durable.o \
+	src/worker_reply.o \
 	src/worker_acquire.o \
 	src/worker_exec.o \
 	src/exec_output.o \

@@ -46,18 +46,7 @@
 #include "settings.h"
 #include "txn.h"
 #include "worker.h"
-
-/*
- * A message for the caller: the typed message (calls.h), then the blob (a file's bytes)
- * sent from where it already lies, so a file is not copied into the message.
- */
-typedef struct OutMessage
-{
-	StringInfo	head;
-	const char *blob;
-	Size		blob_len;
-	bool		final;			/* the reply or error: stamped with the call's times when sent */
-} OutMessage;
+#include "worker_durable.h"
 
 static dlist_head calls = DLIST_STATIC_INIT(calls);
 static int	ncalls = 0;			/* length of calls */
@@ -104,170 +93,6 @@ worker_op(MeshOp op)
 	if ((int) op < 0 || (int) op >= (int) lengthof(op_defs) || op_defs[op].start == NULL)
 		return NULL;
 	return &op_defs[op];
-}
-
-/*--------------------------------------------------------------------------
- * Replies
- *--------------------------------------------------------------------------
- */
-
-/* The time spent in transactions since the last mark is this call's. */
-static void
-settle_txn_time(WorkerCall *call)
-{
-	call->times.worker_txn_ns += mesh_txn_time_ns - call->txn_mark;
-	call->txn_mark = mesh_txn_time_ns;
-}
-
-/*
- * Queue a built message for the caller; sent by flush_outbox().  The blob
- * is not copied: it must live as long as the call (a read's body is kept
- * with the driver run's last response, see free_call).
- */
-static void
-queue_message(WorkerCall *call, StringInfo head, const char *blob, Size blob_len, bool final)
-{
-	OutMessage *msg = palloc(sizeof(OutMessage));
-
-	msg->head = head;
-	msg->blob = blob;
-	msg->blob_len = blob_len;
-	msg->final = final;
-	call->outbox = lappend(call->outbox, msg);
-}
-
-/* A NOTICE for the caller, raised there while it keeps waiting. */
-void
-queue_notice(WorkerCall *call, const char *text)
-{
-	StringInfo	head = makeStringInfo();
-
-	mesh_msg_notice(head, call->op, text);
-	queue_message(call, head, NULL, 0, false);
-}
-
-/* A reply of the call's operation, its fixed struct still to be set. */
-StringInfo
-begin_reply(WorkerCall *call, Size fixed_size)
-{
-	StringInfo	head = makeStringInfo();
-
-	mesh_msg_begin(head, MESH_MSG_REPLY, call->op, fixed_size);
-	return head;
-}
-
-/* Queue the call's final message (a reply or an error); its timings go with it when sent. */
-void
-finish_with(WorkerCall *call, StringInfo head, const char *blob, Size blob_len)
-{
-	settle_txn_time(call);
-	queue_message(call, head, blob, blob_len, true);
-	call->step = STEP_FINISHED;
-}
-
-/*
- * A reply that is a row (declare's mesh.workspaces, a capture's
- * mesh.snapshots), as the composite datum the statement returned: encoded
- * once, returned by the caller as it is.
- */
-void
-reply_row(WorkerCall *call, Datum row)
-{
-	StringInfo	head = begin_reply(call, sizeof(MeshRowReply));
-	MeshRowReply r;
-
-	r.row = mesh_msg_add_bytes(head, DatumGetPointer(row), VARSIZE(DatumGetPointer(row)));
-	mesh_msg_set_fixed(head, &r, sizeof(r));
-	finish_with(call, head, NULL, 0);
-}
-
-/* A reply without fields (a file write's). */
-void
-reply_done(WorkerCall *call)
-{
-	finish_with(call, begin_reply(call, 0), NULL, 0);
-}
-
-void
-reply_error(WorkerCall *call, int sqlerrcode, const char *message,
-			const char *detail, const char *hint)
-{
-	StringInfo	head = makeStringInfo();
-
-	mesh_msg_error(head, call->op, sqlerrcode, message, detail, hint);
-	finish_with(call, head, NULL, 0);
-}
-
-/*
- * Pass a failed transaction's error on to the caller.  A lock timeout means
- * some transaction, quite possibly the caller's own, holds a lock on mesh's
- * rows: say so instead of hanging both processes.
- */
-void
-reply_txn_error(WorkerCall *call, ErrorData *err)
-{
-	if (err->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
-		reply_error(call, ERRCODE_LOCK_NOT_AVAILABLE,
-					psprintf("mesh worker could not lock the workspace of run \"%s\" within mesh.worker_lock_timeout",
-							 call->run_id),
-					"Another transaction holds a lock on mesh's tables.",
-					"If the calling transaction itself locked mesh tables, commit or roll it back before calling mesh functions.");
-	else
-		reply_error(call, err->sqlerrcode, err->message, err->detail, err->hint);
-	FreeErrorData(err);
-}
-
-/*
- * A backend's refusal, in the caller's terms: what failed (what, or the
- * call's operation when NULL), for which run, and the backend's own words;
- * its HTTP status and error code go to the detail.  Without an answer
- * (unreachable) the transport's words say it.
- */
-void
-reply_backend_error(WorkerCall *call, const char *what, const MeshError *err)
-{
-	if (err->reason == NULL)
-		reply_error(call, failure_sqlerrcode(err->failure), err->message, NULL,
-					failure_hint(err->failure));
-	else
-		reply_error(call, failure_sqlerrcode(err->failure),
-					psprintf("%s of run \"%s\" failed on backend \"%s\": %s", what ? what : call->def->noun,
-							 call->run_id, call->ws.backend_kind ? call->ws.backend_kind : "?",
-							 err->reason),
-					err->message, failure_hint(err->failure));
-}
-
-/*
- * Send what can be sent now; the rest waits for the caller to read.  The
- * final message carries the call's times, the WAL flush its result waited
- * for (flush_ns, this turn's) counted as a worker transaction's.
- */
-static void
-flush_outbox(WorkerCall *call, uint64 flush_ns)
-{
-	while (call->outbox != NIL && !call->caller_gone)
-	{
-		OutMessage *msg = (OutMessage *) linitial(call->outbox);
-		shm_mq_iovec parts[2] = {{msg->head->data, msg->head->len}, {msg->blob, msg->blob_len}};
-		shm_mq_result res;
-
-		if (msg->final && call->times.replied_at_ns == 0)
-		{
-			call->times.worker_txn_ns += flush_ns;
-			call->times.replied_at_ns = mesh_clock_ns();
-			call->times.backend = mesh_stat_backend(call->be.driver ? call->be.name : NULL);
-			mesh_stat_worker_activity(worker_index, true);	/* counted before its caller can look */
-			mesh_msg_set_times(msg->head, &call->times);
-		}
-		/* after WOULD_BLOCK, the same parts again: the queue remembers how far it got */
-		res = shm_mq_sendv(call->mqh, parts, msg->blob_len > 0 ? 2 : 1, true, true);
-
-		if (res == SHM_MQ_WOULD_BLOCK)
-			return;
-		if (res == SHM_MQ_DETACHED)
-			call->caller_gone = true;
-		call->outbox = list_delete_first(call->outbox);
-	}
 }
 
 /*--------------------------------------------------------------------------
@@ -686,56 +511,6 @@ complete_run(WorkerCall *call)
 }
 
 /*
- * WAL this turn of the loop must make durable before any request or message
- * goes out: every commit the turn deferred that must be on disk first (the
- * moves that come before a backend call, the results its callers are about
- * to hear of), so one flush covers every call of the turn.  written_wanted:
- * commits that need only be written before the requests leave (an ordinary
- * exec's row: the flush of its result takes it to disk).  reply_wanted:
- * commits that must be on disk before the turn's messages go out but not
- * before its requests (an exec's result), which may wait a little for other
- * calls' results to share their flush (group commit, gather_until).
- */
-static XLogRecPtr durable_wanted = InvalidXLogRecPtr;
-static XLogRecPtr written_wanted = InvalidXLogRecPtr;
-static XLogRecPtr reply_wanted = InvalidXLogRecPtr;
-static TimestampTz gather_until = 0;
-
-/*
- * What the call committed up to lsn must be on disk before the loop sends
- * the requests the turn started and the messages it queued.
- */
-void
-worker_want_durable(XLogRecPtr lsn)
-{
-	if (lsn > durable_wanted)
-		durable_wanted = lsn;
-}
-
-/*
- * What the call committed up to lsn must be written (not yet flushed)
- * before the loop sends the requests the turn started.
- */
-void
-worker_want_written(XLogRecPtr lsn)
-{
-	if (lsn > written_wanted)
-		written_wanted = lsn;
-}
-
-/*
- * What the call committed up to lsn (a result) must be on disk before any
- * message of the loop goes out; the requests may leave first.  The flush
- * may wait up to mesh.worker_group_commit_delay for other results.
- */
-void
-worker_want_reply_durable(XLogRecPtr lsn)
-{
-	if (lsn > reply_wanted)
-		reply_wanted = lsn;
-}
-
-/*
  * Calls of this worker that are not answered yet and not waiting for a
  * flush (their results may still commit), background followers left out:
  * they run for minutes.  Published in the worker's slot each turn, for the
@@ -757,98 +532,6 @@ open_calls(void)
 	return n;
 }
 
-/*
- * Could a result that shares this turn's flush commit soon: does a call of
- * this worker or of another still wait for its answer?  With none, waiting
- * only delays the reply (a lone client never waits).
- */
-static bool
-others_may_commit(void)
-{
-	if (open_calls() > 0)
-		return true;
-	for (int i = 0; i < mesh_shared->nworkers; i++)
-		if (i != worker_index && pg_atomic_read_u32(&mesh_shared->workers[i].open_calls) > 0)
-			return true;
-	return false;
-}
-
-/*
- * Make this turn's commits durable, or written where that is all they need:
- * one flush and one write at most, whatever the number of calls.  Runs
- * before the turn's requests are put on the wire (they only leave in
- * mesh_http_drive), so a command never runs without its exec row in the
- * WAL files, whatever process crashes.  Results (reply_wanted) may wait
- * for a flush: up to mesh.worker_group_commit_delay while other calls are
- * in progress, so that one fdatasync covers the results of several calls,
- * of this worker's and, since the flush goes to the end of the WAL
- * inserted so far, of the other workers' (whose own flush then finds its
- * commits on disk and costs nothing).  *may_reply: the messages queued may
- * go out now; false, they wait for a later turn's flush.  Returns the time
- * taken, in ns.
- */
-static uint64
-make_turn_durable(bool *may_reply)
-{
-	uint64		ns = 0;
-	XLogRecPtr	flush = durable_wanted;
-
-	*may_reply = true;
-	if (reply_wanted != InvalidXLogRecPtr && durable_wanted < reply_wanted &&
-		GetFlushRecPtr(NULL) < reply_wanted)
-	{
-		TimestampTz now = GetCurrentTimestamp();
-
-		if (gather_until == 0)
-			gather_until = TimestampTzPlusMilliseconds(now, mesh_worker_group_commit_delay_ms);
-		if (now < gather_until && others_may_commit())
-			*may_reply = false;
-		else
-			flush = reply_wanted;
-	}
-	if (flush != InvalidXLogRecPtr && mesh_worker_group_commit_delay_ms > 0)
-	{
-		/* what the other workers committed meanwhile goes with it, at no cost */
-		XLogRecPtr	inserted = GetXLogInsertRecPtr();
-
-		/*
-		 * At the start of a page the insert position points past the page's
-		 * header, which is not written yet: flushing there is asking past the
-		 * end of the WAL.  Whatever ends within a header's length of the page
-		 * start is left to its own flush.
-		 */
-		if (inserted % XLOG_BLCKSZ <= SizeOfXLogLongPHD)
-			inserted -= inserted % XLOG_BLCKSZ;
-		if (inserted > flush)
-			flush = inserted;
-	}
-	if (written_wanted > flush)
-		ns += mesh_write_to(written_wanted);
-	ns += mesh_flush_to(flush);
-	durable_wanted = InvalidXLogRecPtr;
-	written_wanted = InvalidXLogRecPtr;
-	if (*may_reply || (flush != InvalidXLogRecPtr && flush >= reply_wanted))
-	{
-		*may_reply = true;
-		reply_wanted = InvalidXLogRecPtr;
-		gather_until = 0;
-	}
-	return ns;
-}
-
-/* How long the loop may sleep while replies wait for a shared flush (-1: none wait). */
-static long
-gather_timeout(void)
-{
-	long		left;
-
-	if (gather_until == 0)
-		return -1;
-	left = (long) ((gather_until - GetCurrentTimestamp() + 999) / 1000);
-	/* look again within a millisecond: another worker's flush may cover the replies */
-	return Min(Max(left, 0L), 1L);
-}
-
 /* Send what the calls queued (the turn made durable) and free the calls that ended. */
 static void
 send_all(uint64 flush_ns)
@@ -859,7 +542,7 @@ send_all(uint64 flush_ns)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
 
-		flush_outbox(call, flush_ns);
+		worker_flush_outbox(call, flush_ns);
 		if (call->step == STEP_FINISHED && (call->outbox == NIL || call->caller_gone))
 			free_call(call);
 		else if (call->follow && (call->outbox == NIL || call->caller_gone) && call->seg)
@@ -914,7 +597,7 @@ advance_one(WorkerCall *call)
 		/* a workspace just set up: the command starts in this turn, under its one flush */
 		start_if_due(call);
 	}
-	settle_txn_time(call);
+	worker_settle_txn_time(call);
 	runnable = call->step == STEP_START;
 	MemoryContextSwitchTo(old);
 	return runnable;
@@ -1106,7 +789,7 @@ mesh_worker_main(Datum arg)
 		mesh_http_drive();
 		runnable = advance_all();
 		/* make the turn's commits durable, then push new requests onto the wire and reply */
-		flush_ns = make_turn_durable(&may_reply);
+		flush_ns = worker_make_turn_durable(worker_index, open_calls(), &may_reply);
 		if (exec_ended_this_turn)
 		{
 			/* mesh_exec_wait's callers look again, now that the ends are on disk */
@@ -1126,7 +809,7 @@ mesh_worker_main(Datum arg)
 		calls_wait = calls_timeout();
 		if (calls_wait >= 0 && (timeout < 0 || calls_wait < timeout))
 			timeout = calls_wait;
-		gather_wait = gather_timeout();
+		gather_wait = worker_gather_timeout();
 		if (gather_wait >= 0 && (timeout < 0 || gather_wait < timeout))
 			timeout = gather_wait;
 		/*

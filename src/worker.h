@@ -136,6 +136,9 @@ extern void reply_error(WorkerCall *call, int sqlerrcode, const char *message,
 						const char *detail, const char *hint);
 extern void reply_txn_error(WorkerCall *call, ErrorData *err);
 extern void reply_backend_error(WorkerCall *call, const char *what, const MeshError *err);
+/* src/worker_reply.c, for the loop */
+extern void worker_settle_txn_time(WorkerCall *call);
+extern void worker_flush_outbox(WorkerCall *call, uint64 flush_ns);
 
 /* worker.c: the calls in progress and their steps */
 extern void spawn_internal_release(const char *run_id, const char *reason);
@@ -146,9 +149,6 @@ extern bool load_backend(WorkerCall *call);
 extern MeshOpState *begin_op(WorkerCall *call);
 extern void start_op(WorkerCall *call, CallStep step, bool built, const MeshHttpRequest *req,
 					 MeshResponseParser parse, void *out, size_t max_response);
-extern void worker_want_durable(XLogRecPtr lsn);
-extern void worker_want_written(XLogRecPtr lsn);
-extern void worker_want_reply_durable(XLogRecPtr lsn);
 extern const char *caller_role(WorkerCall *call);
 
 /* worker_acquire.c: declare, materialize, wake, the run token, tier climb */

@@ -19,6 +19,7 @@
 
 #include "credentials.h"
 #include "worker.h"
+#include "worker_durable.h"
 
 /*
  * Declare the run.  The reply is the mesh.workspaces row as the statement

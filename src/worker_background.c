@@ -44,6 +44,7 @@
 #include "exec_output.h"
 #include "settings.h"
 #include "worker.h"
+#include "worker_durable.h"
 #include "worker_http.h"
 
 /* The most each answer carries of each stream ... */

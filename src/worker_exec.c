@@ -21,6 +21,7 @@
 #include "exec_output.h"
 #include "settings.h"
 #include "worker.h"
+#include "worker_durable.h"
 
 /*
  * The remaining compute budget bounds this exec's timeout.  A run with
