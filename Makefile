@@ -52,7 +52,7 @@ EXTENSION = mesh_exec
 # released versions' scripts and the upgrade scripts between them are kept as shipped.
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/mesh_exec.control)
 DATA_built = sql/mesh_exec--$(EXTVERSION).sql
-DATA = sql/mesh_exec--0.1.sql $(wildcard $(srcdir)/sql/mesh_exec--*--*.sql)
+DATA = $(filter-out $(DATA_built),$(patsubst $(srcdir)/%,%,$(wildcard $(srcdir)/sql/mesh_exec--*.sql)))
 PGFILEDESC = "mesh_exec - sandboxed execution for AI-agent harnesses"
 
 # pg_regress files: every sql/NAME.sql with expected/NAME.out, setup first (it checks the
