@@ -44,7 +44,8 @@ OBJS = \
 	src/backends/kubernetes_proxy.o \
 	src/backends/kubernetes_parse.o \
 	src/backends/sandboxd_parse.o \
-	src/version.o
+	src/version.o \
+	src/backends/isolate.o
 
 EXTENSION = mesh_exec
 # The version the control file installs by default; the library refuses to serve any other

@@ -4,3 +4,56 @@
 
 -- Every change below is also in sql/src/ (what a fresh 1.1 install runs); test/e2e/upgrade.t
 -- proves a 1.0 database updated here has the catalog of a fresh 1.1 install.
+
+------------------------------------------------------------------------------
+-- mesh_eval and the isolate backend (issue 33): sql/src/16_eval.sql, grants as in 90_privileges.sql
+------------------------------------------------------------------------------
+-- The evaluation is an exec of the run (its row in mesh.execs first, budgets
+-- charged, cancellable, ownership enforced) whose argv is [language, code] and
+-- whose stdin is the input as JSON; the worker sends it only to a backend that
+-- declares eval, and refuses it before any backend call otherwise.
+CREATE FUNCTION mesh.eval_call(run_id text, argv text[], dir text DEFAULT NULL,
+                               stdin bytea DEFAULT NULL, timeout interval DEFAULT NULL,
+                               env jsonb DEFAULT NULL)
+RETURNS TABLE (exit_code integer, stdout text, stderr text, status text,
+               truncated boolean, exec_id bigint,
+               stdout_bytes bigint, stderr_bytes bigint)
+    AS 'MODULE_PATHNAME', 'mesh_eval_call' LANGUAGE C ROWS 1;
+
+-- The value (JSON), the console output, the error (NULL when it returned a
+-- value), the time the isolate took and the exec's status and id.
+CREATE FUNCTION @extschema@.mesh_eval(run_id text, language text, code text,
+                                      input jsonb DEFAULT NULL, timeout interval DEFAULT NULL)
+RETURNS TABLE (value jsonb, stdout text, error text, duration_ms double precision,
+               status text, exec_id bigint)
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    r record;
+    doc jsonb;
+BEGIN
+    IF language IS NULL OR code IS NULL THEN
+        RAISE EXCEPTION 'mesh_eval: language and code must not be NULL'
+              USING ERRCODE = 'null_value_not_allowed', HINT = 'Example: mesh_eval(''run-1'', ''javascript'', ''return 1 + 1'').';
+    END IF;
+    IF language <> 'javascript' THEN
+        RAISE EXCEPTION 'mesh_eval: language "%" is not offered', language
+              USING ERRCODE = 'feature_not_supported', HINT = 'The isolate backend evaluates javascript only.';
+    END IF;
+    SELECT * INTO r FROM mesh.eval_call(run_id, ARRAY[language, code], NULL,
+                                        CASE WHEN input IS NULL THEN NULL ELSE convert_to(input::text, 'UTF8') END,
+                                        timeout, NULL);
+    doc := r.stdout::jsonb;
+    value := doc->'value';
+    stdout := doc->>'stdout';
+    error := doc->>'error';
+    duration_ms := (doc->>'duration_ms')::double precision;
+    status := r.status;
+    exec_id := r.exec_id;
+    RETURN NEXT;
+END
+$$;
+
+REVOKE ALL ON FUNCTION mesh.eval_call(text, text[], text, bytea, interval, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_eval(text, text, text, jsonb, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION mesh.eval_call(text, text[], text, bytea, interval, jsonb),
+                          @extschema@.mesh_eval(text, text, text, jsonb, interval) TO mesh_harness, mesh_admin;

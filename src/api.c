@@ -59,6 +59,7 @@ PG_FUNCTION_INFO_V1(mesh_snapshot);
 PG_FUNCTION_INFO_V1(mesh_exec_start);
 PG_FUNCTION_INFO_V1(mesh_exec_wait);
 PG_FUNCTION_INFO_V1(mesh_exec_kill);
+PG_FUNCTION_INFO_V1(mesh_eval_call);
 
 /* A required argument: NULL is the caller's error, named, with a hint. */
 static void
@@ -445,7 +446,7 @@ reply_text(const MeshMsg *reply, MeshSpan span)
  * blob to send with it, or NULL.
  */
 static StringInfo
-exec_request(FunctionCallInfo fcinfo, MeshOp op, bytea **stdin_data)
+exec_request(FunctionCallInfo fcinfo, MeshOp op, bool eval, bytea **stdin_data)
 {
 	char	   *dir = optional_text(fcinfo, 2);
 	long		timeout_ms;
@@ -465,18 +466,22 @@ exec_request(FunctionCallInfo fcinfo, MeshOp op, bytea **stdin_data)
 	r.has_stdin = *stdin_data != NULL;
 	r.timeout_ms = timeout_ms;
 	r.max_output = mesh_max_output_bytes;
+	r.eval = eval;
 	mesh_msg_set_fixed(req, &r, sizeof(r));
 	return req;
 }
 
-/* mesh_exec: run a command in the run's workspace, materializing it first. */
-Datum
-mesh_exec(PG_FUNCTION_ARGS)
+/*
+ * An exec, or an evaluation (EVAL: argv is [language, code], stdin the
+ * input; mesh_eval), in the run's workspace, materializing it first.
+ */
+static Datum
+exec_call(FunctionCallInfo fcinfo, bool eval)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *run_id = required_id(fcinfo, 0, "run_id");
 	bytea	   *stdin_data;
-	StringInfo	req = exec_request(fcinfo, MESH_OP_EXEC, &stdin_data);
+	StringInfo	req = exec_request(fcinfo, MESH_OP_EXEC, eval, &stdin_data);
 	MeshMsg		reply;
 	const MeshExecReply *x;
 	Datum		values[8];
@@ -500,6 +505,20 @@ mesh_exec(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/* mesh_exec: run a command in the run's workspace, materializing it first. */
+Datum
+mesh_exec(PG_FUNCTION_ARGS)
+{
+	return exec_call(fcinfo, false);
+}
+
+/* mesh.eval_call: mesh_eval's exec, with the same arguments as mesh_exec's. */
+Datum
+mesh_eval_call(PG_FUNCTION_ARGS)
+{
+	return exec_call(fcinfo, true);
+}
+
 /*
  * mesh_exec_start: start a command in the run's workspace (materializing it
  * first) and return its exec id as soon as it runs; a worker follows it.
@@ -509,7 +528,7 @@ mesh_exec_start(PG_FUNCTION_ARGS)
 {
 	char	   *run_id = required_id(fcinfo, 0, "run_id");
 	bytea	   *stdin_data;
-	StringInfo	req = exec_request(fcinfo, MESH_OP_EXEC_START, &stdin_data);
+	StringInfo	req = exec_request(fcinfo, MESH_OP_EXEC_START, false, &stdin_data);
 	MeshMsg		reply;
 
 	mesh_call(run_id, req,

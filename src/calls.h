@@ -106,6 +106,7 @@ typedef struct MeshExecRequest
 	bool		has_stdin;		/* stdin is the call's blob */
 	int64		timeout_ms;
 	int32		max_output;		/* bytes of each stream kept */
+	bool		eval;			/* mesh_eval: argv is [language, code], stdin the input */
 } MeshExecRequest;
 
 /* mesh_exec_kill: the exec (of the call's run) and the signal's name */

@@ -252,6 +252,7 @@ typedef struct MaterializeArgs
 {
 	MeshWorkspace *ws;
 	const char *install_id;
+	const char *needs;			/* the capability the call needs ("shell", "eval"), or NULL */
 } MaterializeArgs;
 
 static const char choose_backend_sql[] =
@@ -286,6 +287,31 @@ mesh_backend_from_workspace(const MeshWorkspace *ws, MeshBackend *be)
 		return false;
 	}
 	return mesh_backend_make(ws->backend_kind, ws->driver, ws->config, ws->credential, be);
+}
+
+/*
+ * A call that needs a capability the chosen backend does not declare is
+ * refused here, before anything exists on the backend and before the row
+ * moves (the transaction rolls back: the run stays pending), so that a
+ * command is never sent to a backend that cannot run it.
+ */
+static void
+refuse_lacking(const MeshWorkspace *ws, const MeshCapabilities *caps, const char *needs)
+{
+	if (needs == NULL)
+		return;
+	if (strcmp(needs, "shell") == 0 && !caps->shell)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("backend \"%s\" cannot run commands (it does not declare the shell capability)",
+						ws->backend_kind),
+				 errhint("Pin this agent to a backend with the shell capability, or use mesh_eval for a snippet.")));
+	if (strcmp(needs, "eval") == 0 && !caps->eval)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("backend \"%s\" cannot evaluate snippets (it does not declare the eval capability)",
+						ws->backend_kind),
+				 errhint("Pin this agent to a backend with the eval capability (the isolate driver).")));
 }
 
 /*
@@ -325,6 +351,7 @@ materialize_body(void *arg)
 				 errhint("An admin sets it with mesh.backend_set_credential().")));
 
 	be.driver->declared_capabilities(&be, &caps);
+	refuse_lacking(ws, &caps, a->needs);
 	ws->capabilities = MemoryContextStrdup(mesh_txn_result_cxt(), mesh_capabilities_text(&caps));
 	ws->caps = caps;
 	ws->external_ref = MemoryContextStrdup(mesh_txn_result_cxt(),
@@ -355,9 +382,10 @@ materialize_body(void *arg)
  * before the caller hears of a sandbox).
  */
 bool
-store_begin_materialize(MeshWorkspace *ws, const char *install_id, MeshCommit commit, ErrorData **err)
+store_begin_materialize(MeshWorkspace *ws, const char *install_id, const char *needs,
+						MeshCommit commit, ErrorData **err)
 {
-	MaterializeArgs a = {ws, install_id};
+	MaterializeArgs a = {ws, install_id, needs};
 
 	return mesh_txn("mesh worker: materialize", commit, materialize_body, &a, err);
 }

@@ -145,7 +145,8 @@ typedef bool (*MeshLoadThen) (MeshWorkspace *ws, void *arg);
 
 extern bool store_load_then(const char *run_id, const char *caller_role, MeshWorkspace *ws,
 							MeshLoadThen then, void *arg, XLogRecPtr *commit_lsn, ErrorData **err);
-extern bool store_begin_materialize(MeshWorkspace *ws, const char *install_id, MeshCommit commit,
+extern bool store_begin_materialize(MeshWorkspace *ws, const char *install_id, const char *needs,
+									MeshCommit commit,
 									ErrorData **err);
 extern bool store_materialized(MeshWorkspace *ws, const MeshCapabilities *caps, MeshCommit commit,
 							   ErrorData **err);

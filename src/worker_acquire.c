@@ -88,6 +88,15 @@ wake_and_retry(WorkerCall *call, const MeshError *merr)
 	return true;
 }
 
+/* The capability the call cannot do without, checked on the backend before it is asked. */
+static const char *
+capability_needed(WorkerCall *call)
+{
+	if (call->op == MESH_OP_EXEC || call->op == MESH_OP_EXEC_START)
+		return call->req.exec.eval ? "eval" : "shell";
+	return NULL;
+}
+
 void
 begin_materialize(WorkerCall *call)
 {
@@ -101,7 +110,8 @@ begin_materialize(WorkerCall *call)
 		 * before the flush can leave a sandbox no row names, which
 		 * reconciliation releases as an orphan (docs/design.md, invariant 4).
 		 */
-		if (!store_begin_materialize(&call->ws, worker_install_id, MESH_COMMIT_DEFERRED, &err))
+		if (!store_begin_materialize(&call->ws, worker_install_id, capability_needed(call),
+									 MESH_COMMIT_DEFERRED, &err))
 		{
 			reply_txn_error(call, err);
 			return;

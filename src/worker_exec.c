@@ -177,6 +177,7 @@ exec_spec_from_request(WorkerCall *call)
 	}
 	call->spec.timeout_ms = (long) r->timeout_ms;
 	call->spec.background = call->op == MESH_OP_EXEC_START;
+	call->spec.eval = r->eval;
 	/* the backend keeps what is stored whole, and never less than is shown */
 	call->spec.max_output_bytes = Max(mesh_exec_output_limit_bytes, r->max_output);
 }
@@ -197,7 +198,7 @@ exec_start_at_load(WorkerCall *call)
 
 	if (ws->status != MESH_WS_READY || (ws->has_grants && !ws->token_valid) ||
 		(ws->budget_seconds >= 0 && ws->budget_seconds - ws->compute_seconds <= 0) ||
-		!call->ws.caps.shell ||
+		!(call->req.exec.eval ? call->ws.caps.eval : call->ws.caps.shell) ||
 		(call->op == MESH_OP_EXEC_START &&
 		 (!call->ws.caps.background || !admit_background(call, false))))
 		return false;
@@ -227,7 +228,15 @@ start_exec_row(WorkerCall *call)
 	ErrorData  *err;
 	XLogRecPtr	exec_row_lsn;
 
-	if (!call->ws.caps.shell)
+	if (call->req.exec.eval && !call->ws.caps.eval)
+	{
+		reply_error(call, ERRCODE_FEATURE_NOT_SUPPORTED,
+					psprintf("backend \"%s\" cannot evaluate snippets (it does not declare the eval capability)",
+							 call->ws.backend_kind),
+					NULL, "Evaluate in a run whose agent is pinned to a backend with eval (the isolate driver).");
+		return false;
+	}
+	if (!call->req.exec.eval && !call->ws.caps.shell)
 	{
 		reply_error(call, ERRCODE_FEATURE_NOT_SUPPORTED,
 					psprintf("backend \"%s\" cannot run commands (it does not declare the shell capability)",

@@ -93,3 +93,9 @@ GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, 
                           mesh.agent_grant(text, regrole),
                           mesh.agent_revoke(text, regrole)
       TO mesh_admin;
+
+-- mesh_eval (sql/src/16_eval.sql)
+REVOKE ALL ON FUNCTION mesh.eval_call(text, text[], text, bytea, interval, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_eval(text, text, text, jsonb, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION mesh.eval_call(text, text[], text, bytea, interval, jsonb),
+                          @extschema@.mesh_eval(text, text, text, jsonb, interval) TO mesh_harness, mesh_admin;

@@ -53,6 +53,7 @@ typedef struct MeshCapabilities
 	bool		caller_chosen_id;
 	bool		seccomp;		/* workspace processes run under a system-call filter */
 	bool		background;		/* commands keep running between calls (mesh_exec_start) */
+	bool		eval;			/* evaluates a JavaScript snippet in an isolate (mesh_eval) */
 } MeshCapabilities;
 
 extern char *mesh_capabilities_text(const MeshCapabilities *caps);
@@ -157,6 +158,8 @@ typedef struct MeshExecSpec
 	long		max_output_bytes;	/* per stream, the most recent bytes are kept */
 	bool		background;		/* start it and answer at once (exec_start_response); its
 								 * output and end come through exec_output */
+	bool		eval;			/* an evaluation (mesh_eval): argv is [language, code], stdin
+								 * the input as JSON; only backends declaring eval get one */
 } MeshExecSpec;
 
 /*

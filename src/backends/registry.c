@@ -28,11 +28,13 @@
 extern const MeshDriver mesh_sandboxd_driver;
 extern const MeshDriver mesh_docker_driver;
 extern const MeshDriver mesh_kubernetes_driver;
+extern const MeshDriver mesh_isolate_driver;
 
 static const MeshDriver *const drivers[] = {
 	&mesh_sandboxd_driver,
 	&mesh_docker_driver,
 	&mesh_kubernetes_driver,
+	&mesh_isolate_driver,
 };
 
 static char *base64_encode_into(const char *data, size_t len, char *out);
@@ -75,7 +77,7 @@ mesh_size_parse(const char *name, MeshSize *size)
 char *
 mesh_capabilities_text(const MeshCapabilities *caps)
 {
-	json_t	   *doc = json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
+	json_t	   *doc = json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
 								"shell", caps->shell,
 								"resource_limits", caps->resource_limits,
 								"compute_metering", caps->compute_metering,
@@ -86,7 +88,8 @@ mesh_capabilities_text(const MeshCapabilities *caps)
 								"hibernate", caps->hibernate,
 								"caller_chosen_id", caps->caller_chosen_id,
 								"seccomp", caps->seccomp,
-								"background", caps->background);
+								"background", caps->background,
+								"eval", caps->eval);
 	char	   *text = json_dumps(doc, JSON_COMPACT);
 	char	   *copy = pstrdup(text);
 
@@ -122,6 +125,7 @@ mesh_capabilities_parse(const char *text, MeshCapabilities *caps)
 	MESH_CAP(caller_chosen_id);
 	MESH_CAP(seccomp);
 	MESH_CAP(background);
+	MESH_CAP(eval);
 #undef MESH_CAP
 	json_decref(doc);
 }

@@ -15,6 +15,7 @@ MESH_PACKAGES=(
   clang libclang-rt-14-dev     # sanitizer builds and fuzzers of mesh-sandboxd (CI)
   docker.io busybox-static
   openssl                      # the Kubernetes API-server test double's CA and certificate
+  nodejs npm                   # npm installs the isolate runtime (Deno) for mesh-isolated
 )
 
 missing=()
@@ -29,3 +30,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   # the packaged cluster is not used; tests start their own
   $SUDO pg_ctlcluster 15 main stop 2>/dev/null || true
 fi
+
+# the isolate runtime (Deno, from npm) and mesh-isolated, into its fixed prefix
+"$(dirname "$0")/../../src/isolated/install.sh"
