@@ -12,7 +12,7 @@ self.onmessage = async (e: MessageEvent<Msg>) => {
   const { code, input, max_output_bytes } = e.data;
   let out = "";
   let limited = false;
-  const denials: { host: string; reason: string }[] = [];
+  const denials: { host: string; port: number; reason: string; at: string }[] = [];
   const write = (...args: unknown[]) => {
     const line = args.map((a) => (typeof a === "string" ? a : JSON.stringify(a))).join(" ") + "\n";
     if (out.length + line.length > max_output_bytes) {
@@ -31,9 +31,13 @@ self.onmessage = async (e: MessageEvent<Msg>) => {
       return await realFetch(...args);
     } catch (err) {
       if (err instanceof Deno.errors.NotCapable || err instanceof Deno.errors.PermissionDenied) {
-        let host = "";
-        try { host = new URL(String(args[0] instanceof Request ? args[0].url : args[0])).host; } catch { /* */ }
-        denials.push({ host, reason: "not in the run's egress allowlist" });
+        let host = "", port = 0;
+        try {
+          const u = new URL(String(args[0] instanceof Request ? args[0].url : args[0]));
+          host = u.hostname;
+          port = Number(u.port || (u.protocol === "https:" ? 443 : 80));
+        } catch { /* not a URL: fetch failed on it before any connection */ }
+        denials.push({ host, port, reason: "not in the run's egress allowlist", at: new Date().toISOString() });
       }
       throw err;
     }

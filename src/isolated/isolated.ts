@@ -33,15 +33,30 @@ function fail(status: number, code: string, message: string): Response {
   return Response.json({ error: { code, message } }, { status });
 }
 
-// One evaluation in its own isolate; resolves with the row mesh_eval returns.
-function evaluate(req: EvalRequest): Promise<Record<string, unknown>> {
-  const started = performance.now();
-  const hosts = (req.allow_hosts ?? []).filter((h) => typeof h === "string" && h.length > 0);
-  const worker = new Worker(workerUrl, {
+// A new isolate with no permissions but network to HOSTS (none when empty).
+function newIsolate(hosts: string[]): Worker {
+  return new Worker(workerUrl, {
     type: "module",
     // deno-lint-ignore no-explicit-any
     deno: { permissions: hosts.length ? { net: hosts, read: false, write: false, run: false, env: false, ffi: false, sys: false, import: false } : "none" } as any,
   });
+}
+
+// Isolates started ahead, with no permissions, each used for one evaluation
+// and then terminated: warm starts without ever sharing an isolate.
+const spares: Worker[] = [];
+const spareCount = Number(Deno.args[2] ?? "2");
+function refill() {
+  while (spares.length < spareCount) spares.push(newIsolate([]));
+}
+refill();
+
+// One evaluation in its own isolate; resolves with the row mesh_eval returns.
+function evaluate(req: EvalRequest): Promise<Record<string, unknown>> {
+  const started = performance.now();
+  const hosts = (req.allow_hosts ?? []).filter((h) => typeof h === "string" && h.length > 0);
+  const worker = hosts.length || spares.length === 0 ? newIsolate(hosts) : spares.shift()!;
+  setTimeout(refill, 0);
   const timeout = Math.max(1, req.timeout_ms ?? 5000);
   const maxOut = Math.max(0, req.max_output_bytes ?? 65536);
   return new Promise((resolve) => {
