@@ -7,7 +7,7 @@
 # already resumed, another role's run, another agent's run, a destroyed workspace, a live one.
 # A positive control after the refusals: the same workspace, refused to others, resumes for its owner.
 . "$(dirname "$0")/lib.sh"
-plan 16
+plan 18
 t=res-$$
 rb=res_b_$$
 q "CREATE ROLE $rb LOGIN IN ROLE mesh_harness" >/dev/null
@@ -32,8 +32,10 @@ notice=$(q "SELECT 1 FROM mesh_acquire('$t-2', '$t-agent', 'ann')" 2>&1 >/dev/nu
          psql -X -qAt -c "SELECT mesh_resume('$t-2', '$t-1')" 2>&1)
 like "$notice" "run \"$t-2\" resumes the hibernated workspace of run \"$t-1\"" "mesh_resume says it resumes turn 1's workspace"
 like "$notice" "^t$" "and returns true"
-is "$(out "$t-2" 'cat repo/.git/HEAD build/out clones' | xargs)" "main built 1" \
-   "turn 2 finds turn 1's clone and build output, cloned once"
+first=$(q "SELECT stdout FROM mesh_exec('$t-2', ARRAY['sh', '-c', 'cat repo/.git/HEAD build/out clones'])" 2>&1)
+like "$first" "NOTICE:  mesh: run \"$t-2\" resumes the hibernated workspace of run \"$t-1\": waking it on backend \"local\"" \
+     "turn 2's first call says whose workspace it wakes"
+is "$(echo "$first" | grep -v NOTICE | xargs)" "main built 1" "turn 2 finds turn 1's clone and build output, cloned once"
 is "$(ws "$t-1" "status || '/' || release_outcome || '/' || resumed_by")" "released/hibernated/$t-2" \
    "turn 1's row ended: released by hibernation, resumed_by turn 2"
 is "$(q "SELECT count(*) FILTER (WHERE w.release_outcome IS NULL) || '/' || count(*) FROM mesh.workspaces w
@@ -42,6 +44,8 @@ is "$(q "SELECT count(*) FILTER (WHERE w.release_outcome IS NULL) || '/' || coun
 q "SELECT count(*) FROM mesh.sweep()" >/dev/null
 is "$(out "$t-2" 'cat build/out')" built "the sweep leaves the sandbox turn 1 handed over alone"
 like "$(q "SELECT 1 FROM mesh_exec('$t-1', ARRAY['true'])" 2>&1)" "released" "turn 1 itself cannot drive it any more"
+is "$(q "SELECT mesh_release('$t-1', 'the harness cleans turn 1 up')" 2>&1)/$(out "$t-2" 'cat build/out')" "already released/built" \
+   "turn 1's own release afterwards destroys nothing: turn 2 still has the files"
 
 # refusals: each a fresh workspace with the reason
 q "SELECT 1 FROM mesh_acquire('$t-3', '$t-agent', 'ann')" >/dev/null
