@@ -7,7 +7,7 @@
 # already resumed, another role's run, another agent's run, a destroyed workspace, a live one.
 # A positive control after the refusals: the same workspace, refused to others, resumes for its owner.
 . "$(dirname "$0")/lib.sh"
-plan 18
+plan 19
 t=res-$$
 rb=res_b_$$
 q "CREATE ROLE $rb LOGIN IN ROLE mesh_harness" >/dev/null
@@ -58,6 +58,8 @@ hibernate "$t-2"
 psql -X -qAt -U "$rb" -c "SELECT 1 FROM mesh_acquire('$t-4', '$t-agent-b', 'bob')" >/dev/null
 like "$(psql -X -qAt -U "$rb" -c "SELECT mesh_resume('$t-4', '$t-2')" 2>&1)" "fresh workspace: there is no run \"$t-2\" this role may resume" \
      "another role cannot take the workspace over (nor learn the run exists)"
+like "$(psql -X -qAt -U "$rb" -c "SELECT mesh.workspace_resume('$t-4', '$t-2', (SELECT oid FROM pg_roles WHERE rolname = '$PGUSER'))" 2>&1)" \
+     "permission denied for function workspace_resume" "nor call the state change itself, naming the owner's role"
 q "SELECT 1 FROM mesh_acquire('$t-5', '$t-other', 'ann')" >/dev/null
 like "$(q "SELECT mesh_resume('$t-5', '$t-2')" 2>&1)" "fresh workspace: run \"$t-2\" belongs to agent \"$t-agent\", not to agent \"$t-other\"" \
      "another agent's run cannot take it over"
