@@ -93,3 +93,9 @@ GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, 
                           mesh.agent_grant(text, regrole),
                           mesh.agent_revoke(text, regrole)
       TO mesh_admin;
+-- resumable conversations (sql/src/15_lifecycle.sql)
+REVOKE ALL ON FUNCTION @extschema@.mesh_resume(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_resume(text, text) TO mesh_harness, mesh_admin;
+REVOKE ALL ON FUNCTION @extschema@.mesh_extend(text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_extend(text, interval) TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION mesh.set_lifecycle(interval, interval) TO mesh_admin;
