@@ -46,7 +46,8 @@ OBJS = \
 	src/backends/sandboxd_parse.o \
 	src/version.o \
 	src/repos/jwt.o \
-	src/repos/github.o
+	src/repos/github.o \
+	src/broker_repos.o
 
 EXTENSION = mesh_exec
 # The version the control file installs by default; the library refuses to serve any other

@@ -43,7 +43,7 @@ CREATE TABLE mesh.repositories (
 );
 
 -- Every token minted for a run: what it could reach and its life; the value
--- only while it lives, for the broker (wiped at revocation or expiry).
+-- only until the provider has revoked it, for the broker.
 CREATE TABLE mesh.repository_tokens (
     id             bigserial PRIMARY KEY,
     run_id         text NOT NULL,
@@ -113,8 +113,9 @@ END
 $$;
 
 -- Write-only, like mesh.backend_set_credential.  A rotation (a second set)
--- invalidates at once every live token minted under the old key: its value
--- is wiped and a worker revokes it at the provider (revoke_outcome 'pending').
+-- invalidates at once every live token minted under the old key: the broker
+-- refuses it from now on, and revokes it at the provider (revoke_outcome
+-- 'pending'; the value is wiped once the provider has answered).
 CREATE FUNCTION mesh.repository_provider_set_credential(name text, credential text)
 RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
@@ -138,7 +139,7 @@ BEGIN
     RETURNING c.key_version INTO version;
     IF version > 1 THEN
         UPDATE mesh.repository_tokens t
-           SET token = NULL, revoked_at = now(), revoked_reason = 'the provider''s key was rotated',
+           SET revoked_at = now(), revoked_reason = 'the provider''s key was rotated',
                revoke_outcome = 'pending'
          WHERE t.provider = repository_provider_set_credential.name AND t.revoked_at IS NULL
            AND t.key_version < version;
@@ -279,4 +280,103 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp
            t.revoked_at, t.revoked_reason, t.revoke_outcome,
            t.revoked_at IS NULL AND t.expires_at > now()
       FROM mesh.repository_tokens t WHERE t.run_id = p_run_id ORDER BY t.id
+$$;
+
+-- The broker's answer to a sandbox asking for a repository token (src/broker_repos.c): the
+-- run token checked as mesh.broker_exchange checks it, then the grant, then the host (a
+-- token is offered only to its own host).  Granted with the live token when one has more
+-- than five minutes left; granted without one, with what minting needs, when none has
+-- (the broker mints and records it).  Every call, granted or refused, is an event.
+CREATE FUNCTION mesh.broker_repository_token(p_token_sha256 bytea, p_host text, p_repository text,
+                                             p_workspace_ref text,
+                                             OUT granted boolean, OUT reason text, OUT token text,
+                                             OUT run_id text, OUT permissions jsonb, OUT provider_kind text,
+                                             OUT api_url text, OUT app_id text, OUT installation_id text,
+                                             OUT credential text, OUT key_version integer)
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    tok mesh.run_tokens;
+    ws mesh.workspaces;
+    gr mesh.grants;
+    repo mesh.repositories;
+    prov mesh.repository_providers;
+BEGIN
+    granted := false;
+    SELECT * INTO tok FROM mesh.run_tokens t WHERE t.token_sha256 = p_token_sha256;
+    IF tok.id IS NULL THEN
+        reason := 'unknown token';
+    ELSIF tok.revoked_at IS NOT NULL THEN
+        reason := 'token revoked: ' || coalesce(tok.revoked_reason, '');
+    ELSIF tok.expires_at <= now() THEN
+        reason := 'token expired';
+    END IF;
+    IF reason IS NULL THEN
+        SELECT * INTO ws FROM mesh.workspaces w WHERE w.run_id = tok.run_id;
+        IF ws.status IN ('released', 'failed') THEN
+            reason := 'the run''s workspace is ' || ws.status;
+        ELSIF ws.external_ref IS DISTINCT FROM p_workspace_ref THEN
+            reason := 'the token belongs to another workspace';
+        END IF;
+    END IF;
+    IF reason IS NULL THEN
+        SELECT * INTO gr FROM mesh.grants g
+         WHERE g.run_id = tok.run_id AND g.kind = 'repository' AND g.name = p_repository;
+        SELECT * INTO repo FROM mesh.repositories r WHERE r.repository = p_repository;
+        SELECT * INTO prov FROM mesh.repository_providers p WHERE p.name = repo.provider;
+        IF gr.id IS NULL THEN
+            reason := 'the run has no grant for this repository';
+        ELSIF gr.revoked_at IS NOT NULL THEN
+            reason := 'grant revoked: ' || coalesce(gr.revoked_reason, '');
+        ELSIF gr.expires_at IS NOT NULL AND gr.expires_at <= now() THEN
+            reason := 'grant expired';
+        ELSIF repo.repository IS NULL THEN
+            reason := 'the repository is not registered';
+        ELSIF prov.host IS DISTINCT FROM p_host THEN
+            reason := 'the grant does not name this host';
+        END IF;
+    END IF;
+    IF reason IS NULL THEN
+        -- the grant's scope: a permission object, or "read"/"write" for the contents
+        permissions := CASE WHEN gr.scope IN ('read', 'write') THEN jsonb_build_object('contents', gr.scope)
+                            WHEN gr.scope IS NULL THEN '{"contents": "read"}'::jsonb
+                            ELSE gr.scope::jsonb END;
+        SELECT c.credential, c.key_version INTO credential, key_version
+          FROM mesh.repository_provider_credentials c WHERE c.provider = prov.name;
+        IF credential IS NULL THEN
+            reason := 'the repository''s provider has no credential';
+        END IF;
+    END IF;
+    IF reason IS NULL THEN
+        SELECT t.token INTO token FROM mesh.repository_tokens t
+         WHERE t.run_id = tok.run_id AND t.repository = p_repository AND t.revoked_at IS NULL
+           AND t.key_version = broker_repository_token.key_version
+           AND t.expires_at > now() + interval '5 minutes' AND t.permissions = broker_repository_token.permissions
+         ORDER BY t.expires_at DESC LIMIT 1;
+        IF token IS NOT NULL THEN
+            credential := NULL;     -- nothing to mint: the key is not handed out
+        ELSE
+            provider_kind := prov.provider;
+            api_url := prov.api_url;
+            app_id := prov.app_id;
+            installation_id := prov.installation_id;
+        END IF;
+        run_id := tok.run_id;
+        granted := true;
+        UPDATE mesh.grants SET uses = uses + 1, last_used_at = now(),
+               first_used_at = coalesce(first_used_at, now()) WHERE id = gr.id;
+    END IF;
+    INSERT INTO mesh.events (kind, run_id, workspace_id, detail)
+    VALUES (CASE WHEN granted THEN 'repository_token_read' ELSE 'repository_token_refused' END, tok.run_id, ws.id,
+            jsonb_build_object('repository', p_repository, 'host', p_host, 'actor_id', ws.created_by_actor_id,
+                               'minting', granted AND token IS NULL, 'reason', reason));
+END
+$$;
+
+-- Tokens whose revocation at the provider is pending, with what revoking needs (the broker's round).
+CREATE FUNCTION mesh.repository_tokens_to_revoke(p_limit integer)
+RETURNS TABLE (id bigint, provider_kind text, api_url text, token text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT t.id, p.provider, p.api_url, t.token
+      FROM mesh.repository_tokens t JOIN mesh.repository_providers p ON p.name = t.provider
+     WHERE t.revoke_outcome = 'pending' ORDER BY t.id LIMIT p_limit
 $$;

@@ -18,6 +18,7 @@ and lets the test expire tokens, count mints and rotate the App key.
 Usage: github_double.py PORTFILE APP_ID PUBLIC_KEY_PEM INSTALLATION_ID OWNER REPO[,REPO...]
 """
 import base64
+import hashlib
 import json
 import secrets
 import sys
@@ -194,6 +195,12 @@ class Handler(BaseHTTPRequestHandler):
         return self.reply(204)
 
     def do_GET(self):
+        if self.path == "/_double/tokens":
+            # what each token is, by its SHA-256 (the test compares what a sandbox saw)
+            with lock:
+                return self.reply(200, [{"sha256": hashlib.sha256(k.encode()).hexdigest(),
+                                         "repositories": sorted(t["repos"]), "permissions": t["permissions"],
+                                         "live": live(k) is not None} for k, t in tokens.items()])
         if self.path == "/_double/counters":
             with lock:
                 return self.reply(200, dict(counters, live=sum(1 for t in tokens if live(t))))
