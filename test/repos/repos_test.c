@@ -165,7 +165,7 @@ main(int argc, char **argv)
 	other_key = slurp(argv[4]);
 	installation = argv[5];
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	printf("1..33\n");
+	printf("1..35\n");
 
 	/* The JWT on its own */
 	jwt = mesh_github_app_jwt(app_id, key, now, err);
@@ -233,6 +233,14 @@ main(int argc, char **argv)
 	ok(check(base, tok.token, "octo/widgets", "read") == 401, "a revoked token is refused");
 	ok(call("DELETE", url, auth, NULL, &r) == 401, "a revoked token cannot be revoked twice");
 	ok(check(base, tok2.token, "octo/widgets", "read") == 200, "revoking one token leaves the other (control)");
+	/* Expiry: the double mints tokens that are already past their expires_at */
+	snprintf(url, sizeof(url), "%s/_double/lifetime", base);
+	call("POST", url, "none", "{\"seconds\": -1}", &r);
+	mesh_repo_token_clear(&tok);
+	ok(mint(base, app_id, key, now, installation, "octo/widgets", "{\"contents\":\"read\"}", &r) == 201 &&
+	   mesh_github_token_parse(r.body, r.len, &tok, err) == 0 && tok.expires_at < time(NULL),
+	   "the double mints a token already past its expiry (control of the next case)");
+	ok(check(base, tok.token, "octo/widgets", "read") == 401, "an expired token is refused");
 	mesh_repo_token_clear(&tok);
 	mesh_repo_token_clear(&tok2);
 	free(key);
