@@ -45,7 +45,10 @@ OBJS = \
 	src/backends/kubernetes_parse.o \
 	src/backends/sandboxd_parse.o \
 	src/version.o \
-	src/backends/isolate.o
+	src/backends/isolate.o \
+	src/repos/jwt.o \
+	src/repos/github.o \
+	src/broker_repos.o
 
 EXTENSION = mesh_exec
 # The version the control file installs by default; the library refuses to serve any other
@@ -63,7 +66,7 @@ REGRESS_OPTS = --inputdir=. --use-existing
 
 PG_CPPFLAGS = -DMESH_EXEC_VERSION='"$(EXTVERSION)"' -I$(srcdir)/src $(shell pkg-config --cflags jansson libcurl libmicrohttpd)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
-SHLIB_LINK = $(shell pkg-config --libs jansson libcurl libmicrohttpd) \
+SHLIB_LINK = $(shell pkg-config --libs jansson libcurl libmicrohttpd libcrypto) \
 	-Wl,--version-script=$(srcdir)/src/mesh_exec.map
 
 PG_CONFIG ?= pg_config
@@ -82,7 +85,7 @@ sql/mesh_exec--$(EXTVERSION).sql: $(sort $(wildcard $(srcdir)/sql/src/*.sql))
 $(shlib): src/mesh_exec.map
 
 # Headers are few: rebuild every object when one changes.
-$(OBJS): $(wildcard src/*.h src/backends/*.h)
+$(OBJS): $(wildcard src/*.h src/backends/*.h src/repos/*.h)
 
 # The daemon is a plain C program with its own Makefile; it never links PostgreSQL.
 all: sandboxd

@@ -5,6 +5,671 @@
 -- Every change below is also in sql/src/ (what a fresh 1.1 install runs); test/e2e/upgrade.t
 -- proves a 1.0 database updated here has the catalog of a fresh 1.1 install.
 
+-- ---- resumable conversations and lifecycle honesty (issue 32): sql/src/15_lifecycle.sql ----
+ALTER TABLE mesh.workspaces ADD COLUMN resume_of text, ADD COLUMN resumed_by text;
+
+-- The role that called a SECURITY DEFINER function: SET ROLE's role, or the
+-- session's.  (current_user inside it is the definer.)
+CREATE FUNCTION mesh.invoking_role() RETURNS oid
+LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT CASE WHEN current_setting('role') = 'none' THEN session_user ELSE current_setting('role') END::regrole::oid
+$$;
+
+-- Move the hibernated workspace of run p_resume_of to run p_run_id (declared,
+-- nothing materialized yet), both rows locked, in the caller's transaction.
+-- Returns NULL when it moved, or why the new run starts fresh instead.  A
+-- new run the caller may not drive, or one that already has a workspace,
+-- raises: that is a mistake, not a fallback.
+CREATE FUNCTION mesh.workspace_resume(p_run_id text, p_resume_of text, p_caller oid) RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ws mesh.workspaces;
+    old mesh.workspaces;
+    why text;
+BEGIN
+    -- both rows locked in id order: two resumes crossing each other cannot deadlock
+    PERFORM 1 FROM mesh.workspaces w WHERE w.run_id IN (p_run_id, p_resume_of) ORDER BY w.id FOR UPDATE;
+    SELECT * INTO ws FROM mesh.workspaces w WHERE w.run_id = p_run_id;
+    IF ws.id IS NULL OR NOT mesh.may_drive(ws.owner_role, p_caller) THEN
+        RAISE EXCEPTION 'run "%" is not declared', p_run_id
+            USING ERRCODE = 'undefined_object', HINT = 'Declare it first with mesh_acquire.';
+    END IF;
+    IF ws.status <> 'pending' OR ws.external_ref IS NOT NULL OR ws.resume_of IS NOT NULL THEN
+        RAISE EXCEPTION 'run "%" already has a workspace (%), it cannot resume another run''s', p_run_id, ws.status
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Resume right after mesh_acquire, before the run''s first call.';
+    END IF;
+    SELECT * INTO old FROM mesh.workspaces w WHERE w.run_id = p_resume_of;
+    why := CASE
+        WHEN p_resume_of = p_run_id THEN 'a run cannot resume itself'
+        -- another role's run does not exist for this caller: the same words as a run never declared
+        WHEN old.id IS NULL OR NOT mesh.may_drive(old.owner_role, p_caller) THEN
+            format('there is no run "%s" this role may resume', p_resume_of)
+        WHEN old.agent_id <> ws.agent_id THEN
+            format('run "%s" belongs to agent "%s", not to agent "%s"', p_resume_of, old.agent_id, ws.agent_id)
+        WHEN old.resumed_by IS NOT NULL THEN
+            format('the workspace of run "%s" was already resumed by run "%s"', p_resume_of, old.resumed_by)
+        WHEN old.external_ref IS NULL THEN
+            format('run "%s" never had a workspace', p_resume_of)
+        WHEN old.release_outcome IS NOT NULL THEN
+            format('the workspace of run "%s" was %s%s', p_resume_of, old.release_outcome,
+                   coalesce(' (' || old.release_reason || ')', ''))
+        WHEN old.status = 'failed' THEN
+            format('the workspace of run "%s" failed: %s', p_resume_of, coalesce(old.status_reason, 'no reason recorded'))
+        WHEN old.status <> 'pending' OR old.status_reason_code IS DISTINCT FROM 'hibernated_idle'
+                                     AND old.status_reason_code IS DISTINCT FROM 'hibernated_by_backend' THEN
+            format('the workspace of run "%s" is %s, not hibernated (a live workspace is never shared by two runs)',
+                   p_resume_of, old.status)
+        WHEN old.hibernated_until < now() THEN
+            format('the workspace of run "%s" expired: its retention ended at %s', p_resume_of, old.hibernated_until)
+        WHEN NOT coalesce((old.capabilities->>'hibernate')::boolean, false) THEN
+            format('backend "%s" does not hibernate workspaces', old.backend_kind)
+    END;
+    IF why IS NOT NULL THEN
+        PERFORM mesh.workspace_event(ws, 'resume_refused', jsonb_build_object('resume_of', p_resume_of, 'reason', why));
+        RETURN why;
+    END IF;
+    UPDATE mesh.workspaces w
+       SET backend_kind = old.backend_kind, external_ref = old.external_ref, size = old.size,
+           capabilities = old.capabilities, egress = old.egress, snapshot_id = old.snapshot_id,
+           resume_of = p_resume_of, hibernated_until = old.hibernated_until,
+           expiry_warned_at = old.expiry_warned_at, status_reason_code = old.status_reason_code,
+           status_reason = format('resumes the hibernated workspace of run "%s"; its next call wakes it', p_resume_of)
+     WHERE w.id = ws.id;
+    UPDATE mesh.workspaces w
+       SET status = 'released', release_outcome = 'hibernated', resumed_by = p_run_id, released_at = now(),
+           release_reason = format('resumed by run "%s"', p_run_id)
+     WHERE w.id = old.id;
+    UPDATE mesh.run_tokens t SET revoked_at = now(), revoked_reason = format('run "%s" resumed its workspace', p_run_id)
+     WHERE t.run_id = old.run_id AND t.revoked_at IS NULL;
+    ws.backend_kind := old.backend_kind;
+    PERFORM mesh.workspace_event(ws, 'resumed', jsonb_build_object('resume_of', p_resume_of));
+    PERFORM mesh.workspace_event(old, 'resumed_by', jsonb_build_object('run_id', p_run_id));
+    RETURN NULL;
+END
+$$;
+
+-- The harness's call: run_id (declared with mesh_acquire, before its first
+-- call) continues the conversation of run resume_of.  True when it took
+-- that run's hibernated workspace over; false, with a NOTICE saying why,
+-- when it starts with a fresh one.
+CREATE FUNCTION @extschema@.mesh_resume(run_id text, resume_of text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    why text;
+BEGIN
+    PERFORM mesh.require_args('mesh_resume', ARRAY['run_id', 'resume_of'],
+        ARRAY[mesh_resume.run_id IS NULL, mesh_resume.resume_of IS NULL]);
+    why := mesh.workspace_resume(mesh_resume.run_id, mesh_resume.resume_of, mesh.invoking_role());
+    IF why IS NOT NULL THEN
+        RAISE NOTICE 'mesh: run "%" starts with a fresh workspace: %', mesh_resume.run_id, why;
+        RETURN false;
+    END IF;
+    RAISE NOTICE 'mesh: run "%" resumes the hibernated workspace of run "%"; its first call wakes it',
+        mesh_resume.run_id, mesh_resume.resume_of;
+    RETURN true;
+END
+$$;
+
+------------------------------------------------------------------------------
+-- Lifecycle honesty.  Every workspace row says why it ended (end_reason) and
+-- when (ended_at), set by a trigger on the status change whichever function
+-- made it; a hibernated workspace has a retention deadline (hibernated_until,
+-- mesh.settings.hibernated_retention after its first hibernation), which a
+-- resume carries over and never resets: only mesh_extend moves it, recorded
+-- as an event.  The reaper's sweep warns (event 'expiry_warning' and a NOTIFY
+-- on channel mesh_lifecycle) expiry_warning before the deadline, and past it
+-- releases the workspace (destroyed; end_reason 'expired').
+------------------------------------------------------------------------------
+
+ALTER TABLE mesh.workspaces
+    ADD COLUMN end_reason text CHECK (end_reason IN ('released', 'idle_reaped', 'budget', 'expired', 'backend_lost',
+                                                     'oom', 'admin', 'resumed', 'acquire_failed')),
+    ADD COLUMN ended_at timestamptz,
+    ADD COLUMN hibernated_until timestamptz,
+    ADD COLUMN expiry_warned_at timestamptz;
+ALTER TABLE mesh.settings
+    ADD COLUMN hibernated_retention interval NOT NULL DEFAULT '7 days' CHECK (hibernated_retention > '0'),
+    ADD COLUMN expiry_warning interval NOT NULL DEFAULT '1 hour' CHECK (expiry_warning >= '0');
+CREATE INDEX workspaces_hibernated_idx ON mesh.workspaces (hibernated_until)
+    WHERE status = 'pending' AND hibernated_until IS NOT NULL AND release_outcome IS NULL;
+
+-- Why a row ended, from what the move that ended it recorded.
+CREATE FUNCTION mesh.workspace_end_reason(w mesh.workspaces) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT CASE
+        WHEN w.resumed_by IS NOT NULL THEN 'resumed'
+        WHEN w.status_reason_code = 'budget_exhausted' THEN 'budget'
+        WHEN w.status_reason_code = 'lost' THEN 'backend_lost'
+        WHEN w.status_reason_code = 'acquire_failed' THEN 'acquire_failed'
+        WHEN w.release_reason LIKE 'hibernated past its retention%'
+          OR w.release_reason LIKE 'outlived the longest possible run%' THEN 'expired'
+        WHEN w.release_reason LIKE 'idle for more than%' THEN 'idle_reaped'
+        ELSE 'released' END
+$$;
+
+-- The trigger: end reason and time at the move to released or failed; the
+-- retention deadline at a workspace's first hibernation (kept after that:
+-- waking, hibernating again and resuming never reset it).
+CREATE FUNCTION mesh.workspace_lifecycle() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    IF NEW.status IN ('released', 'failed') AND NEW.end_reason IS NULL THEN
+        NEW.end_reason := mesh.workspace_end_reason(NEW);
+        NEW.ended_at := now();
+    ELSIF NEW.status = 'pending' AND NEW.hibernated_until IS NULL AND NEW.external_ref IS NOT NULL
+          AND NEW.status_reason_code IN ('hibernated_idle', 'hibernated_by_backend') THEN
+        NEW.hibernated_until := now() + (SELECT s.hibernated_retention FROM mesh.settings s);
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER workspaces_lifecycle BEFORE UPDATE ON mesh.workspaces FOR EACH ROW
+    WHEN (NEW.status IS DISTINCT FROM OLD.status OR NEW.status_reason_code IS DISTINCT FROM OLD.status_reason_code)
+    EXECUTE FUNCTION mesh.workspace_lifecycle();
+
+-- The reaper's sweep: hibernated workspaces whose deadline is less than
+-- expiry_warning away are warned about once (an event, and a NOTIFY on
+-- mesh_lifecycle whose payload names the run and the deadline, no more).
+CREATE FUNCTION mesh.lifecycle_warn() RETURNS TABLE (run_id text, detail text)
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ws mesh.workspaces;
+BEGIN
+    FOR ws IN
+        UPDATE mesh.workspaces w SET expiry_warned_at = now()
+         WHERE w.status = 'pending' AND w.hibernated_until IS NOT NULL AND w.release_outcome IS NULL
+           AND w.expiry_warned_at IS NULL
+           AND w.hibernated_until < now() + (SELECT s.expiry_warning FROM mesh.settings s)
+        RETURNING w.*
+    LOOP
+        PERFORM mesh.workspace_event(ws, 'expiry_warning', jsonb_build_object('hibernated_until', ws.hibernated_until));
+        PERFORM pg_notify('mesh_lifecycle', jsonb_build_object('event', 'expiry_warning', 'run_id', ws.run_id,
+                                                               'hibernated_until', ws.hibernated_until)::text);
+        run_id := ws.run_id;
+        detail := format('hibernated workspace expires at %s', ws.hibernated_until);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- The harness's call: keep run_id's hibernated workspace by more ("by")
+-- past its retention deadline.  Recorded (event 'extended'); the warning
+-- is due again before the new deadline.  Returns the new deadline.
+CREATE FUNCTION @extschema@.mesh_extend(run_id text, by interval) RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ws mesh.workspaces;
+BEGIN
+    PERFORM mesh.require_args('mesh_extend', ARRAY['run_id', 'by'],
+        ARRAY[mesh_extend.run_id IS NULL, mesh_extend.by IS NULL]);
+    IF mesh_extend.by <= '0' THEN
+        RAISE EXCEPTION 'mesh_extend: by must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO ws FROM mesh.workspaces w WHERE w.run_id = mesh_extend.run_id FOR UPDATE;
+    IF ws.id IS NULL OR NOT mesh.may_drive(ws.owner_role, mesh.invoking_role()) THEN
+        RAISE EXCEPTION 'run "%" is not declared', mesh_extend.run_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF ws.hibernated_until IS NULL OR ws.release_outcome IS NOT NULL OR ws.status IN ('released', 'failed') THEN
+        RAISE EXCEPTION 'the workspace of run "%" has no retention deadline to extend (it is %)', mesh_extend.run_id,
+                        CASE WHEN ws.release_outcome IS NOT NULL THEN 'released' ELSE ws.status::text END
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'A workspace gets one when it is first hibernated.';
+    END IF;
+    UPDATE mesh.workspaces w SET hibernated_until = w.hibernated_until + mesh_extend.by, expiry_warned_at = NULL
+     WHERE w.id = ws.id RETURNING w.hibernated_until INTO ws.hibernated_until;
+    PERFORM mesh.workspace_event(ws, 'extended',
+        jsonb_build_object('by', mesh_extend.by, 'hibernated_until', ws.hibernated_until,
+                           'by_role', mesh.invoking_role()::regrole::text));
+    RETURN ws.hibernated_until;
+END
+$$;
+
+-- The admin's call: how long hibernated workspaces are kept, and how long
+-- before their deadline the warning goes out.  NULL leaves one as it is.
+CREATE FUNCTION mesh.set_lifecycle(hibernated_retention interval DEFAULT NULL, expiry_warning interval DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    UPDATE mesh.settings s SET hibernated_retention = coalesce(set_lifecycle.hibernated_retention, s.hibernated_retention),
+                               expiry_warning = coalesce(set_lifecycle.expiry_warning, s.expiry_warning);
+END
+$$;
+-- the worker's grants a fresh install gives every mesh function (90_privileges.sql)
+REVOKE ALL ON FUNCTION mesh.invoking_role(), mesh.workspace_resume(text, text, oid), mesh.workspace_end_reason(mesh.workspaces),
+                       mesh.workspace_lifecycle(), mesh.lifecycle_warn(), mesh.set_lifecycle(interval, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION mesh.invoking_role(), mesh.workspace_resume(text, text, oid), mesh.workspace_end_reason(mesh.workspaces),
+                          mesh.workspace_lifecycle(), mesh.lifecycle_warn(), mesh.set_lifecycle(interval, interval) TO mesh_worker;
+-- resumable conversations (sql/src/15_lifecycle.sql)
+REVOKE ALL ON FUNCTION @extschema@.mesh_resume(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_resume(text, text) TO mesh_harness, mesh_admin;
+REVOKE ALL ON FUNCTION @extschema@.mesh_extend(text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_extend(text, interval) TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION mesh.set_lifecycle(interval, interval) TO mesh_admin;
+
+------------------------------------------------------------------------------
+-- Repository tokens (issue 31): sql/src/17_repositories.sql, and its privileges
+------------------------------------------------------------------------------
+-- A run reaches a repository with a token minted for exactly that repository
+-- and those permissions, expiring within the hour, revoked at release: never
+-- a long-lived personal token.  An admin names the providers (a GitHub App
+-- installation, a GitLab instance) and the repositories each serves; a run
+-- is granted a repository through mesh.grants (kind 'repository', scope: its
+-- permissions as JSON); a worker mints at first use and records the token
+-- here.  The provider's install-level credential (the App's private key, a
+-- GitLab token able to mint project access tokens) is kept like a backend's
+-- (mesh.backend_credentials): a table apart, written by one function, read
+-- by no view and by no role but the workers.
+
+CREATE TABLE mesh.repository_providers (
+    name            text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_-]{0,62}$'),
+    provider        text NOT NULL CHECK (provider IN ('github', 'gitlab')),
+    -- the git host its tokens are offered to (github.com, an Enterprise or self-managed host)
+    host            text NOT NULL CHECK (host ~ '^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?$'),
+    -- the REST base (https://api.github.com, https://ghe.example/api/v3, https://gitlab.example/api/v4)
+    api_url         text NOT NULL CHECK (api_url ~ '^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$'),
+    app_id          text CHECK (app_id ~ '^[0-9]{1,20}$'),
+    installation_id text CHECK (installation_id ~ '^[0-9]{1,20}$'),
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    CHECK (provider <> 'github' OR (app_id IS NOT NULL AND installation_id IS NOT NULL))
+);
+
+-- Credentials live apart (like mesh.backend_credentials); key_version counts rotations.
+CREATE TABLE mesh.repository_provider_credentials (
+    provider    text PRIMARY KEY REFERENCES mesh.repository_providers (name) ON DELETE CASCADE,
+    credential  text NOT NULL,
+    key_version integer NOT NULL DEFAULT 1,
+    set_at      timestamptz NOT NULL DEFAULT now()
+);
+
+-- Which provider serves a repository, and the most a grant for it may ask.
+CREATE TABLE mesh.repositories (
+    repository  text PRIMARY KEY CHECK (repository ~ '^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}/[A-Za-z0-9_.-]{1,100}$'
+                                        AND repository !~ '/\.\.?$'),
+    provider    text NOT NULL REFERENCES mesh.repository_providers (name),
+    permissions jsonb NOT NULL CHECK (jsonb_typeof(permissions) = 'object'),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- Every token minted for a run: what it could reach and its life; the value
+-- only until the provider has revoked it, for the broker.
+CREATE TABLE mesh.repository_tokens (
+    id             bigserial PRIMARY KEY,
+    run_id         text NOT NULL,
+    actor_id       text,
+    repository     text NOT NULL,
+    provider       text NOT NULL,
+    host           text NOT NULL,
+    permissions    jsonb NOT NULL,
+    key_version    integer NOT NULL,
+    provider_token_id text,          -- the provider's id for it, where it has one (GitLab)
+    token          text,
+    minted_at      timestamptz NOT NULL DEFAULT now(),
+    expires_at     timestamptz NOT NULL,
+    revoked_at     timestamptz,
+    revoked_reason text,
+    -- the provider's answer to the revocation: pending until a worker has asked it
+    revoke_outcome text CHECK (revoke_outcome IN ('pending', 'revoked', 'already invalid', 'failed')),
+    CHECK (expires_at <= minted_at + interval '1 hour 1 minute')
+);
+CREATE INDEX repository_tokens_run_idx ON mesh.repository_tokens (run_id, repository) WHERE revoked_at IS NULL;
+CREATE INDEX repository_tokens_pending_idx ON mesh.repository_tokens (id) WHERE revoke_outcome = 'pending';
+
+SELECT pg_catalog.pg_extension_config_dump('mesh.repository_providers', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.repository_provider_credentials', '');
+SELECT pg_catalog.pg_extension_config_dump('mesh.repositories', '');
+-- a token belongs to a live run of the dumped install: none is dumped
+SELECT pg_catalog.pg_extension_config_dump('mesh.repository_tokens', 'WHERE false');
+
+-- A permission set: a non-empty object of "read"/"write" levels (src/repos/github.c checks the same).
+CREATE FUNCTION mesh.repository_permissions_valid(p jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT jsonb_typeof(p) = 'object'
+       AND EXISTS (SELECT 1 FROM jsonb_each(p))
+       AND NOT EXISTS (SELECT 1 FROM jsonb_each(p) e
+                        WHERE e.key !~ '^[a-z_]{1,64}$' OR e.value NOT IN ('"read"', '"write"'))
+$$;
+
+-- Does P ask no more than CEILING allows (write covers read)?
+CREATE FUNCTION mesh.repository_permissions_within(p jsonb, ceiling jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT NOT EXISTS (SELECT 1 FROM jsonb_each_text(p) e
+                        WHERE ceiling->>e.key IS NULL
+                           OR (e.value = 'write' AND ceiling->>e.key <> 'write'))
+$$;
+
+-- Name a provider (no secret here: the credential is set apart, write-only).
+CREATE FUNCTION mesh.repository_provider_set(name text, provider text, host text, api_url text,
+                                             app_id text DEFAULT NULL, installation_id text DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    PERFORM mesh.require_args('repository_provider_set', ARRAY['name', 'provider', 'host', 'api_url'],
+        ARRAY[repository_provider_set.name IS NULL, repository_provider_set.provider IS NULL,
+              repository_provider_set.host IS NULL, repository_provider_set.api_url IS NULL]);
+    IF api_url ~ '@' OR api_url ~ '[?#]' THEN
+        RAISE EXCEPTION 'api_url must not carry credentials or a query' USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Set the credential with mesh.repository_provider_set_credential: it never goes in a URL.';
+    END IF;
+    INSERT INTO mesh.repository_providers AS p (name, provider, host, api_url, app_id, installation_id)
+    VALUES (repository_provider_set.name, repository_provider_set.provider, repository_provider_set.host,
+            repository_provider_set.api_url, repository_provider_set.app_id, repository_provider_set.installation_id)
+    ON CONFLICT ON CONSTRAINT repository_providers_pkey DO UPDATE
+       SET provider = excluded.provider, host = excluded.host, api_url = excluded.api_url,
+           app_id = excluded.app_id, installation_id = excluded.installation_id, updated_at = now();
+    INSERT INTO mesh.events (kind, detail)
+    VALUES ('repository_provider_set', jsonb_build_object('provider', repository_provider_set.name));
+END
+$$;
+
+-- Write-only, like mesh.backend_set_credential.  A rotation (a second set)
+-- invalidates at once every live token minted under the old key: the broker
+-- refuses it from now on, and revokes it at the provider (revoke_outcome
+-- 'pending'; the value is wiped once the provider has answered).
+CREATE FUNCTION mesh.repository_provider_set_credential(name text, credential text)
+RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    version integer;
+    invalidated integer := 0;
+BEGIN
+    PERFORM mesh.require_args('repository_provider_set_credential', ARRAY['name', 'credential'],
+        ARRAY[repository_provider_set_credential.name IS NULL, repository_provider_set_credential.credential IS NULL]);
+    IF credential = '' THEN
+        RAISE EXCEPTION 'credential must not be empty' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM 1 FROM mesh.repository_providers p WHERE p.name = repository_provider_set_credential.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'repository provider "%" does not exist', repository_provider_set_credential.name
+            USING ERRCODE = 'undefined_object', HINT = 'Name it first with mesh.repository_provider_set.';
+    END IF;
+    INSERT INTO mesh.repository_provider_credentials AS c (provider, credential)
+    VALUES (repository_provider_set_credential.name, repository_provider_set_credential.credential)
+    ON CONFLICT (provider) DO UPDATE
+       SET credential = excluded.credential, key_version = c.key_version + 1, set_at = now()
+    RETURNING c.key_version INTO version;
+    IF version > 1 THEN
+        UPDATE mesh.repository_tokens t
+           SET revoked_at = now(), revoked_reason = 'the provider''s key was rotated',
+               revoke_outcome = 'pending'
+         WHERE t.provider = repository_provider_set_credential.name AND t.revoked_at IS NULL
+           AND t.key_version < version;
+        GET DIAGNOSTICS invalidated = ROW_COUNT;
+    END IF;
+    INSERT INTO mesh.events (kind, detail)
+    VALUES (CASE WHEN version > 1 THEN 'repository_credential_rotated' ELSE 'repository_credential_set' END,
+            jsonb_build_object('provider', repository_provider_set_credential.name, 'key_version', version,
+                               'tokens_invalidated', invalidated));
+    RETURN version;
+END
+$$;
+
+-- Say which provider serves a repository and the most its grants may ask.
+CREATE FUNCTION mesh.repository_register(repository text, provider text,
+                                         permissions jsonb DEFAULT '{"contents": "write", "pull_requests": "write"}')
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    PERFORM mesh.require_args('repository_register', ARRAY['repository', 'provider', 'permissions'],
+        ARRAY[repository_register.repository IS NULL, repository_register.provider IS NULL,
+              repository_register.permissions IS NULL]);
+    IF NOT mesh.repository_permissions_valid(repository_register.permissions) THEN
+        RAISE EXCEPTION 'permissions must be a non-empty object of "read" or "write" levels'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'For example {"contents": "write", "pull_requests": "read"}.';
+    END IF;
+    PERFORM 1 FROM mesh.repository_providers p WHERE p.name = repository_register.provider;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'repository provider "%" does not exist', repository_register.provider
+            USING ERRCODE = 'undefined_object', HINT = 'Name it first with mesh.repository_provider_set.';
+    END IF;
+    INSERT INTO mesh.repositories AS r (repository, provider, permissions)
+    VALUES (repository_register.repository, repository_register.provider, repository_register.permissions)
+    ON CONFLICT ON CONSTRAINT repositories_pkey DO UPDATE
+       SET provider = excluded.provider, permissions = excluded.permissions, updated_at = now();
+END
+$$;
+
+-- Grant a run one repository with these permissions (a mesh.grants row of
+-- kind 'repository'): what its tokens will be minted for, and no more.
+CREATE FUNCTION mesh.repository_grant(run_id text, repository text,
+                                      permissions jsonb DEFAULT '{"contents": "read"}')
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    repo mesh.repositories;
+BEGIN
+    PERFORM mesh.require_args('repository_grant', ARRAY['run_id', 'repository', 'permissions'],
+        ARRAY[repository_grant.run_id IS NULL, repository_grant.repository IS NULL,
+              repository_grant.permissions IS NULL]);
+    SELECT * INTO repo FROM mesh.repositories r WHERE r.repository = repository_grant.repository;
+    IF repo.repository IS NULL THEN
+        RAISE EXCEPTION 'repository "%" is not registered', repository_grant.repository
+            USING ERRCODE = 'undefined_object', HINT = 'An admin registers it with mesh.repository_register.';
+    END IF;
+    IF NOT mesh.repository_permissions_valid(repository_grant.permissions) THEN
+        RAISE EXCEPTION 'permissions must be a non-empty object of "read" or "write" levels'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT mesh.repository_permissions_within(repository_grant.permissions, repo.permissions) THEN
+        RAISE EXCEPTION 'permissions % exceed what repository "%" allows', repository_grant.permissions, repo.repository
+            USING ERRCODE = 'insufficient_privilege', HINT = format('At most %s.', repo.permissions);
+    END IF;
+    INSERT INTO mesh.grants AS g (run_id, kind, name, scope)
+    VALUES (repository_grant.run_id, 'repository', repository_grant.repository, repository_grant.permissions::text)
+    ON CONFLICT ON CONSTRAINT grants_run_id_kind_name_key DO UPDATE
+       SET scope = excluded.scope, revoked_at = NULL, revoked_reason = NULL, issued_at = now();
+    INSERT INTO mesh.events (kind, run_id, detail)
+    VALUES ('repository_granted', repository_grant.run_id,
+            jsonb_build_object('repository', repository_grant.repository, 'permissions', repository_grant.permissions));
+END
+$$;
+
+-- A worker minted a token: its row.  The expiry is the provider's, capped to the hour.
+CREATE FUNCTION mesh.repository_token_minted(p_run_id text, p_repository text, p_token text,
+                                             p_expires_at timestamptz, p_permissions jsonb,
+                                             p_key_version integer, p_provider_token_id text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ws mesh.workspaces;
+    repo mesh.repositories;
+    prov mesh.repository_providers;
+    id bigint;
+BEGIN
+    SELECT * INTO ws FROM mesh.workspaces w WHERE w.run_id = p_run_id;
+    SELECT * INTO repo FROM mesh.repositories r WHERE r.repository = p_repository;
+    SELECT * INTO prov FROM mesh.repository_providers p WHERE p.name = repo.provider;
+    IF ws.id IS NULL OR repo.repository IS NULL THEN
+        RAISE EXCEPTION 'run "%" or repository "%" is unknown', p_run_id, p_repository
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    INSERT INTO mesh.repository_tokens (run_id, actor_id, repository, provider, host, permissions,
+                                        key_version, provider_token_id, token, expires_at)
+    VALUES (p_run_id, ws.created_by_actor_id, p_repository, prov.name, prov.host, p_permissions,
+            p_key_version, p_provider_token_id, p_token, least(p_expires_at, now() + interval '1 hour'))
+    RETURNING repository_tokens.id INTO id;
+    INSERT INTO mesh.events (kind, run_id, workspace_id, detail)
+    VALUES ('repository_token_minted', p_run_id, ws.id,
+            jsonb_build_object('token_id', id, 'repository', p_repository, 'permissions', p_permissions,
+                               'actor_id', ws.created_by_actor_id));
+    RETURN id;
+END
+$$;
+
+-- A worker asked the provider to revoke a token: the outcome is kept.
+CREATE FUNCTION mesh.repository_token_revoked(p_id bigint, p_outcome text)
+RETURNS void LANGUAGE sql SET search_path = pg_catalog, mesh, pg_temp AS $$
+    UPDATE mesh.repository_tokens
+       SET token = NULL, revoke_outcome = p_outcome,
+           revoked_at = coalesce(revoked_at, now()), revoked_reason = coalesce(revoked_reason, 'revoked')
+     WHERE id = p_id;
+    INSERT INTO mesh.events (kind, run_id, detail)
+    SELECT 'repository_token_revoked', t.run_id, jsonb_build_object('token_id', t.id, 'outcome', p_outcome)
+      FROM mesh.repository_tokens t WHERE t.id = p_id;
+$$;
+
+-- Release ends a run's tokens: each is marked for revocation at its provider.
+CREATE FUNCTION mesh.repository_tokens_end_with_run() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+BEGIN
+    IF NEW.status IN ('released', 'failed') AND OLD.status IS DISTINCT FROM NEW.status THEN
+        UPDATE mesh.repository_tokens t
+           SET revoked_at = now(), revoked_reason = 'the run was ' || NEW.status, revoke_outcome = 'pending'
+         WHERE t.run_id = NEW.run_id AND t.revoked_at IS NULL;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER repository_tokens_end_with_run AFTER UPDATE OF status ON mesh.workspaces
+    FOR EACH ROW EXECUTE FUNCTION mesh.repository_tokens_end_with_run();
+
+-- "What could this run see", for repositories: grants and every token minted, never a value.
+CREATE FUNCTION mesh.run_repository_tokens(p_run_id text)
+RETURNS TABLE (token_id bigint, repository text, host text, permissions jsonb, actor_id text,
+               minted_at timestamptz, expires_at timestamptz, revoked_at timestamptz,
+               revoked_reason text, revoke_outcome text, live boolean)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT mesh.require_args('run_repository_tokens', ARRAY['run_id'], ARRAY[p_run_id IS NULL]);
+    SELECT t.id, t.repository, t.host, t.permissions, t.actor_id, t.minted_at, t.expires_at,
+           t.revoked_at, t.revoked_reason, t.revoke_outcome,
+           t.revoked_at IS NULL AND t.expires_at > now()
+      FROM mesh.repository_tokens t WHERE t.run_id = p_run_id ORDER BY t.id
+$$;
+
+-- The broker's answer to a sandbox asking for a repository token (src/broker_repos.c): the
+-- run token checked as mesh.broker_exchange checks it, then the grant, then the host (a
+-- token is offered only to its own host).  Granted with the live token when one has more
+-- than five minutes left; granted without one, with what minting needs, when none has
+-- (the broker mints and records it).  Every call, granted or refused, is an event.
+CREATE FUNCTION mesh.broker_repository_token(p_token_sha256 bytea, p_host text, p_repository text,
+                                             p_workspace_ref text,
+                                             OUT granted boolean, OUT reason text, OUT token text,
+                                             OUT run_id text, OUT permissions jsonb, OUT provider_kind text,
+                                             OUT api_url text, OUT app_id text, OUT installation_id text,
+                                             OUT credential text, OUT key_version integer)
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    tok mesh.run_tokens;
+    ws mesh.workspaces;
+    gr mesh.grants;
+    repo mesh.repositories;
+    prov mesh.repository_providers;
+BEGIN
+    granted := false;
+    SELECT * INTO tok FROM mesh.run_tokens t WHERE t.token_sha256 = p_token_sha256;
+    IF tok.id IS NULL THEN
+        reason := 'unknown token';
+    ELSIF tok.revoked_at IS NOT NULL THEN
+        reason := 'token revoked: ' || coalesce(tok.revoked_reason, '');
+    ELSIF tok.expires_at <= now() THEN
+        reason := 'token expired';
+    END IF;
+    IF reason IS NULL THEN
+        SELECT * INTO ws FROM mesh.workspaces w WHERE w.run_id = tok.run_id;
+        IF ws.status IN ('released', 'failed') THEN
+            reason := 'the run''s workspace is ' || ws.status;
+        ELSIF ws.external_ref IS DISTINCT FROM p_workspace_ref THEN
+            reason := 'the token belongs to another workspace';
+        END IF;
+    END IF;
+    IF reason IS NULL THEN
+        SELECT * INTO gr FROM mesh.grants g
+         WHERE g.run_id = tok.run_id AND g.kind = 'repository' AND g.name = p_repository;
+        SELECT * INTO repo FROM mesh.repositories r WHERE r.repository = p_repository;
+        SELECT * INTO prov FROM mesh.repository_providers p WHERE p.name = repo.provider;
+        IF gr.id IS NULL THEN
+            reason := 'the run has no grant for this repository';
+        ELSIF gr.revoked_at IS NOT NULL THEN
+            reason := 'grant revoked: ' || coalesce(gr.revoked_reason, '');
+        ELSIF gr.expires_at IS NOT NULL AND gr.expires_at <= now() THEN
+            reason := 'grant expired';
+        ELSIF repo.repository IS NULL THEN
+            reason := 'the repository is not registered';
+        ELSIF prov.host IS DISTINCT FROM p_host THEN
+            reason := 'the grant does not name this host';
+        END IF;
+    END IF;
+    IF reason IS NULL THEN
+        -- the grant's scope: a permission object, or "read"/"write" for the contents
+        permissions := CASE WHEN gr.scope IN ('read', 'write') THEN jsonb_build_object('contents', gr.scope)
+                            WHEN gr.scope IS NULL THEN '{"contents": "read"}'::jsonb
+                            ELSE gr.scope::jsonb END;
+        SELECT c.credential, c.key_version INTO credential, key_version
+          FROM mesh.repository_provider_credentials c WHERE c.provider = prov.name;
+        IF credential IS NULL THEN
+            reason := 'the repository''s provider has no credential';
+        END IF;
+    END IF;
+    IF reason IS NULL THEN
+        SELECT t.token INTO token FROM mesh.repository_tokens t
+         WHERE t.run_id = tok.run_id AND t.repository = p_repository AND t.revoked_at IS NULL
+           AND t.key_version = broker_repository_token.key_version
+           AND t.expires_at > now() + interval '5 minutes' AND t.permissions = broker_repository_token.permissions
+         ORDER BY t.expires_at DESC LIMIT 1;
+        IF token IS NOT NULL THEN
+            credential := NULL;     -- nothing to mint: the key is not handed out
+        ELSE
+            provider_kind := prov.provider;
+            api_url := prov.api_url;
+            app_id := prov.app_id;
+            installation_id := prov.installation_id;
+        END IF;
+        run_id := tok.run_id;
+        granted := true;
+        UPDATE mesh.grants SET uses = uses + 1, last_used_at = now(),
+               first_used_at = coalesce(first_used_at, now()) WHERE id = gr.id;
+    END IF;
+    INSERT INTO mesh.events (kind, run_id, workspace_id, detail)
+    VALUES (CASE WHEN granted THEN 'repository_token_read' ELSE 'repository_token_refused' END, tok.run_id, ws.id,
+            jsonb_build_object('repository', p_repository, 'host', p_host, 'actor_id', ws.created_by_actor_id,
+                               'minting', granted AND token IS NULL, 'reason', reason));
+END
+$$;
+
+-- Tokens whose revocation at the provider is pending, with what revoking needs (the broker's round).
+CREATE FUNCTION mesh.repository_tokens_to_revoke(p_limit integer)
+RETURNS TABLE (id bigint, provider_kind text, api_url text, token text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT t.id, p.provider, p.api_url, t.token
+      FROM mesh.repository_tokens t JOIN mesh.repository_providers p ON p.name = t.provider
+     WHERE t.revoke_outcome = 'pending' ORDER BY t.id LIMIT p_limit
+$$;
+
+-- privileges as sql/src/90_privileges.sql gives them on a fresh install
+REVOKE ALL ON mesh.repository_providers, mesh.repository_provider_credentials, mesh.repositories,
+              mesh.repository_tokens FROM PUBLIC;
+REVOKE ALL ON SEQUENCE mesh.repository_tokens_id_seq FROM PUBLIC;
+REVOKE ALL ON FUNCTION mesh.repository_permissions_valid(jsonb),
+                       mesh.repository_permissions_within(jsonb, jsonb),
+                       mesh.repository_provider_set(text, text, text, text, text, text),
+                       mesh.repository_provider_set_credential(text, text),
+                       mesh.repository_register(text, text, jsonb),
+                       mesh.repository_grant(text, text, jsonb),
+                       mesh.repository_token_minted(text, text, text, timestamptz, jsonb, integer, text),
+                       mesh.repository_token_revoked(bigint, text),
+                       mesh.repository_tokens_end_with_run(),
+                       mesh.run_repository_tokens(text),
+                       mesh.broker_repository_token(bytea, text, text, text),
+                       mesh.repository_tokens_to_revoke(integer) FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE ON mesh.repository_providers, mesh.repository_provider_credentials,
+                                mesh.repositories, mesh.repository_tokens TO mesh_worker;
+GRANT USAGE ON SEQUENCE mesh.repository_tokens_id_seq TO mesh_worker;
+GRANT EXECUTE ON FUNCTION mesh.repository_permissions_valid(jsonb),
+                          mesh.repository_permissions_within(jsonb, jsonb),
+                          mesh.repository_provider_set(text, text, text, text, text, text),
+                          mesh.repository_provider_set_credential(text, text),
+                          mesh.repository_register(text, text, jsonb),
+                          mesh.repository_grant(text, text, jsonb),
+                          mesh.repository_token_minted(text, text, text, timestamptz, jsonb, integer, text),
+                          mesh.repository_token_revoked(bigint, text),
+                          mesh.repository_tokens_end_with_run(),
+                          mesh.run_repository_tokens(text),
+                          mesh.broker_repository_token(bytea, text, text, text),
+                          mesh.repository_tokens_to_revoke(integer) TO mesh_worker;
+-- Repositories (issue 31): admins name providers, set their credential (write-only), register
+-- repositories and grant them to runs; nobody but the workers reads a credential or a token.
+GRANT SELECT ON mesh.repository_providers, mesh.repositories TO mesh_admin;
+GRANT EXECUTE ON FUNCTION mesh.repository_provider_set(text, text, text, text, text, text),
+                          mesh.repository_provider_set_credential(text, text),
+                          mesh.repository_register(text, text, jsonb),
+                          mesh.repository_grant(text, text, jsonb),
+                          mesh.run_repository_tokens(text)
+      TO mesh_admin;
+
 ------------------------------------------------------------------------------
 -- mesh_eval and the isolate backend (issue 33): sql/src/16_eval.sql, grants as in 90_privileges.sql
 ------------------------------------------------------------------------------

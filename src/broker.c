@@ -17,6 +17,9 @@
  *	  401 {"error": {"code": "no_token", ...}}
  *	  403 {"error": {"code": "refused", "message": <why>}}
  *
+ * and, for repositories, POST /v1/repositories/{host}/{owner}/{name}/token
+ * (broker_repos.c).
+ *
  * libmicrohttpd runs without threads or listening sockets of its own: this
  * worker accepts, hands each connection over with the workspace as its
  * client address, and drives the library from its wait loop; requests are
@@ -55,6 +58,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "broker_repos.h"
 #include "credentials.h"
 #include "handoff.h"
 #include "settings.h"
@@ -206,6 +210,20 @@ handle_request(void *cls, struct MHD_Connection *conn, const char *url, const ch
 	{
 		*upload_data_size = 0;	/* no body is needed: ignore it */
 		return MHD_YES;
+	}
+	if (strncmp(url, MESH_BROKER_REPOS_PREFIX, strlen(MESH_BROKER_REPOS_PREFIX)) == 0)
+	{
+		json_t	   *answer;
+		unsigned int status;
+
+		if (strcmp(method, "POST") != 0)
+			return send_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed", "use POST");
+		token = bearer_token(conn);
+		if (token == NULL)
+			return send_error(conn, MHD_HTTP_UNAUTHORIZED, "no_token",
+							  "send the run token as Authorization: Bearer <token>");
+		status = mesh_broker_repository_token(url, token, workspace_of(conn), &answer);
+		return send_json(conn, status, answer);
 	}
 	if (strncmp(url, SECRETS_PREFIX, strlen(SECRETS_PREFIX)) != 0 || url[strlen(SECRETS_PREFIX)] == '\0')
 		return send_error(conn, MHD_HTTP_NOT_FOUND, "not_found", "use POST /v1/secrets/{name}");
@@ -555,6 +573,7 @@ mesh_broker_main(Datum arg)
 		if (GetCurrentTimestamp() >= next_refresh)
 		{
 			refresh_sockets();
+			mesh_broker_revoke_pending();
 			next_refresh = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REFRESH_MS);
 			if (refresh_asked)
 				wake_workers();

@@ -10,9 +10,10 @@
  *	   charged for the wall time they could have used; history past its
  *	   retention goes (stored output, finished execs, events, released
  *	   workspaces; mesh.history_expire), its totals kept in mesh.usage_daily;
- *	2. workspaces whose run failed, that outlived mesh.settings'
- *	   max_run_lifetime, or that sat idle past their idle timeout are
- *	   released (idle ones hibernated where the backend can) -- through the
+ *	2. hibernated workspaces near their retention deadline are warned
+ *	   about; workspaces whose run failed, that outlived mesh.settings'
+ *	   max_run_lifetime, that sat idle past their idle timeout or stayed
+ *	   hibernated past their retention deadline are released (idle ones hibernated where the backend can) -- through the
  *	   run's own worker, so a release never races the run's other calls and
  *	   always resolves the backend from the row;
  *	3. each backend in the catalog is reconciled against its own list: a
@@ -201,6 +202,8 @@ static const char due_sql[] =
 "SELECT w.run_id, coalesce(w.backend_kind, '') AS backend, "
 "       CASE WHEN w.status OPERATOR(pg_catalog.=) 'failed' THEN 'failed: ' || coalesce(w.status_reason, 'no reason recorded') "
 "            WHEN w.status OPERATOR(pg_catalog.=) 'releasing' THEN 'finishing an interrupted release' "
+"            WHEN w.status OPERATOR(pg_catalog.=) 'pending' AND w.hibernated_until < pg_catalog.now() "
+"              THEN 'hibernated past its retention deadline (' || w.hibernated_until || ')' "
 "            WHEN w.created_at < pg_catalog.now() - l.max_run_lifetime "
 "              THEN 'outlived the longest possible run (' || l.max_run_lifetime || ')' "
 "            ELSE 'idle for more than ' || l.idle_timeout END AS reason, "
@@ -210,10 +213,27 @@ static const char due_sql[] =
 "    OR (w.status OPERATOR(pg_catalog.=) 'releasing' AND w.release_outcome IS NULL) "
 "    OR (w.status OPERATOR(pg_catalog.=) ANY ('{ready,acquiring,pending}') AND w.external_ref IS NOT NULL "
 "        AND w.created_at < pg_catalog.now() - l.max_run_lifetime) "
+"    OR (w.status OPERATOR(pg_catalog.=) 'pending' AND w.external_ref IS NOT NULL AND w.release_outcome IS NULL "
+"        AND w.hibernated_until < pg_catalog.now()) "
 "    OR (w.status OPERATOR(pg_catalog.=) 'ready' AND coalesce(w.last_used_at, w.materialized_at, w.created_at) < pg_catalog.now() - l.idle_timeout "
 "        AND NOT EXISTS (SELECT 1 FROM mesh.execs e WHERE e.workspace_id OPERATOR(pg_catalog.=) w.id "
 "                           AND e.status OPERATOR(pg_catalog.=) 'running')) "
 " ORDER BY w.backend_kind, w.id LIMIT 1000";
+
+/*
+ * Hibernated workspaces near their retention deadline: warned about once,
+ * an event and a NOTIFY (mesh.lifecycle_warn, 15_lifecycle.sql), before
+ * release_due destroys them past it.
+ */
+static void
+warn_expiring(json_t *rows)
+{
+	MeshRows   *warned = reaper_query("SELECT run_id, detail FROM mesh.lifecycle_warn()", 0, NULL);
+
+	for (uint64 i = 0; warned != NULL && i < warned->n; i++)
+		note(rows, "expiry_warning", mesh_col_text(warned, i, "run_id"), NULL,
+			 mesh_col_text(warned, i, "detail"));
+}
 
 /* How many distinct backends appear from row 'from' on (rows sorted by backend). */
 static int
@@ -737,6 +757,7 @@ sweep(json_t *rows, bool reclaim_only)
 			/* a third of the sweep at most: a backlog of expired history waits for the next one */
 			expire_history(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 															(deadline - GetCurrentTimestamp()) / 3000));
+			warn_expiring(rows);
 			release_due(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														  (deadline - GetCurrentTimestamp()) / 2000));
 			/* two thirds of what is left for the workspaces, the rest for the snapshots */

@@ -126,6 +126,9 @@ begin_materialize(WorkerCall *call)
 	{
 		/* hibernated, or an interrupted acquire: acquire again, on the backend and under the name it has */
 		bool		interrupted = call->ws.reason_code == MESH_REASON_ACQUIRE_INTERRUPTED;
+		/* a resumed run's reason says whose workspace it wakes (mesh.workspace_resume) */
+		const char *resumed = call->ws.status_reason != NULL &&
+			strncmp(call->ws.status_reason, "resumes ", 8) == 0 ? call->ws.status_reason : NULL;
 
 		/* the row already names the sandbox: deferred, flushed with the turn, as above */
 		if (!store_begin_wake(&call->ws, MESH_COMMIT_DEFERRED, &err))
@@ -134,10 +137,14 @@ begin_materialize(WorkerCall *call)
 			return;
 		}
 		worker_want_durable(mesh_txn_commit_lsn());
-		queue_notice(call,
-					 psprintf(interrupted ? "mesh: setting up the sandbox of run \"%s\" on backend \"%s\" again (the last try was interrupted)"
-							  : "mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
-							  call->run_id, call->ws.backend_kind));
+		if (resumed)
+			queue_notice(call, psprintf("mesh: run \"%s\" %.*s: waking it on backend \"%s\"", call->run_id,
+										(int) strcspn(resumed, ";"), resumed, call->ws.backend_kind));
+		else
+			queue_notice(call,
+						 psprintf(interrupted ? "mesh: setting up the sandbox of run \"%s\" on backend \"%s\" again (the last try was interrupted)"
+								  : "mesh: waking the hibernated workspace of run \"%s\" on backend \"%s\"",
+								  call->run_id, call->ws.backend_kind));
 	}
 	/*
 	 * else: acquiring left over from a crash: the same idempotent acquire.

@@ -93,6 +93,23 @@ GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, 
                           mesh.agent_grant(text, regrole),
                           mesh.agent_revoke(text, regrole)
       TO mesh_admin;
+-- resumable conversations (sql/src/15_lifecycle.sql)
+REVOKE ALL ON FUNCTION @extschema@.mesh_resume(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_resume(text, text) TO mesh_harness, mesh_admin;
+REVOKE ALL ON FUNCTION @extschema@.mesh_extend(text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_extend(text, interval) TO mesh_harness, mesh_admin;
+GRANT EXECUTE ON FUNCTION mesh.set_lifecycle(interval, interval) TO mesh_admin;
+
+-- Repositories (issue 31): admins name providers, set their credential (write-only), register
+-- repositories and grant them to runs; nobody but the workers reads a credential or a token.
+GRANT SELECT ON mesh.repository_providers, mesh.repositories TO mesh_admin;
+GRANT EXECUTE ON FUNCTION mesh.repository_provider_set(text, text, text, text, text, text),
+                          mesh.repository_provider_set_credential(text, text),
+                          mesh.repository_register(text, text, jsonb),
+                          mesh.repository_grant(text, text, jsonb),
+                          mesh.run_repository_tokens(text)
+      TO mesh_admin;
+
 
 -- mesh_eval (sql/src/16_eval.sql)
 REVOKE ALL ON FUNCTION mesh.eval_call(text, text[], text, bytea, interval, jsonb) FROM PUBLIC;

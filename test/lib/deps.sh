@@ -15,6 +15,8 @@ MESH_PACKAGES=(
   clang libclang-rt-14-dev     # sanitizer builds and fuzzers of mesh-sandboxd (CI)
   docker.io busybox-static
   openssl                      # the Kubernetes API-server test double's CA and certificate
+  libssl-dev                   # src/repos/jwt.c: the GitHub App JWT, signed with libcrypto
+  python3-cryptography         # test/repos/github_double.py: verifies the App JWT (RS256)
   nodejs npm                   # npm installs the isolate runtime (Deno) for mesh-isolated
 )
 

@@ -1,0 +1,325 @@
+/*-------------------------------------------------------------------------
+ *
+ * broker_repos.c
+ *	  The broker's repository tokens: minted for one run, one repository and
+ *	  the grant's permissions at first use, handed to the sandbox's git
+ *	  credential helper, revoked at the provider when the run ends or the
+ *	  provider's key is rotated.
+ *
+ *	  POST /v1/repositories/{host}/{owner}/{name}/token
+ *	       Authorization: Bearer <run token>
+ *	  200 {"username": "x-access-token", "password": <token>, "expires_at": ...}
+ *	  403 {"error": {"code": "refused", "message": <why>}}
+ *	  502 {"error": {"code": "mint_failed", "message": <why>}}
+ *
+ * mesh.broker_repository_token decides (run token, grant, host) and
+ * records the fetch as an event; when no live token has five minutes left
+ * this worker mints one (src/repos/: the App's JWT, the mint request) and
+ * records it with mesh.repository_token_minted.  The provider call is a
+ * blocking libcurl call bounded by MINT_TIMEOUT_S: the broker serves
+ * nobody else meanwhile (a known limit of this first version).  The App's
+ * key and the token travel in request headers and bodies only, are wiped
+ * after use and never appear in a log line or an error.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "mesh_json.h"
+
+#include <curl/curl.h>
+#include <time.h>
+
+#include "credentials.h"
+#include "txn.h"
+
+#include "broker_repos.h"
+#include "repos/repos.h"
+
+#define MINT_TIMEOUT_S 10
+#define MAX_ANSWER 65536
+#define REVOKE_BATCH 16
+
+static const char decide_sql[] =
+"SELECT granted, reason, token, run_id, permissions::text AS permissions, provider_kind, api_url, "
+"       app_id, installation_id, credential, key_version::text AS key_version "
+"  FROM mesh.broker_repository_token(pg_catalog.decode($1, 'hex'), $2, $3, $4)";
+
+static const char minted_sql[] =
+"SELECT mesh.repository_token_minted($1, $2, $3, pg_catalog.to_timestamp($4::float8), $5::jsonb, $6::integer)";
+
+static const char pending_sql[] =
+"SELECT id, provider_kind, api_url, token FROM mesh.repository_tokens_to_revoke(" CppAsString2(REVOKE_BATCH) ")";
+
+static const char revoked_sql[] = "SELECT mesh.repository_token_revoked($1::bigint, $2)";
+
+typedef struct Collected
+{
+	char	   *data;
+	size_t		len;
+} Collected;
+
+static size_t
+collect(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	Collected  *c = userdata;
+	size_t		k = size * nmemb;
+
+	if (c->len + k > MAX_ANSWER)
+		return 0;				/* an answer this large is not a token's */
+	memcpy(c->data + c->len, ptr, k);
+	c->len += k;
+	c->data[c->len] = '\0';
+	return k;
+}
+
+/* Wipe and free a malloc'd or palloc'd secret string. */
+static void
+wipe(char *s, bool palloced)
+{
+	if (s == NULL)
+		return;
+	explicit_bzero(s, strlen(s));
+	if (palloced)
+		pfree(s);
+	else
+		free(s);
+}
+
+/*
+ * One call to a provider: METHOD URL with "Authorization: Bearer AUTH" and
+ * BODY; the HTTP status (0 when no answer came) and the answer in OUT.
+ */
+static long
+provider_call(const char *method, const char *url, const char *auth, const char *body, Collected *out)
+{
+	CURL	   *c = curl_easy_init();
+	struct curl_slist *h = NULL;
+	char	   *header;
+	long		status = 0;
+
+	out->len = 0;
+	out->data[0] = '\0';
+	if (c == NULL)
+		return 0;
+	header = psprintf("Authorization: Bearer %s", auth);
+	h = curl_slist_append(h, header);
+	h = curl_slist_append(h, "Accept: application/vnd.github+json");
+	h = curl_slist_append(h, "X-GitHub-Api-Version: 2022-11-28");
+	h = curl_slist_append(h, "User-Agent: mesh_exec");
+	h = curl_slist_append(h, "Content-Type: application/json");
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, (long) MINT_TIMEOUT_S);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	if (body != NULL)
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
+	if (curl_easy_perform(c) == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	wipe(header, true);
+	return status;
+}
+
+static json_t *
+refusal(const char *code, const char *message)
+{
+	return json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message);
+}
+
+/* Mint for REPOSITORY at the GitHub App installation; 0 and TOK filled, or an error in ERR. */
+static int
+mint_github(const char *api_url, const char *app_id, const char *installation_id, const char *key,
+			const char *repository, const char *permissions, MeshRepoToken *tok, char *err)
+{
+	char	   *jwt = mesh_github_app_jwt(app_id, key, time(NULL), err);
+	char	   *path = mesh_github_token_path(installation_id);
+	char	   *body = NULL;
+	char	   *url;
+	Collected	answer;
+	long		status;
+	int			rc = -1;
+
+	if (jwt == NULL)
+		return -1;
+	body = mesh_github_token_body(repository, permissions, err);
+	if (path == NULL || body == NULL)
+	{
+		if (path == NULL)
+			snprintf(err, MESH_REPOS_ERR_LEN, "the installation id is not valid");
+		goto done;
+	}
+	url = psprintf("%s%s", api_url, path);
+	answer.data = palloc(MAX_ANSWER + 1);
+	status = provider_call("POST", url, jwt, body, &answer);
+	if (status == 201)
+		rc = mesh_github_token_parse(answer.data, answer.len, tok, err);
+	else
+		snprintf(err, MESH_REPOS_ERR_LEN, "the provider answered HTTP %ld to the mint", status);
+	explicit_bzero(answer.data, answer.len);
+done:
+	wipe(jwt, false);
+	free(path);
+	free(body);
+	return rc;
+}
+
+/*
+ * Answer a sandbox's request for a repository token: the HTTP status, and
+ * the JSON answer in ANSWER.  URL is past the broker's routing (it starts
+ * with MESH_BROKER_REPOS_PREFIX).
+ */
+unsigned int
+mesh_broker_repository_token(const char *url, const char *token, const char *ref, json_t **answer)
+{
+	const char *rest = url + strlen(MESH_BROKER_REPOS_PREFIX);
+	const char *slash = strchr(rest, '/');
+	size_t		len = strlen(rest);
+	char	   *host,
+			   *repository;
+	MeshParam	p[4];
+	MeshRows   *rows;
+	ErrorData  *edata = NULL;
+	char		err[MESH_REPOS_ERR_LEN];
+	MeshRepoToken tok;
+	char	   *value;
+	char	   *credential,
+			   *run_id,
+			   *permissions,
+			   *key_version;
+	int			rc;
+
+	if (slash == NULL || len < strlen("/token") || strcmp(rest + len - strlen("/token"), "/token") != 0 ||
+		slash == rest)
+	{
+		*answer = refusal("not_found", "use POST /v1/repositories/{host}/{owner}/{name}/token");
+		return 404;
+	}
+	host = pnstrdup(rest, slash - rest);
+	repository = pnstrdup(slash + 1, (rest + len - strlen("/token")) - (slash + 1));
+	if (!mesh_repo_name_valid(repository))
+	{
+		*answer = refusal("not_found", "a repository is named {owner}/{name}");
+		return 404;
+	}
+	p[0] = mesh_text_param(mesh_token_hash_hex(token));
+	p[1] = mesh_text_param(host);
+	p[2] = mesh_text_param(repository);
+	p[3] = mesh_text_param(ref);
+	if (!mesh_txn_sql("mesh broker: repository token", MESH_COMMIT_DURABLE, decide_sql, 4, p, &rows, &edata) ||
+		rows->n != 1)
+	{
+		if (edata != NULL)
+		{
+			ereport(LOG, (errmsg("mesh broker: %s", edata->message)));
+			FreeErrorData(edata);
+		}
+		*answer = refusal("internal", "internal error; see the server log");
+		return 500;
+	}
+	if (!mesh_col_bool(rows, 0, "granted"))
+	{
+		*answer = refusal("refused", mesh_col_text(rows, 0, "reason"));
+		return 403;
+	}
+	if (!mesh_col_isnull(rows, 0, "token"))
+	{
+		value = mesh_col_text(rows, 0, "token");
+		*answer = json_pack("{s:s,s:s}", "username", "x-access-token", "password", value);
+		wipe(value, true);
+		explicit_bzero(rows->rows[0]->t_data, rows->rows[0]->t_len);
+		return 200;
+	}
+	if (strcmp(mesh_col_text(rows, 0, "provider_kind"), "github") != 0)
+	{
+		*answer = refusal("mint_failed", "minting for this provider is not built yet");
+		return 502;
+	}
+	run_id = mesh_col_text(rows, 0, "run_id");
+	permissions = mesh_col_text(rows, 0, "permissions");
+	key_version = mesh_col_text(rows, 0, "key_version");
+	credential = mesh_col_text(rows, 0, "credential");
+	rc = mint_github(mesh_col_text(rows, 0, "api_url"), mesh_col_text(rows, 0, "app_id"),
+					 mesh_col_text(rows, 0, "installation_id"), credential, repository,
+					 permissions, &tok, err);
+	wipe(credential, true);
+	explicit_bzero(rows->rows[0]->t_data, rows->rows[0]->t_len);
+	if (rc != 0)
+	{
+		ereport(LOG, (errmsg("mesh broker: minting a token for %s failed: %s", repository, err)));
+		*answer = refusal("mint_failed", err);
+		return 502;
+	}
+	{
+		MeshParam	m[6] = {
+			mesh_text_param(run_id), mesh_text_param(repository), mesh_text_param(tok.token),
+			mesh_text_param(psprintf("%lld", (long long) tok.expires_at)),
+		mesh_text_param(permissions), mesh_text_param(key_version)};
+		MeshRows   *r2;
+
+		if (!mesh_txn_sql("mesh broker: token minted", MESH_COMMIT_DURABLE, minted_sql, 6, m, &r2, &edata))
+		{
+			ereport(LOG, (errmsg("mesh broker: recording a minted token failed: %s", edata->message)));
+			FreeErrorData(edata);
+			mesh_repo_token_clear(&tok);
+			*answer = refusal("internal", "internal error; see the server log");
+			return 500;
+		}
+	}
+	*answer = json_pack("{s:s,s:s}", "username", "x-access-token", "password", tok.token);
+	mesh_repo_token_clear(&tok);
+	return 200;
+}
+
+/*
+ * Revoke at their provider the tokens whose run ended or whose key was
+ * rotated (revoke_outcome 'pending'), and record each answer.
+ */
+void
+mesh_broker_revoke_pending(void)
+{
+	MeshRows   *rows;
+	ErrorData  *edata = NULL;
+	Collected	answer;
+
+	if (!mesh_txn_sql("mesh broker: tokens to revoke", MESH_COMMIT_DEFERRED, pending_sql, 0, NULL, &rows, &edata))
+	{
+		ereport(LOG, (errmsg("mesh broker: %s", edata->message)));
+		FreeErrorData(edata);
+		return;
+	}
+	answer.data = palloc(MAX_ANSWER + 1);
+	for (uint64 i = 0; i < rows->n; i++)
+	{
+		const char *outcome = "failed";
+		MeshParam	p[2];
+		MeshRows   *r2;
+
+		if (!mesh_col_isnull(rows, i, "token") &&
+			strcmp(mesh_col_text(rows, i, "provider_kind"), "github") == 0)
+		{
+			char	   *url = psprintf("%s/installation/token", mesh_col_text(rows, i, "api_url"));
+			char	   *value = mesh_col_text(rows, i, "token");
+			long		status = provider_call("DELETE", url, value, NULL, &answer);
+
+			wipe(value, true);
+			outcome = status == 204 ? "revoked" : status == 401 ? "already invalid" : "failed";
+		}
+		else if (mesh_col_isnull(rows, i, "token"))
+			outcome = "already invalid";
+		p[0] = mesh_text_param(psprintf("%lld", (long long) mesh_col_int64(rows, i, "id")));
+		p[1] = mesh_text_param(outcome);
+		if (!mesh_txn_sql("mesh broker: token revoked", MESH_COMMIT_DURABLE, revoked_sql, 2, p, &r2, &edata))
+		{
+			ereport(LOG, (errmsg("mesh broker: %s", edata->message)));
+			FreeErrorData(edata);
+		}
+	}
+	for (uint64 i = 0; i < rows->n; i++)
+		explicit_bzero(rows->rows[i]->t_data, rows->rows[i]->t_len);
+}
