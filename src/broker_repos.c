@@ -32,6 +32,7 @@
 
 #include "credentials.h"
 #include "txn.h"
+#include "worker_http.h"
 
 #include "broker_repos.h"
 #include "repos/repos.h"
@@ -97,6 +98,7 @@ provider_call(const char *method, const char *url, const char *auth, const char 
 	struct curl_slist *h = NULL;
 	char	   *header;
 	long		status = 0;
+	CURLcode	rc = CURLE_OK;
 
 	out->len = 0;
 	out->data[0] = '\0';
@@ -108,18 +110,22 @@ provider_call(const char *method, const char *url, const char *auth, const char 
 	h = curl_slist_append(h, "X-GitHub-Api-Version: 2022-11-28");
 	h = curl_slist_append(h, "User-Agent: mesh_exec");
 	h = curl_slist_append(h, "Content-Type: application/json");
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, (long) MINT_TIMEOUT_S);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	MESH_CURL_SETOPT(rc, c, CURLOPT_URL, url);
+	MESH_CURL_SETOPT(rc, c, CURLOPT_CUSTOMREQUEST, method);
+	MESH_CURL_SETOPT(rc, c, CURLOPT_HTTPHEADER, h);
+	MESH_CURL_SETOPT(rc, c, CURLOPT_TIMEOUT, (long) MINT_TIMEOUT_S);
+	MESH_CURL_SETOPT(rc, c, CURLOPT_NOSIGNAL, 1L);
+	MESH_CURL_SETOPT(rc, c, CURLOPT_PROTOCOLS_STR, "http,https");
+	/* never follow redirects: the App's JWT or a token must not travel elsewhere */
+	MESH_CURL_SETOPT(rc, c, CURLOPT_FOLLOWLOCATION, 0L);
 	if (body != NULL)
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
-	if (curl_easy_perform(c) == CURLE_OK)
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+		MESH_CURL_SETOPT(rc, c, CURLOPT_POSTFIELDS, body);
+	MESH_CURL_SETOPT(rc, c, CURLOPT_WRITEFUNCTION, collect);
+	MESH_CURL_SETOPT(rc, c, CURLOPT_WRITEDATA, out);
+	/* status stays 0 (no answer) when an option, the transfer or the getinfo failed */
+	if (rc == CURLE_OK && curl_easy_perform(c) == CURLE_OK &&
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK)
+		status = 0;
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 	wipe(header, true);

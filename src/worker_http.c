@@ -182,10 +182,6 @@ open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *address)
 	return fd;
 }
 
-/* Apply one option unless an earlier one already failed; the first failure sticks. */
-#define SETOPT(rc, easy, option, value) \
-	((rc) == CURLE_OK ? ((rc) = curl_easy_setopt((easy), (option), (value))) : (rc))
-
 /* Everything a request asks of the transfer; the first option curl refused, or CURLE_OK. */
 static CURLcode
 configure(MeshTransfer *t, const MeshHttpRequest *req, size_t max_response)
@@ -193,38 +189,38 @@ configure(MeshTransfer *t, const MeshHttpRequest *req, size_t max_response)
 	CURL	   *easy = t->easy;
 	CURLcode	rc = CURLE_OK;
 
-	SETOPT(rc, easy, CURLOPT_URL, req->url);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_URL, req->url);
 	if (req->unix_socket)
-		SETOPT(rc, easy, CURLOPT_UNIX_SOCKET_PATH, req->unix_socket);
+		MESH_CURL_SETOPT(rc, easy, CURLOPT_UNIX_SOCKET_PATH, req->unix_socket);
 	if (req->ca_pem)
 	{
 		struct curl_blob ca = {(void *) req->ca_pem, strlen(req->ca_pem), CURL_BLOB_COPY};
 
-		SETOPT(rc, easy, CURLOPT_CAINFO_BLOB, &ca);
+		MESH_CURL_SETOPT(rc, easy, CURLOPT_CAINFO_BLOB, &ca);
 	}
-	SETOPT(rc, easy, CURLOPT_CUSTOMREQUEST, req->method);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_CUSTOMREQUEST, req->method);
 	if (strcmp(req->method, "GET") == 0)
-		SETOPT(rc, easy, CURLOPT_HTTPGET, 1L);
+		MESH_CURL_SETOPT(rc, easy, CURLOPT_HTTPGET, 1L);
 	else
 	{
-		SETOPT(rc, easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
-		SETOPT(rc, easy, CURLOPT_POSTFIELDS, req->body ? req->body : "");
+		MESH_CURL_SETOPT(rc, easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
+		MESH_CURL_SETOPT(rc, easy, CURLOPT_POSTFIELDS, req->body ? req->body : "");
 	}
-	SETOPT(rc, easy, CURLOPT_HTTPHEADER, t->headers);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_HTTPHEADER, t->headers);
 	/* a body announced over the limit is refused before any of it is read */
-	SETOPT(rc, easy, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t) max_response);
-	SETOPT(rc, easy, CURLOPT_WRITEFUNCTION, write_callback);
-	SETOPT(rc, easy, CURLOPT_WRITEDATA, t);
-	SETOPT(rc, easy, CURLOPT_ERRORBUFFER, t->errbuf);
-	SETOPT(rc, easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
-	SETOPT(rc, easy, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-	SETOPT(rc, easy, CURLOPT_NOSIGNAL, 1L);
-	SETOPT(rc, easy, CURLOPT_PRIVATE, t);
-	SETOPT(rc, easy, CURLOPT_OPENSOCKETFUNCTION, open_socket);
-	SETOPT(rc, easy, CURLOPT_OPENSOCKETDATA, t);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t) max_response);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_WRITEFUNCTION, write_callback);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_WRITEDATA, t);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_ERRORBUFFER, t->errbuf);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_NOSIGNAL, 1L);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_PRIVATE, t);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_OPENSOCKETDATA, t);
 	/* never follow redirects: a credential must not travel elsewhere */
-	SETOPT(rc, easy, CURLOPT_FOLLOWLOCATION, 0L);
-	SETOPT(rc, easy, CURLOPT_PROTOCOLS_STR, "http,https");
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_FOLLOWLOCATION, 0L);
+	MESH_CURL_SETOPT(rc, easy, CURLOPT_PROTOCOLS_STR, "http,https");
 	return rc;
 }
 

@@ -21,6 +21,13 @@
 
 typedef struct MeshTransfer MeshTransfer;
 
+/*
+ * Apply one curl option unless an earlier one already failed; the first
+ * failure sticks, so a caller checks one result after all its options.
+ */
+#define MESH_CURL_SETOPT(rc, easy, option, value) \
+	((rc) == CURLE_OK ? ((rc) = curl_easy_setopt((easy), (option), (value))) : (rc))
+
 extern void mesh_http_init(void);
 extern MeshTransfer *mesh_http_start(const MeshHttpRequest *req, size_t max_response);
 extern void mesh_http_abort(MeshTransfer *t);
