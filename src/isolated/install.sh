@@ -16,5 +16,6 @@ if ! "$PREFIX/deno" --version 2>/dev/null | grep -q "^deno $DENO_VERSION "; then
   $SUDO npm install --silent --no-audit --no-fund --prefix "$PREFIX/npm" "deno@$DENO_VERSION" >/dev/null
   $SUDO ln -sf "$PREFIX/npm/node_modules/@deno/linux-x64-glibc/deno" "$PREFIX/deno"
 fi
-$SUDO install -m 0644 "$HERE/isolated.ts" "$HERE/isolate_worker.ts" "$PREFIX/"
+$SUDO rm -f "$PREFIX/isolate_worker.ts"   # the Worker-based host of an earlier build
+$SUDO install -m 0644 "$HERE/isolated.ts" "$HERE/isolate_child.ts" "$PREFIX/"
 $SUDO install -m 0755 "$HERE/mesh-isolated" "$PREFIX/"

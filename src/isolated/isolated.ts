@@ -1,22 +1,34 @@
 // src/isolated/isolated.ts: mesh-isolated, the resident isolate host.
 //
-// Keeps one Deno runtime warm on loopback and runs each evaluation in a
-// fresh V8 isolate (a Worker with permissions "none": no filesystem, no
-// subprocess, no environment, no FFI; network only to the hosts the request
-// allows, enforced by Deno's permission list).  The isolate is terminated
-// when it ends, when its wall time is up, or when it writes more output
-// than allowed; another evaluation never shares its isolate.
+// Keeps one Deno runtime on loopback and runs each evaluation in a process
+// of its own (src/isolated/isolate_child.ts): a fresh V8 isolate with no
+// permissions (no filesystem, no subprocess, no environment, no FFI; network
+// only to the hosts the request allows, enforced by Deno's permission list)
+// under a memory bound (RLIMIT_DATA through prlimit, and V8's heap limit).
+// The process is killed when its wall time is up or its output runs over:
+// a Worker's terminate() does not stop a busy isolate (measured: a
+// `while (true) {}` kept its thread at 100% CPU after terminate), a killed
+// process always stops, and an isolate that exhausts its memory takes only
+// its own process down.  Spare processes are started ahead so an evaluation
+// does not wait for a runtime to boot; each is used once.
+//
+// Usage: deno run ... isolated.ts PORT [MAX_CONCURRENT] [SPARES] [MEMORY_MB]
 //
 // Protocol (JSON over HTTP, errors as {"error":{"code","message"}}):
 //   GET  /v1/health   -> {"ok":true,"languages":["javascript"],"running":N}
 //   POST /v1/eval     {"language","code","input","timeout_ms","max_output_bytes","allow_hosts":[..]}
 //                     -> {"value","stdout","error","duration_ms","timed_out","output_limited",
-//                         "egress_denials":[{"host","reason"}]}
-//   429 too_many_isolates when mesh.isolate_max_concurrent evaluations already run.
+//                         "egress_denials":[{"host","port","reason","at"}]}
+//   429 too_many_isolates when MAX_CONCURRENT evaluations already run.
 
 const port = Number(Deno.args[0] ?? "5690");
 const maxConcurrent = Number(Deno.args[1] ?? "8");
-const workerUrl = new URL("./isolate_worker.ts", import.meta.url).href;
+const spareCount = Number(Deno.args[2] ?? "2");
+// Each evaluation's memory: 1 GiB of data mappings at least (the V8 runtime
+// reserves several hundred MB of them to start), half of it V8's heap.
+const memoryMb = Math.max(1024, Number(Deno.args[3] ?? "1024"));
+const childPath = new URL("./isolate_child.ts", import.meta.url).pathname;
+const denoPath = Deno.execPath();
 let running = 0;
 
 type EvalRequest = {
@@ -33,50 +45,98 @@ function fail(status: number, code: string, message: string): Response {
   return Response.json({ error: { code, message } }, { status });
 }
 
-// A new isolate with no permissions but network to HOSTS (none when empty).
-function newIsolate(hosts: string[]): Worker {
-  return new Worker(workerUrl, {
-    type: "module",
-    // deno-lint-ignore no-explicit-any
-    deno: { permissions: hosts.length ? { net: hosts, read: false, write: false, run: false, env: false, ffi: false, sys: false, import: false } : "none" } as any,
-  });
+// A process for one evaluation, waiting for its request on stdin: no
+// permissions but network to HOSTS (none when empty), its memory bounded.
+function newChild(hosts: string[]): Deno.ChildProcess {
+  const args = [`--data=${memoryMb * 1048576}`, "--", denoPath, "run", "--quiet", "--no-prompt",
+                `--v8-flags=--max-old-space-size=${Math.floor(memoryMb / 2)}`];
+  if (hosts.length) args.push(`--allow-net=${hosts.join(",")}`);
+  args.push(childPath);
+  const env: Record<string, string> = { NO_COLOR: "1" };
+  const cache = Deno.env.get("DENO_DIR");
+  if (cache) env.DENO_DIR = cache;
+  return new Deno.Command("prlimit", { args, stdin: "piped", stdout: "piped", stderr: "null", clearEnv: true, env }).spawn();
 }
 
-// Isolates started ahead, with no permissions, each used for one evaluation
-// and then terminated: warm starts without ever sharing an isolate.
-const spares: Worker[] = [];
-const spareCount = Number(Deno.args[2] ?? "2");
+// Warm spares: each waits for one request; one that dies unasked is dropped.
+const spares: Deno.ChildProcess[] = [];
 function refill() {
-  while (spares.length < spareCount) spares.push(newIsolate([]));
+  while (spares.length < spareCount) {
+    const child = newChild([]);
+    child.status.then(() => {
+      const i = spares.indexOf(child);
+      if (i >= 0) spares.splice(i, 1);
+    });
+    spares.push(child);
+  }
 }
 refill();
 
-// One evaluation in its own isolate; resolves with the row mesh_eval returns.
-function evaluate(req: EvalRequest): Promise<Record<string, unknown>> {
+function kill(child: Deno.ChildProcess) {
+  try { child.kill("SIGKILL"); } catch { /* already gone */ }
+}
+
+// The row of an evaluation that gave no answer of its own.
+const stopped = (error: string, extra: Record<string, unknown> = {}) =>
+  ({ value: null, stdout: "", error, timed_out: false, output_limited: false, egress_denials: [], ...extra });
+
+// The child's stdout until it ends, at most LIMIT bytes; null past the limit.
+async function readBounded(child: Deno.ChildProcess, limit: number): Promise<Uint8Array | null> {
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for await (const chunk of child.stdout) {
+    total += chunk.length;
+    if (total > limit) return null;
+    chunks.push(chunk);
+  }
+  const all = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) { all.set(c, at); at += c.length; }
+  return all;
+}
+
+// One evaluation in its own process; resolves with the row mesh_eval returns.
+async function evaluate(req: EvalRequest): Promise<Record<string, unknown>> {
   const started = performance.now();
   const hosts = (req.allow_hosts ?? []).filter((h) => typeof h === "string" && h.length > 0);
-  const worker = hosts.length || spares.length === 0 ? newIsolate(hosts) : spares.shift()!;
+  const child = hosts.length || spares.length === 0 ? newChild(hosts) : spares.shift()!;
   setTimeout(refill, 0);
   const timeout = Math.max(1, req.timeout_ms ?? 5000);
   const maxOut = Math.max(0, req.max_output_bytes ?? 65536);
-  return new Promise((resolve) => {
-    let done = false;
-    const finish = (row: Record<string, unknown>) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      worker.terminate();
-      row.duration_ms = performance.now() - started;
-      resolve(row);
-    };
-    const timer = setTimeout(() => finish({ value: null, stdout: "", error: `evaluation stopped: wall time over ${timeout} ms`, timed_out: true, output_limited: false, egress_denials: [] }), timeout);
-    worker.onmessage = (e: MessageEvent) => finish({ ...e.data, timed_out: false });
-    worker.onerror = (e: ErrorEvent) => {
-      e.preventDefault();
-      finish({ value: null, stdout: "", error: String(e.message ?? e), timed_out: false, output_limited: false, egress_denials: [] });
-    };
-    worker.postMessage({ language: req.language, code: req.code, input: req.input ?? null, max_output_bytes: maxOut });
-  });
+  const nonce = crypto.randomUUID();
+  let timedOut = false;
+  const timer = setTimeout(() => { timedOut = true; kill(child); }, timeout);
+  let row: Record<string, unknown>;
+  try {
+    const writer = child.stdin.getWriter();
+    await writer.write(new TextEncoder().encode(JSON.stringify({ code: req.code, input: req.input ?? null, max_output_bytes: maxOut, nonce })));
+    await writer.close();
+    // console output is bounded in the child; what it writes to stdout itself, here
+    const bytes = await readBounded(child, 2 * maxOut + 1048576);
+    if (bytes === null) kill(child);
+    const status = await child.status;
+    const text = bytes ? new TextDecoder().decode(bytes) : "";
+    const at = text.lastIndexOf(nonce);
+    if (timedOut)
+      row = stopped(`evaluation stopped: wall time over ${timeout} ms`, { timed_out: true });
+    else if (bytes === null)
+      row = stopped(`evaluation stopped: output over ${maxOut} bytes`, { output_limited: true });
+    else if (at >= 0)
+      row = { ...JSON.parse(text.slice(at + nonce.length)), timed_out: false };
+    else if (status.signal === "SIGTRAP" || status.signal === "SIGABRT" || status.signal === "SIGSEGV")
+      row = stopped(`evaluation stopped: memory over ${memoryMb} MB`);
+    else
+      row = stopped(`evaluation ended without an answer (exit ${status.code}${status.signal ? ", " + status.signal : ""})`);
+  } catch (err) {
+    row = timedOut
+      ? stopped(`evaluation stopped: wall time over ${timeout} ms`, { timed_out: true })
+      : stopped(`evaluation failed in the host: ${err instanceof Error ? err.message : err}`);
+  } finally {
+    clearTimeout(timer);
+    kill(child);
+  }
+  row.duration_ms = performance.now() - started;
+  return row;
 }
 
 Deno.serve({ hostname: "127.0.0.1", port, onListen: () => console.error(`mesh-isolated: listening on 127.0.0.1:${port}`) }, async (request) => {

@@ -3,19 +3,20 @@
 #  - an evaluation returns its value, console output and input; each has a fresh isolate;
 #  - it cannot read files, spawn processes, read the environment or reach a host (the host
 #    itself, listening: the positive control is curl reaching it), and the denial is recorded;
-#  - an infinite loop is stopped by its wall time and a 4 GB allocation fails, while another
-#    evaluation running at the same time completes; output over its bound is stopped;
+#  - an infinite loop is stopped by its wall time (its process is killed: none of it is left
+#    running), a 4 GB allocation fails and a heap that grows without end is stopped, while
+#    another evaluation running at the same time completes; output over its bound is stopped;
 #  - shell work is refused up front: mesh_exec on a run of an eval-only agent is refused before
 #    the backend is asked (the run stays unmaterialized), and on a run that evaluated, too;
 #  - mesh_eval on a run whose backend lacks eval is refused by capability.
 . "$(dirname "$0")/lib.sh"
 RUNTIME=${MESH_ISOLATE_HOME:-/usr/local/lib/mesh-isolated}
 [ -x "$RUNTIME/mesh-isolated" ] || skip_all "mesh-isolated not installed (src/isolated/install.sh)"
-plan 19
+plan 21
 port=$((MESH_PORT + 70))
 log=$(mktemp)
-# the host's memory bound: ArrayBuffers beyond it fail in their isolate, not in the host
-prlimit --data=3221225472 "$RUNTIME/mesh-isolated" "$port" 4 > "$log" 2>&1 &
+# the host with its defaults: each evaluation's process bounded to 1 GiB
+"$RUNTIME/mesh-isolated" "$port" 4 > "$log" 2>&1 &
 host=$!
 trap 'kill $host 2>/dev/null; rm -f "$log"' EXIT
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/v1/health" >/dev/null && break; sleep 0.1; done
@@ -40,10 +41,16 @@ is "$(q "SELECT detail->>'host' || ':' || (detail->>'port') FROM mesh.events WHE
 
 # bounds: a loop and a 4 GB allocation, each beside an evaluation that must complete
 psql -X -qAt -c "SELECT status, error FROM mesh_eval('iso-1', 'javascript', 'while (true) {}', NULL, '2 seconds')" > "$log.loop" 2>&1 &
+loop=$!
 psql -X -qAt -c "SELECT error FROM mesh_eval('iso-2', 'javascript', 'const b = new Uint8Array(4e9); b.fill(1); return b.length', NULL, '20 seconds')" > "$log.bomb" 2>&1 &
+bomb=$!
 sleep 0.3
 is "$(psql -X -qAt -c "SELECT value FROM mesh_eval('iso-2', 'javascript', 'return 6 * 7')" 2>&1)" 42 "an evaluation completes while a loop and a memory bomb run"
-wait
+wait $loop $bomb
+# a stopped evaluation's process is gone: only the host's spares (idle) remain under it
+busy=$(ps -o stat= --ppid "$host" | grep -c "^R")
+is "$busy" 0 "no process of the stopped loop is left running"
+like "$(q "SELECT error FROM mesh_eval('iso-1', 'javascript', 'const a = []; for (;;) a.push(new Array(1e6).fill(1))', NULL, '30 seconds')")" 'memory over' "a heap that grows without end is stopped at the evaluation's memory bound"
 like "$(cat "$log.loop")" '^timeout\|evaluation stopped: wall time' "the infinite loop is stopped by its wall time"
 like "$(cat "$log.bomb")" 'RangeError: Array buffer allocation failed' "the 4 GB allocation fails in its isolate"
 is "$(ev 'return 1')" '1|t|ok' "the host still evaluates after both"
