@@ -24,10 +24,8 @@ DECLARE
     r record;
     doc jsonb;
 BEGIN
-    IF language IS NULL OR code IS NULL THEN
-        RAISE EXCEPTION 'mesh_eval: language and code must not be NULL'
-              USING ERRCODE = 'null_value_not_allowed', HINT = 'Example: mesh_eval(''run-1'', ''javascript'', ''return 1 + 1'').';
-    END IF;
+    PERFORM mesh.require_args('mesh_eval', ARRAY['run_id', 'language', 'code'],
+                              ARRAY[mesh_eval.run_id IS NULL, mesh_eval.language IS NULL, mesh_eval.code IS NULL]);
     IF language <> 'javascript' THEN
         RAISE EXCEPTION 'mesh_eval: language "%" is not offered', language
               USING ERRCODE = 'feature_not_supported', HINT = 'The isolate backend evaluates javascript only.';
@@ -35,7 +33,13 @@ BEGIN
     SELECT * INTO r FROM mesh.eval_call(run_id, ARRAY[language, code], NULL,
                                         CASE WHEN input IS NULL THEN NULL ELSE convert_to(input::text, 'UTF8') END,
                                         timeout, NULL);
-    doc := r.stdout::jsonb;
+    -- an answer over the exec's output bound is stored cut (mesh.execs keeps it): say so
+    BEGIN
+        doc := r.stdout::jsonb;
+    EXCEPTION WHEN invalid_text_representation THEN
+        doc := jsonb_build_object('error', format('evaluation stopped: output over the bound of %s bytes (the answer is kept, cut, in mesh.execs)',
+                                                  length(r.stdout)));
+    END;
     value := doc->'value';
     stdout := doc->>'stdout';
     error := doc->>'error';

@@ -134,7 +134,9 @@ isolate_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 					 "language", spec->argv[0], "code", spec->argv[1],
 					 "input", input ? input : json_null(),
 					 "timeout_ms", (json_int_t) spec->timeout_ms,
-					 "max_output_bytes", (json_int_t) spec->max_output_bytes);
+					 /* half the exec's bound for console output: the answer wrapping it
+					  * (value, error, escapes) must fit the stored stdout whole */
+					 "max_output_bytes", (json_int_t) (spec->max_output_bytes / 2));
 	mesh_http_json_body(req, body);
 	return true;
 }

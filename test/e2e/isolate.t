@@ -26,7 +26,7 @@ q "SELECT mesh.backend_add('iso-t', 'isolate', '{\"url\": \"http://127.0.0.1:$po
 q "SELECT mesh.agent_set('iso-agent', 'iso-t')" >/dev/null
 q "SELECT 1 FROM mesh_acquire('iso-1', 'iso-agent', 'ivy')" >/dev/null
 q "SELECT 1 FROM mesh_acquire('iso-2', 'iso-agent', 'ivy')" >/dev/null
-ev() { psql -X -qAt -F'|' -c "SELECT value, error IS NULL, status FROM mesh_eval('iso-1', 'javascript', \$c\$$1\$c\$ ${2:+, $2})" 2>&1; }
+ev() { psql -X -qAt -F'|' -c "SELECT value, error IS NULL, status FROM mesh_eval('iso-1', 'javascript', \$c\$$1\$c\$ ${2:+, $2})" 2>&1 | grep -v '^NOTICE:'; }
 
 is "$(ev 'console.log("hi"); return input.a * 2' "'{\"a\": 21}'")" '42|t|ok' "value from input"
 is "$(q "SELECT stdout FROM mesh_eval('iso-1', 'javascript', 'console.log(\"hi\", 1)')")" 'hi 1' "console output comes back"
