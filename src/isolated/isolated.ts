@@ -80,19 +80,22 @@ function kill(child: Deno.ChildProcess) {
 const stopped = (error: string, extra: Record<string, unknown> = {}) =>
   ({ value: null, stdout: "", error, timed_out: false, output_limited: false, egress_denials: [], ...extra });
 
-// The child's stdout until it ends, at most LIMIT bytes; null past the limit.
-async function readBounded(child: Deno.ChildProcess, limit: number): Promise<Uint8Array | null> {
-  const chunks: Uint8Array[] = [];
+// The child's stdout as text, until its answer line (NONCE, JSON, newline) is
+// complete or the stream ends; null past LIMIT bytes.  The answer is taken as
+// soon as it is whole: a process's exit (V8's teardown) takes several ms more.
+async function readAnswer(child: Deno.ChildProcess, nonce: string, limit: number): Promise<string | null> {
+  const decoder = new TextDecoder();
+  let text = "";
   let total = 0;
   for await (const chunk of child.stdout) {
     total += chunk.length;
     if (total > limit) return null;
-    chunks.push(chunk);
+    const from = Math.max(0, text.length - nonce.length);
+    text += decoder.decode(chunk, { stream: true });
+    const at = text.indexOf(nonce, from);
+    if (at >= 0 && text.indexOf("\n", at) >= 0) break;
   }
-  const all = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) { all.set(c, at); at += c.length; }
-  return all;
+  return text;
 }
 
 // One evaluation in its own process; resolves with the row mesh_eval returns.
@@ -112,21 +115,22 @@ async function evaluate(req: EvalRequest): Promise<Record<string, unknown>> {
     await writer.write(new TextEncoder().encode(JSON.stringify({ code: req.code, input: req.input ?? null, max_output_bytes: maxOut, nonce })));
     await writer.close();
     // console output is bounded in the child; what it writes to stdout itself, here
-    const bytes = await readBounded(child, 2 * maxOut + 1048576);
-    if (bytes === null) kill(child);
-    const status = await child.status;
-    const text = bytes ? new TextDecoder().decode(bytes) : "";
+    const answer = await readAnswer(child, nonce, 2 * maxOut + 1048576);
+    if (answer === null) kill(child);
+    const text = answer ?? "";
     const at = text.lastIndexOf(nonce);
+    // with an answer, the process's exit is not waited for (it is killed below)
+    const status = at >= 0 && !timedOut ? null : await child.status;
     if (timedOut)
       row = stopped(`evaluation stopped: wall time over ${timeout} ms`, { timed_out: true });
-    else if (bytes === null)
+    else if (answer === null)
       row = stopped(`evaluation stopped: output over ${maxOut} bytes`, { output_limited: true });
     else if (at >= 0)
-      row = { ...JSON.parse(text.slice(at + nonce.length)), timed_out: false };
-    else if (status.signal === "SIGTRAP" || status.signal === "SIGABRT" || status.signal === "SIGSEGV")
+      row = { ...JSON.parse(text.slice(at + nonce.length, text.indexOf("\n", at))), timed_out: false };
+    else if (status?.signal === "SIGTRAP" || status?.signal === "SIGABRT" || status?.signal === "SIGSEGV")
       row = stopped(`evaluation stopped: memory over ${memoryMb} MB`);
     else
-      row = stopped(`evaluation ended without an answer (exit ${status.code}${status.signal ? ", " + status.signal : ""})`);
+      row = stopped(`evaluation ended without an answer (exit ${status?.code}${status?.signal ? ", " + status.signal : ""})`);
   } catch (err) {
     row = timedOut
       ? stopped(`evaluation stopped: wall time over ${timeout} ms`, { timed_out: true })
