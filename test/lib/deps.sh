@@ -17,7 +17,6 @@ MESH_PACKAGES=(
   openssl                      # the Kubernetes API-server test double's CA and certificate
   libssl-dev                   # src/repos/jwt.c: the GitHub App JWT, signed with libcrypto
   python3-cryptography         # test/repos/github_double.py: verifies the App JWT (RS256)
-  nodejs npm                   # npm installs the isolate runtime (Deno) for mesh-isolated
 )
 
 missing=()
@@ -33,5 +32,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO pg_ctlcluster 15 main stop 2>/dev/null || true
 fi
 
+# npm installs the isolate runtime: the machine's Node.js and npm when it has them (Debian's
+# npm package conflicts with a Node.js that bundles its own), else Debian's
+if ! command -v npm >/dev/null; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  echo "installing: nodejs npm"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
 # the isolate runtime (Deno, from npm) and mesh-isolated, into its fixed prefix
 "$(dirname "$0")/../../src/isolated/install.sh"
