@@ -48,7 +48,10 @@ OBJS = \
 	src/backends/isolate.o \
 	src/repos/jwt.o \
 	src/repos/github.o \
-	src/broker_repos.o
+	src/broker_repos.o \
+	src/backends/edge.o \
+	src/backends/edge_sprite.o \
+	src/backends/edge_parse.o
 
 EXTENSION = mesh_exec
 # The version the control file installs by default; the library refuses to serve any other

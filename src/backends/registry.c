@@ -29,12 +29,14 @@ extern const MeshDriver mesh_sandboxd_driver;
 extern const MeshDriver mesh_docker_driver;
 extern const MeshDriver mesh_kubernetes_driver;
 extern const MeshDriver mesh_isolate_driver;
+extern const MeshDriver mesh_edge_driver;
 
 static const MeshDriver *const drivers[] = {
 	&mesh_sandboxd_driver,
 	&mesh_docker_driver,
 	&mesh_kubernetes_driver,
 	&mesh_isolate_driver,
+	&mesh_edge_driver,
 };
 
 static char *base64_encode_into(const char *data, size_t len, char *out);
