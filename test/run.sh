@@ -56,7 +56,15 @@ if mesh_k8s_start "$MESH_TEST_WORK/k8s" 2> "$MESH_TEST_WORK/k8s.err"; then
 else
   export MESH_K8S_URL_SKIP="the Kubernetes API-server double could not start: $(tr '\n' ' ' < "$MESH_TEST_WORK/k8s.err" | cut -c1-200)"
 fi
-trap 'mesh_k8s_stop; cleanup' EXIT
+# the Fly.io Sprites API TEST DOUBLE (test/lib/edge.sh) serves the "edge" backend likewise
+# shellcheck source=test/lib/edge.sh
+. test/lib/edge.sh
+if mesh_edge_start "$MESH_TEST_WORK/edge" 2> "$MESH_TEST_WORK/edge.err"; then
+  export MESH_CREDENTIAL_FILE_edge=$MESH_EDGE_TOKEN_FILE
+else
+  export MESH_EDGE_URL_SKIP="the Sprites API double could not start: $(tr '\n' ' ' < "$MESH_TEST_WORK/edge.err" | cut -c1-200)"
+fi
+trap 'mesh_edge_stop; mesh_k8s_stop; cleanup' EXIT
 
 echo "== pg_regress (sql/)"
 make -s installcheck > "$MESH_TEST_WORK/regress.out" 2>&1
@@ -96,7 +104,7 @@ if [ -x test/conformance/run.sh ]; then
   echo "== conformance (test/conformance/)"
   # shellcheck source=test/lib/docker.sh
   . test/lib/docker.sh
-  trap 'mesh_docker_stop; mesh_k8s_stop; cleanup' EXIT
+  trap 'mesh_docker_stop; mesh_edge_stop; mesh_k8s_stop; cleanup' EXIT
   if mesh_docker_start "$MESH_TEST_WORK/docker" 2> "$MESH_TEST_WORK/docker.err" \
      && mesh_docker_image mesh-conformance 2>> "$MESH_TEST_WORK/docker.err"; then
     export MESH_DOCKER_SOCKET="$MESH_TEST_WORK/docker/docker.sock" MESH_DOCKER_IMAGE=mesh-conformance
