@@ -148,7 +148,7 @@ fi
 
 # what this run left running, in a cgroup or mounted (test/lib/leftovers.sh): checked once the
 # run's own cluster and Kubernetes API-server double are stopped (dockerd stopped above)
-mesh_k8s_stop; cleanup; trap - EXIT
+mesh_edge_stop; mesh_k8s_stop; cleanup; trap - EXIT
 EXTRA_FAILED=0
 leftovers_check || EXTRA_FAILED=1
 echo "logs and outputs: $MESH_TEST_WORK"

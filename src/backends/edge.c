@@ -87,6 +87,28 @@ edge_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	caps->background = false;
 }
 
+/*
+ * The sprite's name: "mesh-<install>-<backend tag>-<id>", where the tag is
+ * a hash of the catalog name.  Two catalog entries may share one account
+ * (one organization's sprites); each reaper's list (by name prefix) must see
+ * only its own entry's sprites, or it would take the other's for orphans.
+ */
+char *
+edge_sprite_prefix(const MeshBackend *be, const char *install_id)
+{
+	uint32_t	h = 2166136261u;	/* FNV-1a */
+
+	for (const char *p = be->name ? be->name : ""; *p; p++)
+		h = (h ^ (unsigned char) *p) * 16777619u;
+	return psprintf("mesh-%s-%08x-", install_id, h);
+}
+
+static char *
+edge_workspace_ref(const MeshBackend *be, const char *install_id, int64_t workspace_id)
+{
+	return psprintf("%s%lld", edge_sprite_prefix(be, install_id), (long long) workspace_id);
+}
+
 /* Start a request to the API: URL, bearer token, deadline. */
 void
 edge_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method, const char *path)
@@ -224,7 +246,7 @@ const MeshDriver mesh_edge_driver = {
 	.validate_config = edge_validate_config,
 	.needs_credential = edge_needs_credential,
 	.declared_capabilities = edge_declared_capabilities,
-	.workspace_ref = mesh_workspace_ref,
+	.workspace_ref = edge_workspace_ref,
 	.acquire_request = edge_acquire_request,
 	.acquire_response = edge_acquire_response,
 	.exec_request = edge_exec_request,

@@ -29,6 +29,7 @@ extern bool edge_sprite_awake(const char *status);
 extern void edge_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method,
 					   const char *path);
 extern const MeshDriver mesh_sandboxd_driver;
+extern char *edge_sprite_prefix(const MeshBackend *be, const char *install_id);
 
 /* edge_sprite.c: the sprite's life */
 extern bool edge_acquire_request(const MeshBackend *be, MeshOpState *st, const char *ref,

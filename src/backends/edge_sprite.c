@@ -99,13 +99,13 @@ edge_release_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResp
 	return MESH_STEP_DONE;
 }
 
-/* This install's sprites are those named "mesh-<install>-..." (the service filters by prefix). */
+/* This install's and this entry's sprites share a name prefix (the service filters by it). */
 bool
 edge_list_request(const MeshBackend *be, MeshOpState *st, const char *install_id,
 				  MeshHttpRequest *req, MeshError *err)
 {
 	edge_begin(be, req, "GET", psprintf("/v1/sprites?prefix=%s",
-										mesh_url_encode(psprintf("mesh-%s-", install_id))));
+										mesh_url_encode(edge_sprite_prefix(be, install_id))));
 	return true;
 }
 
