@@ -45,6 +45,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -77,6 +78,8 @@ def daemon(method, path, body=None, headers=None, timeout=600):
     h.update(headers or {})
     conn = http.client.HTTPConnection("127.0.0.1", DAEMON["port"], timeout=timeout)
     try:
+        conn.connect()
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.request(method, path, body=body, headers=h)
         r = conn.getresponse()
         return r.status, r.read(), r.getheader("Content-Type") or "application/json"
@@ -141,6 +144,10 @@ def idle_loop():
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, fmt, *args):   # never the headers: they carry the token
         pass
@@ -352,7 +359,6 @@ def main():
     tok = os.path.join(ARGS.work, "daemon.token")
     with open(os.open(tok, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(DAEMON["token"] + "\n")
-    import socket
     with socket.socket() as so:
         so.bind(("127.0.0.1", 0))
         DAEMON["port"] = so.getsockname()[1]
