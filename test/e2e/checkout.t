@@ -10,7 +10,7 @@
 # egress, bad branch) come before any exec; no token value reaches an exec row, an event, a
 # log or a NOTICE.
 . "$(dirname "$0")/lib.sh"
-plan 24
+plan 25
 work=$(mktemp -d /tmp/mesh-checkout.XXXXXX)
 chmod 755 "$work"
 pids=()
@@ -156,3 +156,7 @@ for v in "$value_a" "$value_b"; do
 done
 ok "$([ -n "$value_a" ] && [ -n "$value_b" ] && [ "$leaks" -eq 0 ] && echo 0 || echo 1)" "the token is in no exec row, event, server or git-server log, or NOTICE"
 q "SELECT mesh_release('co-b-$S')" >/dev/null
+# the broker's revocation round answered before the double goes away (its token had expired there)
+wait_for "SELECT count(*) = 0 FROM mesh.repository_tokens WHERE revoke_outcome = 'pending'" 450
+is "$(q "SELECT revoke_outcome FROM mesh.repository_tokens WHERE run_id = 'co-b-$S'")" "already invalid" \
+   "the second run's expired token is recorded as already invalid at the provider"
