@@ -64,9 +64,9 @@ ok "$([ -n "$value" ] && [ "$leaks" -eq 0 ] && echo 0 || echo 1)" "the token is 
 psql -X -qAt -v ON_ERROR_STOP=1 -v key="$(cat "$work/app.pem")" <<'SQL' >/dev/null
 SELECT mesh.repository_provider_set_credential('gh-test', :'key');
 SQL
-is "$(q "SELECT count(*) FROM mesh.repository_tokens WHERE revoked_at IS NULL")" 0 "a key rotation invalidates every live token"
+is "$(q "SELECT count(*) FROM mesh.repository_tokens WHERE provider = 'gh-test' AND revoked_at IS NULL")" 0 "a key rotation invalidates every live token"
 wait_for "SELECT count(*) = 0 FROM mesh.repository_tokens WHERE revoke_outcome = 'pending'" 450
-is "$(q "SELECT string_agg(DISTINCT revoke_outcome, ',') FROM mesh.repository_tokens")" revoked \
+is "$(q "SELECT string_agg(DISTINCT revoke_outcome, ',') FROM mesh.repository_tokens WHERE provider = 'gh-test'")" revoked \
    "the broker revoked them at the provider and recorded its answer"
 is "$(double tokens | python3 -c "import json,sys; print([t['live'] for t in json.load(sys.stdin) if t['sha256'] == '$h1'])")" \
    "[False]" "the provider refuses the revoked token"

@@ -13,7 +13,7 @@ Built from GitHub's published REST documentation, not from GitHub's code:
     Bearer <installation token>; 204, then the token is refused.
 For the test's git server (test/repos/git_server.py) it also answers, under /_double/,
 whether a token may read or write a repository (the token in a header, never the URL),
-and lets the test expire tokens, count mints and rotate the App key.
+and lets the test expire tokens (a lifetime for new ones, or one by its SHA-256), count mints and rotate the App key.
 
 Usage: github_double.py PORTFILE APP_ID PUBLIC_KEY_PEM INSTALLATION_ID OWNER REPO[,REPO...]
 """
@@ -166,6 +166,14 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 for t in tokens.values():
                     t["revoked"] = True
+            return self.reply(200, {})
+        if path == "/_double/expire":
+            # {"sha256": ...}: that token's expiry passes now (the test holds no token value)
+            want = self.body().get("sha256")
+            with lock:
+                for k, t in tokens.items():
+                    if hashlib.sha256(k.encode()).hexdigest() == want:
+                        t["expires"] = time.time() - 1
             return self.reply(200, {})
         if path == "/_double/check":
             # {"repository": "owner/name", "access": "read"|"write"}, token in Authorization
