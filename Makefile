@@ -48,7 +48,8 @@ OBJS = \
 	src/backends/isolate.o \
 	src/repos/jwt.o \
 	src/repos/github.o \
-	src/broker_repos.o
+	src/broker_repos.o \
+	src/isolated_launcher.o
 
 EXTENSION = mesh_exec
 # The version the control file installs by default; the library refuses to serve any other

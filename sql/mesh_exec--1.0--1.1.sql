@@ -728,3 +728,9 @@ GRANT EXECUTE ON FUNCTION mesh.eval_call(text, text[], text, bytea, interval, js
                           @extschema@.mesh_eval(text, text, text, jsonb, interval) TO mesh_harness, mesh_admin;
 -- a fresh install grants every mesh function to the workers
 GRANT EXECUTE ON FUNCTION mesh.eval_call(text, text[], text, bytea, interval, jsonb) TO mesh_worker;
+
+-- ---- the embedded isolate host (issue 33, supervision): sql/src/16_eval.sql ----
+INSERT INTO mesh.backends (name, driver, enabled, catalog_order, config)
+SELECT 'isolate', 'isolate', true, 1000, '{"embedded": true}'
+ WHERE coalesce(current_setting('mesh.embedded_isolated', true), 'off') = 'on'
+   AND NOT EXISTS (SELECT 1 FROM mesh.backends b WHERE b.name = 'isolate');

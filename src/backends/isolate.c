@@ -12,12 +12,15 @@
  * (argv = [language, code], stdin = the input as JSON).
  *
  *	  {"url": "http://127.0.0.1:5690"}		loopback, no credential
+ *	  {"embedded": true}					the host the extension supervises
+ *											(mesh.isolate_port, isolated_launcher.c)
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "mesh_json.h"
+#include "settings.h"
 
 #include "backends/backend.h"
 
@@ -28,14 +31,19 @@ isolate_validate_config(json_t *config)
 	const char *key;
 	json_t	   *value;
 	json_t	   *url = json_object_get(config, "url");
+	json_t	   *embedded = json_object_get(config, "embedded");
 
 	json_object_foreach(config, key, value)
 	{
-		if (strcmp(key, "url") != 0 && strcmp(key, "request_timeout_ms") != 0)
-			return psprintf("%s: unknown field (expected url, request_timeout_ms)", key);
+		if (strcmp(key, "url") != 0 && strcmp(key, "embedded") != 0 && strcmp(key, "request_timeout_ms") != 0)
+			return psprintf("%s: unknown field (expected url, embedded, request_timeout_ms)", key);
 	}
-	if (url == NULL || !json_is_string(url) || strncmp(json_string_value(url), "http://", 7) != 0)
-		return "url: must be given and start with http://";
+	if ((url != NULL) == (embedded != NULL))
+		return "url/embedded: exactly one of them must be given";
+	if (embedded && !json_is_true(embedded))
+		return "embedded: must be true when given";
+	if (url && (!json_is_string(url) || strncmp(json_string_value(url), "http://", 7) != 0))
+		return "url: must start with http://";
 	value = json_object_get(config, "request_timeout_ms");
 	if (value && (!json_is_integer(value) || json_integer_value(value) <= 0))
 		return "request_timeout_ms: must be a positive integer";
@@ -55,7 +63,7 @@ isolate_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	memset(caps, 0, sizeof(*caps));
 	caps->eval = true;
 	caps->caller_chosen_id = true;
-	caps->resource_limits = true;	/* wall time, output, isolates per host */
+	caps->resource_limits = true;	/* wall time, CPU time, memory, output, isolates per host */
 }
 
 /* A request to the host at PATH, with the configured deadline. */
@@ -63,7 +71,8 @@ static void
 isolate_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method, const char *path,
 			  long timeout_ms)
 {
-	const char *base = json_string_value(json_object_get(be->config, "url"));
+	json_t	   *url = json_object_get(be->config, "url");
+	const char *base = url ? json_string_value(url) : psprintf("http://127.0.0.1:%d", mesh_isolate_port);
 	json_t	   *timeout = json_object_get(be->config, "request_timeout_ms");
 	size_t		len = strlen(base);
 
@@ -156,6 +165,14 @@ isolate_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResp
 	char	   *text;
 	double		duration_ms;
 
+	/* the host died (or was restarted by its supervisor) with the evaluation in it */
+	if (resp->transport_error && !resp->out_of_descriptors)
+	{
+		mesh_error_set(err, MESH_FAIL_UNAVAILABLE,
+					   "backend \"%s\": the isolate host went away during the evaluation (%s)",
+					   be->name, resp->transport_error);
+		return MESH_STEP_FAILED;
+	}
 	if (!mesh_http_error_from_json(resp, be->name, err))
 		return MESH_STEP_FAILED;
 	doc = json_loadb(resp->body ? resp->body : "", resp->body_len, 0, NULL);
