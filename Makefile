@@ -49,7 +49,8 @@ OBJS = \
 	src/repos/jwt.o \
 	src/repos/github.o \
 	src/broker_repos.o \
-	src/isolated_launcher.o
+	src/isolated_launcher.o \
+	src/store_eval_route.o
 
 EXTENSION = mesh_exec
 # The version the control file installs by default; the library refuses to serve any other

@@ -6,6 +6,9 @@
 #  - killed mid-evaluation, the host's whole process group goes (no process of the evaluation
 #    is left running), the exec row says the host went away, the supervisor restarts it and the
 #    next evaluation works;
+#  - routing by capability: an unpinned agent's run that evaluates goes to the isolate backend
+#    (never to a shell sandbox), and is then refused commands; a run that ran a command is
+#    refused evaluations; with no backend declaring eval enabled, nothing is materialized;
 #  - mesh.isolate_cpu_time stops a busy loop with a clear error (its wall time far away), and
 #    mesh.isolate_max_isolates refuses an evaluation over it with too_many_isolates.
 . "$(dirname "$0")/lib.sh"
@@ -13,7 +16,7 @@
 RUNTIME=${MESH_ISOLATE_HOME:-/usr/local/lib/mesh-isolated}
 [ "$(id -u)" -eq 0 ] || skip_all "needs root to start a cluster as postgres"
 [ -x "$RUNTIME/mesh-isolated" ] || skip_all "mesh-isolated not installed (src/isolated/install.sh)"
-plan 14
+plan 19
 port=$((MESH_PORT + 71))
 dir=$(mktemp -d /tmp/mesh-isolated.XXXXXX); chmod 755 "$dir"
 trap 'mesh_cluster_stop "$dir/pg"; rm -rf "$dir"' EXIT
@@ -68,6 +71,22 @@ grep -q "mesh-isolated (pid $first) exited with status -9; restarting" "$log"
 ok $? "and logged why"
 is "$(q "SELECT value FROM mesh_eval('sup-1', 'javascript', 'return 6 * 7')" 2>/dev/null)" 42 "the next evaluation works"
 
+# --- routing by capability ---
+q "SELECT 1 FROM mesh_acquire('route-1', 'plain-agent', 'ivy')" >/dev/null
+is "$(q "SELECT value FROM mesh_eval('route-1', 'javascript', 'return 6 * 7')" 2>/dev/null)" 42 "an unpinned agent's run evaluates"
+is "$(q "SELECT string_agg(run_id || ':' || backend_kind, ',' ORDER BY run_id) FROM mesh.workspaces WHERE run_id IN ('sup-0', 'route-1')")" \
+  'route-1:isolate,sup-0:local' "on the isolate backend, where its agent's commands run on local (control)"
+like "$(psql -X -qAt -c "SELECT exit_code FROM mesh_exec('route-1', ARRAY['true'])" 2>&1)" 'cannot run commands.*shell capability' \
+  "a run that evaluated is refused commands by capability"
+like "$(psql -X -qAt -c "SELECT value FROM mesh_eval('sup-0', 'javascript', 'return 1')" 2>&1)" 'cannot evaluate snippets.*eval capability' \
+  "a run that ran a command is refused evaluations by capability"
+q "SELECT mesh.backend_disable('isolate')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('route-2', 'plain-agent', 'ivy')" >/dev/null
+out=$(psql -X -qAt -c "SELECT value FROM mesh_eval('route-2', 'javascript', 'return 1')" 2>&1)
+is "$(echo "$out" | grep -c 'cannot evaluate snippets'):$(q "SELECT status || ':' || coalesce(external_ref, 'none') FROM mesh.workspaces WHERE run_id = 'route-2'")" \
+  '1:pending:none' "with no eval backend enabled, an evaluation is refused and nothing is materialized"
+q "SELECT mesh.backend_enable('isolate')" >/dev/null
+
 # --- bounds ---
 is "$(q "SELECT error FROM mesh_eval('sup-1', 'javascript', 'while (true) {}', NULL, '60 seconds')" 2>&1)" \
   'evaluation stopped: CPU time over 3 s' "mesh.isolate_cpu_time stops a busy loop (wall time 60 s)"
@@ -81,5 +100,5 @@ wait_for "SELECT count(*) = 2 FROM mesh.execs WHERE run_id IN ('sup-2', 'sup-3')
 like "$(psql -X -qAt -c "SELECT value FROM mesh_eval('sup-1', 'javascript', 'return 1')" 2>&1)" \
   'too_many_isolates.*2 evaluations already run' "an evaluation over mesh.isolate_max_isolates is refused, saying why"
 wait $a $b
-q "SELECT mesh_release(r) FROM unnest(ARRAY['sup-0','sup-1','sup-2','sup-3']) r" >/dev/null
+q "SELECT mesh_release(r) FROM unnest(ARRAY['sup-0','sup-1','sup-2','sup-3','route-1','route-2']) r" >/dev/null
 done_testing
