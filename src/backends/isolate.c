@@ -4,7 +4,8 @@
  *	  Driver for mesh-isolated, the isolate-runtime host (src/isolated/).
  *
  * The host runs a JavaScript snippet in a fresh V8 isolate with no
- * filesystem, no subprocess, no environment and no network.  It declares
+ * filesystem, no subprocess, no environment and no network but the run's
+ * allowlist (egress_control: the runtime's permission list).  It declares
  * exactly that: eval, and none of shell, files, snapshot or hibernate, so
  * the layer above refuses commands and file calls by capability before it
  * asks.  A "workspace" here holds nothing: acquire and release only check
@@ -64,6 +65,7 @@ isolate_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	caps->eval = true;
 	caps->caller_chosen_id = true;
 	caps->resource_limits = true;	/* wall time, CPU time, memory, output, isolates per host */
+	caps->egress_control = true;	/* the runtime's permission list: only the allowed hosts */
 }
 
 /* A request to the host at PATH, with the configured deadline. */
@@ -112,6 +114,32 @@ isolate_acquire_response(const MeshBackend *be, MeshOpState *st, const MeshHttpR
 }
 
 /*
+ * The hosts an evaluation may reach: the domains of the run's allowlist
+ * (wildcards as "*.example.com", which the runtime's permission list takes
+ * as they are).  None in open mode, or with no policy: an evaluation never
+ * gets the network wholesale, where loopback alone would reach this server
+ * and the hosts beside it.
+ */
+static json_t *
+isolate_allow_hosts(const char *egress)
+{
+	json_t	   *policy = egress ? json_loads(egress, 0, NULL) : NULL;
+	json_t	   *hosts = json_array();
+	json_t	   *domains = policy ? json_object_get(policy, "domains") : NULL;
+	const char *mode = policy ? json_string_value(json_object_get(policy, "mode")) : NULL;
+	size_t		i;
+	json_t	   *d;
+
+	if (mode && strcmp(mode, "allowlist") == 0 && json_is_true(json_object_get(policy, "enforced")))
+		json_array_foreach(domains, i, d)
+			if (json_is_string(d))
+				json_array_append(hosts, d);
+	if (policy)
+		json_decref(policy);
+	return hosts;
+}
+
+/*
  * An evaluation: argv is [language, code], stdin the input as JSON text.
  * A command (spec->eval false) is refused: the layer above never sends one,
  * as the shell capability is not declared.
@@ -139,9 +167,10 @@ isolate_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 		}
 	}
 	isolate_begin(be, req, "POST", "/v1/eval", spec->timeout_ms);
-	body = json_pack("{s:s,s:s,s:o,s:I,s:I}",
+	body = json_pack("{s:s,s:s,s:o,s:o,s:I,s:I}",
 					 "language", spec->argv[0], "code", spec->argv[1],
 					 "input", input ? input : json_null(),
+					 "allow_hosts", isolate_allow_hosts(spec->egress),
 					 "timeout_ms", (json_int_t) spec->timeout_ms,
 					 /* half the exec's bound for console output: the answer wrapping it
 					  * (value, error, escapes) must fit the stored stdout whole */

@@ -9,6 +9,9 @@
 #  - routing by capability: an unpinned agent's run that evaluates goes to the isolate backend
 #    (never to a shell sandbox), and is then refused commands; a run that ran a command is
 #    refused evaluations; with no backend declaring eval enabled, nothing is materialized;
+#  - egress: in open mode an evaluation gets no network; under an allowlist policy its process
+#    may reach exactly the policy's domains (the runtime's permission list, seen on its command
+#    line and asked from inside), and a host outside it is denied and recorded;
 #  - mesh.isolate_cpu_time stops a busy loop with a clear error (its wall time far away), and
 #    mesh.isolate_max_isolates refuses an evaluation over it with too_many_isolates.
 . "$(dirname "$0")/lib.sh"
@@ -16,7 +19,7 @@
 RUNTIME=${MESH_ISOLATE_HOME:-/usr/local/lib/mesh-isolated}
 [ "$(id -u)" -eq 0 ] || skip_all "needs root to start a cluster as postgres"
 [ -x "$RUNTIME/mesh-isolated" ] || skip_all "mesh-isolated not installed (src/isolated/install.sh)"
-plan 19
+plan 24
 port=$((MESH_PORT + 71))
 dir=$(mktemp -d /tmp/mesh-isolated.XXXXXX); chmod 755 "$dir"
 trap 'mesh_cluster_stop "$dir/pg"; rm -rf "$dir"' EXIT
@@ -87,6 +90,29 @@ is "$(echo "$out" | grep -c 'cannot evaluate snippets'):$(q "SELECT status || ':
   '1:pending:none' "with no eval backend enabled, an evaluation is refused and nothing is materialized"
 q "SELECT mesh.backend_enable('isolate')" >/dev/null
 
+# --- egress: the run's policy is the evaluation's permission list ---
+netq='return (await Deno.permissions.query({name: "net", host: "api.github.com"})).state + "," + (await Deno.permissions.query({name: "net", host: "evil.example.org"})).state'
+is "$(q "SELECT value #>> '{}' FROM mesh_eval('sup-1', 'javascript', \$c\$$netq\$c\$)")" 'prompt,prompt' \
+  "in open mode an evaluation may reach no host"
+q "SELECT mesh.set_egress_policy('{\"mode\": \"allowlist\", \"domains\": [\"api.example.com\"]}')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('net-1', 'sup-agent', 'ivy')" >/dev/null
+is "$(q "SELECT value #>> '{}' FROM mesh_eval('net-1', 'javascript', \$c\$$netq\$c\$)")" 'granted,prompt' \
+  "under an allowlist it may reach the policy's domains (a built-in one here) and no other"
+psql -X -qAt -c "SELECT value FROM mesh_eval('net-1', 'javascript', 'await new Promise((r) => setTimeout(r, 3000)); return 1')" >/dev/null 2>&1 &
+slow=$!
+args=""
+for _ in $(seq 1 50); do
+  args=$(ps -o args= -g "$(host_pid)" | grep isolate_child | grep -o -- '--allow-net=[^ ]*' | head -1)
+  [ -n "$args" ] && break; sleep 0.1
+done
+like "$args" '^--allow-net=.*\*\.github\.com.*api\.example\.com' "its process's permission list is the run's allowlist, wildcards included"
+wait $slow
+like "$(q "SELECT error FROM mesh_eval('net-1', 'javascript', 'return (await fetch(\"http://127.0.0.1:$port/v1/health\")).status')")" \
+  'NotCapable.*net access' "a host outside the allowlist is denied"
+is "$(q "SELECT detail->>'host' FROM mesh.events WHERE kind = 'egress_denied' AND run_id = 'net-1' ORDER BY id DESC LIMIT 1")" \
+  127.0.0.1 "and the denial is recorded as an egress_denied event"
+q "DELETE FROM mesh.egress_settings" >/dev/null
+
 # --- bounds ---
 is "$(q "SELECT error FROM mesh_eval('sup-1', 'javascript', 'while (true) {}', NULL, '60 seconds')" 2>&1)" \
   'evaluation stopped: CPU time over 3 s' "mesh.isolate_cpu_time stops a busy loop (wall time 60 s)"
@@ -100,5 +126,5 @@ wait_for "SELECT count(*) = 2 FROM mesh.execs WHERE run_id IN ('sup-2', 'sup-3')
 like "$(psql -X -qAt -c "SELECT value FROM mesh_eval('sup-1', 'javascript', 'return 1')" 2>&1)" \
   'too_many_isolates.*2 evaluations already run' "an evaluation over mesh.isolate_max_isolates is refused, saying why"
 wait $a $b
-q "SELECT mesh_release(r) FROM unnest(ARRAY['sup-0','sup-1','sup-2','sup-3','route-1','route-2']) r" >/dev/null
+q "SELECT mesh_release(r) FROM unnest(ARRAY['sup-0','sup-1','sup-2','sup-3','route-1','route-2','net-1']) r" >/dev/null
 done_testing
