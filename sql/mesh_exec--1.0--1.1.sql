@@ -914,3 +914,8 @@ GRANT EXECUTE ON FUNCTION mesh.repository_provider_set_git_url(text, text) TO me
 -- a fresh install grants every mesh function to the workers
 GRANT EXECUTE ON FUNCTION mesh.repository_provider_set_git_url(text, text), mesh.egress_allows_host(jsonb, text),
                           mesh.checkout_plan(text, text, oid), mesh.checkout_credential_helper() TO mesh_worker;
+-- ---- the embedded isolate host (issue 33, supervision): sql/src/16_eval.sql ----
+INSERT INTO mesh.backends (name, driver, enabled, catalog_order, config)
+SELECT 'isolate', 'isolate', true, 1000, '{"embedded": true}'
+ WHERE coalesce(current_setting('mesh.embedded_isolated', true), 'off') = 'on'
+   AND NOT EXISTS (SELECT 1 FROM mesh.backends b WHERE b.name = 'isolate');

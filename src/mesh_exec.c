@@ -53,7 +53,8 @@ register_worker(const char *name, const char *function, int index, int flags)
 static int
 workers_needed(void)
 {
-	return mesh_worker_count + 1 + (mesh_broker_enabled ? 1 : 0) + (mesh_embedded_sandboxd ? 1 : 0);
+	return mesh_worker_count + 1 + (mesh_broker_enabled ? 1 : 0) + (mesh_embedded_sandboxd ? 1 : 0) +
+		(mesh_embedded_isolated ? 1 : 0);
 }
 
 /*
@@ -78,10 +79,11 @@ check_worker_slots(void)
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 			 errmsg("mesh_exec needs %d background worker processes, but max_worker_processes is %d",
 					registered + workers_needed(), max_worker_processes),
-			 errdetail("mesh.workers = %d pool workers, %d more for the reaper%s%s, and %d registered before mesh_exec.",
+			 errdetail("mesh.workers = %d pool workers, %d more for the reaper%s%s%s, and %d registered before mesh_exec.",
 					   mesh_worker_count, workers_needed() - mesh_worker_count,
 					   mesh_broker_enabled ? " and the broker" : "",
 					   mesh_embedded_sandboxd ? " and the sandbox daemon's supervisor" : "",
+					   mesh_embedded_isolated ? " and the isolate host's supervisor" : "",
 					   registered),
 			 errhint("Set max_worker_processes to at least %d (more if parallel queries should get workers too), or lower mesh.workers, and restart the server.",
 					 registered + workers_needed())));
@@ -132,4 +134,6 @@ _PG_init(void)
 						BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION);
 	if (mesh_embedded_sandboxd)
 		register_worker("mesh sandboxd supervisor", "mesh_launcher_main", 0, BGWORKER_SHMEM_ACCESS);
+	if (mesh_embedded_isolated)
+		register_worker("mesh isolated supervisor", "mesh_isolated_launcher_main", 0, BGWORKER_SHMEM_ACCESS);
 }

@@ -43,6 +43,12 @@ int			mesh_workspace_retention_min = 14 * 24 * 60;
 int			mesh_output_run_quota_mb = 1024;
 int			mesh_output_total_quota_mb = -1;
 int			mesh_output_disk_reserve_mb = -1;
+bool		mesh_embedded_isolated = false;
+char	   *mesh_isolate_home = NULL;
+int			mesh_isolate_port = 5690;
+int			mesh_isolate_max_isolates = 8;
+int			mesh_isolate_memory_mb = 1024;
+int			mesh_isolate_cpu_s = 10;
 
 /*
  * Define every mesh.* setting, at module load (_PG_init), before anything
@@ -159,5 +165,31 @@ mesh_define_settings(void)
 							"-1: a tenth of the filesystem, or twice max_wal_size if that is more.",
 							NULL, &mesh_output_disk_reserve_mb, -1, -1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MB, NULL, NULL, NULL);
+	DefineCustomBoolVariable("mesh.embedded_isolated",
+							 "Start and supervise mesh-isolated, the isolate host, on loopback (the \"isolate\" backend).",
+							 "Off by default: the runtime is an optional install (src/isolated/install.sh).",
+							 &mesh_embedded_isolated, false,
+							 PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("mesh.isolate_home",
+							   "Directory of the installed mesh-isolated (src/isolated/install.sh's prefix).",
+							   NULL, &mesh_isolate_home, "/usr/local/lib/mesh-isolated",
+							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.isolate_port",
+							"Loopback TCP port of the embedded mesh-isolated.",
+							NULL, &mesh_isolate_port, 5690, 1, 65535,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.isolate_max_isolates",
+							"Evaluations the embedded mesh-isolated runs at once; more are refused (too_many_isolates).",
+							NULL, &mesh_isolate_max_isolates, 8, 1, 256,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.isolate_memory",
+							"Memory (data mappings) of one evaluation's process on the embedded mesh-isolated.",
+							"At least 1 GB: the runtime reserves several hundred MB to start; half is V8's heap.",
+							&mesh_isolate_memory_mb, 1024, 1024, 65536,
+							PGC_POSTMASTER, GUC_UNIT_MB, NULL, NULL, NULL);
+	DefineCustomIntVariable("mesh.isolate_cpu_time",
+							"CPU time of one evaluation's process on the embedded mesh-isolated (RLIMIT_CPU).",
+							NULL, &mesh_isolate_cpu_s, 10, 1, 86400,
+							PGC_POSTMASTER, GUC_UNIT_S, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("mesh");
 }

@@ -38,6 +38,12 @@ extern int	mesh_workspace_retention_min;
 extern int	mesh_output_run_quota_mb;
 extern int	mesh_output_total_quota_mb;
 extern int	mesh_output_disk_reserve_mb;
+extern bool mesh_embedded_isolated;
+extern char *mesh_isolate_home;
+extern int	mesh_isolate_port;
+extern int	mesh_isolate_max_isolates;
+extern int	mesh_isolate_memory_mb;
+extern int	mesh_isolate_cpu_s;
 
 extern void mesh_define_settings(void);
 

@@ -351,6 +351,9 @@ materialize_body(void *arg)
 				 errhint("An admin sets it with mesh.backend_set_credential().")));
 
 	be.driver->declared_capabilities(&be, &caps);
+	/* an evaluation on a backend without eval goes to one with it (store_eval_route.c) */
+	if (store_route_eval(ws, &be, &caps, a->needs))
+		implicit = true;
 	refuse_lacking(ws, &caps, a->needs);
 	ws->capabilities = MemoryContextStrdup(mesh_txn_result_cxt(), mesh_capabilities_text(&caps));
 	ws->caps = caps;

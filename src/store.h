@@ -208,6 +208,8 @@ extern bool store_exec_signalled(const MeshWorkspace *ws, int64 exec_id, const c
 								 ErrorData **err);
 
 /* store_snapshot.c: project-state snapshots */
+extern bool store_route_eval(MeshWorkspace *ws, MeshBackend *be, MeshCapabilities *caps,
+							 const char *needs);
 extern void store_snapshot_choose(MeshWorkspace *ws, bool can_snapshot);
 extern bool store_snapshot_begin(MeshWorkspace *ws, const MeshBackend *be, const char *install_id,
 								 int64 *snapshot_id, char **snap_ref, ErrorData **err);

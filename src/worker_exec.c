@@ -178,6 +178,7 @@ exec_spec_from_request(WorkerCall *call)
 	call->spec.timeout_ms = (long) r->timeout_ms;
 	call->spec.background = call->op == MESH_OP_EXEC_START;
 	call->spec.eval = r->eval;
+	call->spec.egress = call->ws.egress;
 	/* the backend keeps what is stored whole, and never less than is shown */
 	call->spec.max_output_bytes = Max(mesh_exec_output_limit_bytes, r->max_output);
 }

@@ -49,3 +49,10 @@ BEGIN
     RETURN NEXT;
 END
 $$;
+
+-- The embedded isolate host (mesh.embedded_isolated, src/isolated_launcher.c) as the backend
+-- "isolate", after every other in catalog order: an unpinned agent's runs keep the shell
+-- backend, and an agent pinned to "isolate" evaluates there.
+INSERT INTO mesh.backends (name, driver, enabled, catalog_order, config)
+SELECT 'isolate', 'isolate', true, 1000, '{"embedded": true}'
+ WHERE coalesce(current_setting('mesh.embedded_isolated', true), 'off') = 'on';

@@ -160,6 +160,8 @@ typedef struct MeshExecSpec
 								 * output and end come through exec_output */
 	bool		eval;			/* an evaluation (mesh_eval): argv is [language, code], stdin
 								 * the input as JSON; only backends declaring eval get one */
+	const char *egress;			/* the workspace's captured network policy (as in
+								 * MeshAcquireSpec), for a backend that enforces it per exec */
 } MeshExecSpec;
 
 /*

@@ -4,7 +4,8 @@
  *	  Driver for mesh-isolated, the isolate-runtime host (src/isolated/).
  *
  * The host runs a JavaScript snippet in a fresh V8 isolate with no
- * filesystem, no subprocess, no environment and no network.  It declares
+ * filesystem, no subprocess, no environment and no network but the run's
+ * allowlist (egress_control: the runtime's permission list).  It declares
  * exactly that: eval, and none of shell, files, snapshot or hibernate, so
  * the layer above refuses commands and file calls by capability before it
  * asks.  A "workspace" here holds nothing: acquire and release only check
@@ -12,12 +13,15 @@
  * (argv = [language, code], stdin = the input as JSON).
  *
  *	  {"url": "http://127.0.0.1:5690"}		loopback, no credential
+ *	  {"embedded": true}					the host the extension supervises
+ *											(mesh.isolate_port, isolated_launcher.c)
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "mesh_json.h"
+#include "settings.h"
 
 #include "backends/backend.h"
 
@@ -28,14 +32,19 @@ isolate_validate_config(json_t *config)
 	const char *key;
 	json_t	   *value;
 	json_t	   *url = json_object_get(config, "url");
+	json_t	   *embedded = json_object_get(config, "embedded");
 
 	json_object_foreach(config, key, value)
 	{
-		if (strcmp(key, "url") != 0 && strcmp(key, "request_timeout_ms") != 0)
-			return psprintf("%s: unknown field (expected url, request_timeout_ms)", key);
+		if (strcmp(key, "url") != 0 && strcmp(key, "embedded") != 0 && strcmp(key, "request_timeout_ms") != 0)
+			return psprintf("%s: unknown field (expected url, embedded, request_timeout_ms)", key);
 	}
-	if (url == NULL || !json_is_string(url) || strncmp(json_string_value(url), "http://", 7) != 0)
-		return "url: must be given and start with http://";
+	if ((url != NULL) == (embedded != NULL))
+		return "url/embedded: exactly one of them must be given";
+	if (embedded && !json_is_true(embedded))
+		return "embedded: must be true when given";
+	if (url && (!json_is_string(url) || strncmp(json_string_value(url), "http://", 7) != 0))
+		return "url: must start with http://";
 	value = json_object_get(config, "request_timeout_ms");
 	if (value && (!json_is_integer(value) || json_integer_value(value) <= 0))
 		return "request_timeout_ms: must be a positive integer";
@@ -55,7 +64,8 @@ isolate_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	memset(caps, 0, sizeof(*caps));
 	caps->eval = true;
 	caps->caller_chosen_id = true;
-	caps->resource_limits = true;	/* wall time, output, isolates per host */
+	caps->resource_limits = true;	/* wall time, CPU time, memory, output, isolates per host */
+	caps->egress_control = true;	/* the runtime's permission list: only the allowed hosts */
 }
 
 /* A request to the host at PATH, with the configured deadline. */
@@ -63,7 +73,8 @@ static void
 isolate_begin(const MeshBackend *be, MeshHttpRequest *req, const char *method, const char *path,
 			  long timeout_ms)
 {
-	const char *base = json_string_value(json_object_get(be->config, "url"));
+	json_t	   *url = json_object_get(be->config, "url");
+	const char *base = url ? json_string_value(url) : psprintf("http://127.0.0.1:%d", mesh_isolate_port);
 	json_t	   *timeout = json_object_get(be->config, "request_timeout_ms");
 	size_t		len = strlen(base);
 
@@ -103,6 +114,32 @@ isolate_acquire_response(const MeshBackend *be, MeshOpState *st, const MeshHttpR
 }
 
 /*
+ * The hosts an evaluation may reach: the domains of the run's allowlist
+ * (wildcards as "*.example.com", which the runtime's permission list takes
+ * as they are).  None in open mode, or with no policy: an evaluation never
+ * gets the network wholesale, where loopback alone would reach this server
+ * and the hosts beside it.
+ */
+static json_t *
+isolate_allow_hosts(const char *egress)
+{
+	json_t	   *policy = egress ? json_loads(egress, 0, NULL) : NULL;
+	json_t	   *hosts = json_array();
+	json_t	   *domains = policy ? json_object_get(policy, "domains") : NULL;
+	const char *mode = policy ? json_string_value(json_object_get(policy, "mode")) : NULL;
+	size_t		i;
+	json_t	   *d;
+
+	if (mode && strcmp(mode, "allowlist") == 0 && json_is_true(json_object_get(policy, "enforced")))
+		json_array_foreach(domains, i, d)
+			if (json_is_string(d))
+				json_array_append(hosts, d);
+	if (policy)
+		json_decref(policy);
+	return hosts;
+}
+
+/*
  * An evaluation: argv is [language, code], stdin the input as JSON text.
  * A command (spec->eval false) is refused: the layer above never sends one,
  * as the shell capability is not declared.
@@ -130,9 +167,10 @@ isolate_exec_request(const MeshBackend *be, MeshOpState *st, const char *ref,
 		}
 	}
 	isolate_begin(be, req, "POST", "/v1/eval", spec->timeout_ms);
-	body = json_pack("{s:s,s:s,s:o,s:I,s:I}",
+	body = json_pack("{s:s,s:s,s:o,s:o,s:I,s:I}",
 					 "language", spec->argv[0], "code", spec->argv[1],
 					 "input", input ? input : json_null(),
+					 "allow_hosts", isolate_allow_hosts(spec->egress),
 					 "timeout_ms", (json_int_t) spec->timeout_ms,
 					 /* half the exec's bound for console output: the answer wrapping it
 					  * (value, error, escapes) must fit the stored stdout whole */
@@ -156,6 +194,14 @@ isolate_exec_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResp
 	char	   *text;
 	double		duration_ms;
 
+	/* the host died (or was restarted by its supervisor) with the evaluation in it */
+	if (resp->transport_error && !resp->out_of_descriptors)
+	{
+		mesh_error_set(err, MESH_FAIL_UNAVAILABLE,
+					   "backend \"%s\": the isolate host went away during the evaluation (%s)",
+					   be->name, resp->transport_error);
+		return MESH_STEP_FAILED;
+	}
 	if (!mesh_http_error_from_json(resp, be->name, err))
 		return MESH_STEP_FAILED;
 	doc = json_loadb(resp->body ? resp->body : "", resp->body_len, 0, NULL);

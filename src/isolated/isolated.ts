@@ -4,7 +4,8 @@
 // of its own (src/isolated/isolate_child.ts): a fresh V8 isolate with no
 // permissions (no filesystem, no subprocess, no environment, no FFI; network
 // only to the hosts the request allows, enforced by Deno's permission list)
-// under a memory bound (RLIMIT_DATA through prlimit, and V8's heap limit).
+// under a memory bound (RLIMIT_DATA through prlimit, and V8's heap limit)
+// and a CPU-time bound (RLIMIT_CPU: SIGXCPU at CPU_SECONDS, SIGKILL a second later).
 // The process is killed when its wall time is up or its output runs over:
 // a Worker's terminate() does not stop a busy isolate (measured: a
 // `while (true) {}` kept its thread at 100% CPU after terminate), a killed
@@ -12,7 +13,7 @@
 // its own process down.  Spare processes are started ahead so an evaluation
 // does not wait for a runtime to boot; each is used once.
 //
-// Usage: deno run ... isolated.ts PORT [MAX_CONCURRENT] [SPARES] [MEMORY_MB]
+// Usage: deno run ... isolated.ts PORT [MAX_CONCURRENT] [SPARES] [MEMORY_MB] [CPU_SECONDS]
 //
 // Protocol (JSON over HTTP, errors as {"error":{"code","message"}}):
 //   GET  /v1/health   -> {"ok":true,"languages":["javascript"],"running":N}
@@ -27,6 +28,8 @@ const spareCount = Number(Deno.args[2] ?? "2");
 // Each evaluation's memory: 1 GiB of data mappings at least (the V8 runtime
 // reserves several hundred MB of them to start), half of it V8's heap.
 const memoryMb = Math.max(1024, Number(Deno.args[3] ?? "1024"));
+// Each evaluation's CPU time (its process's, the runtime's start included).
+const cpuSeconds = Math.max(1, Number(Deno.args[4] ?? "10"));
 const childPath = new URL("./isolate_child.ts", import.meta.url).pathname;
 const denoPath = Deno.execPath();
 let running = 0;
@@ -48,7 +51,7 @@ function fail(status: number, code: string, message: string): Response {
 // A process for one evaluation, waiting for its request on stdin: no
 // permissions but network to HOSTS (none when empty), its memory bounded.
 function newChild(hosts: string[]): Deno.ChildProcess {
-  const args = [`--data=${memoryMb * 1048576}`, "--", denoPath, "run", "--quiet", "--no-prompt",
+  const args = [`--data=${memoryMb * 1048576}`, `--cpu=${cpuSeconds}:${cpuSeconds + 1}`, "--", denoPath, "run", "--quiet", "--no-prompt",
                 `--v8-flags=--max-old-space-size=${Math.floor(memoryMb / 2)}`];
   if (hosts.length) args.push(`--allow-net=${hosts.join(",")}`);
   args.push(childPath);
@@ -127,6 +130,8 @@ async function evaluate(req: EvalRequest): Promise<Record<string, unknown>> {
       row = stopped(`evaluation stopped: output over ${maxOut} bytes`, { output_limited: true });
     else if (at >= 0)
       row = { ...JSON.parse(text.slice(at + nonce.length, text.indexOf("\n", at))), timed_out: false };
+    else if (status?.signal === "SIGXCPU")
+      row = stopped(`evaluation stopped: CPU time over ${cpuSeconds} s`);
     else if (status?.signal === "SIGTRAP" || status?.signal === "SIGABRT" || status?.signal === "SIGSEGV")
       row = stopped(`evaluation stopped: memory over ${memoryMb} MB`);
     else
