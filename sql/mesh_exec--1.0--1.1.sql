@@ -737,10 +737,10 @@ GRANT EXECUTE ON FUNCTION mesh.eval_call(text, text[], text, bytea, interval, js
 ALTER TABLE mesh.repository_providers ADD COLUMN git_url text
     CHECK (git_url ~ '^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$');
 
--- An admin sets the clone base of a provider (NULL: https://<host>).  Its host must be the
+-- An admin sets the clone base of a provider (NULL or omitted: https://<host>).  Its host must be the
 -- provider's host: the credential helper asks the broker for the host git names, and the
 -- broker offers a token only to its own host.
-CREATE FUNCTION mesh.repository_provider_set_git_url(name text, git_url text) RETURNS void
+CREATE FUNCTION mesh.repository_provider_set_git_url(name text, git_url text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     prov mesh.repository_providers;
@@ -775,7 +775,7 @@ $$;
 -- What mesh_checkout needs, and its refusals before any backend call: the caller may drive
 -- the run, the run holds a live grant for the repository, its egress reaches the host and
 -- its backend (once chosen) declares shell.  Returns the clone URL and the git identity.
-CREATE FUNCTION mesh.checkout_plan(p_run_id text, p_repository text, p_caller oid,
+CREATE FUNCTION mesh.checkout_plan(p_run_id text, p_repository text,
                                    OUT clone_url text, OUT host text, OUT agent_id text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
@@ -783,8 +783,10 @@ DECLARE
     prov mesh.repository_providers;
     egress jsonb;
 BEGIN
+    PERFORM mesh.require_args('checkout_plan', ARRAY['p_run_id', 'p_repository'],
+        ARRAY[p_run_id IS NULL, p_repository IS NULL]);
     SELECT * INTO ws FROM mesh.workspaces w WHERE w.run_id = p_run_id AND w.status <> 'released';
-    IF ws.run_id IS NULL OR NOT mesh.may_drive(ws.owner_role, p_caller) THEN
+    IF ws.run_id IS NULL OR NOT mesh.may_drive(ws.owner_role, mesh.invoking_role()) THEN
         RAISE EXCEPTION 'run "%" is unknown or released', p_run_id
             USING ERRCODE = 'undefined_object', HINT = 'Acquire it first with mesh_acquire.';
     END IF;
@@ -859,8 +861,7 @@ BEGIN
         RAISE EXCEPTION 'branch "%" is not a branch name this checkout accepts', branch
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Letters, digits, ".", "_", "-" and "/".';
     END IF;
-    plan := mesh.checkout_plan(mesh_checkout.run_id, mesh_checkout.repository,
-                               (SELECT o.oid FROM pg_catalog.pg_roles o WHERE o.rolname = current_user));
+    plan := mesh.checkout_plan(mesh_checkout.run_id, mesh_checkout.repository);
     path := '/workspace/' || split_part(mesh_checkout.repository, '/', 2);
     -- 1: the helper (the backend's declared capabilities are checked by the exec path first)
     SELECT * INTO r FROM @extschema@.mesh_exec(mesh_checkout.run_id,
@@ -906,14 +907,14 @@ $$;
 -- checking out a repository (sql/src/18_checkout.sql): the harness checks out, the admin sets a clone base
 REVOKE ALL ON FUNCTION @extschema@.mesh_checkout(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mesh.repository_provider_set_git_url(text, text), mesh.egress_allows_host(jsonb, text),
-                        mesh.checkout_plan(text, text, oid), mesh.checkout_credential_helper() FROM PUBLIC;
+                        mesh.checkout_plan(text, text), mesh.checkout_credential_helper() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_checkout(text, text, text),
-                          mesh.checkout_plan(text, text, oid),
+                          mesh.checkout_plan(text, text),
                           mesh.checkout_credential_helper() TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION mesh.repository_provider_set_git_url(text, text) TO mesh_admin;
 -- a fresh install grants every mesh function to the workers
 GRANT EXECUTE ON FUNCTION mesh.repository_provider_set_git_url(text, text), mesh.egress_allows_host(jsonb, text),
-                          mesh.checkout_plan(text, text, oid), mesh.checkout_credential_helper() TO mesh_worker;
+                          mesh.checkout_plan(text, text), mesh.checkout_credential_helper() TO mesh_worker;
 -- ---- the embedded isolate host (issue 33, supervision): sql/src/16_eval.sql ----
 INSERT INTO mesh.backends (name, driver, enabled, catalog_order, config)
 SELECT 'isolate', 'isolate', true, 1000, '{"embedded": true}'

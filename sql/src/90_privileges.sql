@@ -119,6 +119,6 @@ GRANT EXECUTE ON FUNCTION mesh.eval_call(text, text[], text, bytea, interval, js
 -- checking out a repository (sql/src/18_checkout.sql): the harness checks out, the admin sets a clone base
 REVOKE ALL ON FUNCTION @extschema@.mesh_checkout(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_checkout(text, text, text),
-                          mesh.checkout_plan(text, text, oid),
+                          mesh.checkout_plan(text, text),
                           mesh.checkout_credential_helper() TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION mesh.repository_provider_set_git_url(text, text) TO mesh_admin;

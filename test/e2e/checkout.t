@@ -10,7 +10,7 @@
 # egress, bad branch) come before any exec; no token value reaches an exec row, an event, a
 # log or a NOTICE.
 . "$(dirname "$0")/lib.sh"
-plan 25
+plan 28
 work=$(mktemp -d /tmp/mesh-checkout.XXXXXX)
 chmod 755 "$work"
 pids=()
@@ -84,6 +84,13 @@ like "$err" "42501.*run \"co-a-$S\" has no grant for repository \"octo/gadgets\"
 like "$err" "HINT: +An admin grants it with mesh.repository_grant" "the refusal says how to get the grant"
 err=$(psql -X -qAt -c "SELECT * FROM mesh_checkout('co-a-$S', 'octo/widgets', 'bad..branch')" 2>&1)
 like "$err" 'is not a branch name this checkout accepts' "a malformed branch name is refused"
+q "CREATE ROLE co_other_$S IN ROLE mesh_harness" >/dev/null
+err=$(psql -X -qAt -c "SET ROLE co_other_$S; SELECT * FROM mesh_checkout('co-a-$S', 'octo/widgets')" 2>&1)
+like "$err" "run \"co-a-$S\" is unknown or released" "another harness role cannot check out into the run"
+err=$(psql -X -qAt -c "SET ROLE co_other_$S; SELECT * FROM mesh.checkout_plan('co-a-$S', 'octo/widgets')" 2>&1)
+like "$err" "run \"co-a-$S\" is unknown or released" "nor learn its plan by calling mesh.checkout_plan itself (the caller is read, not passed)"
+is "$(q "SELECT host FROM mesh.checkout_plan('co-a-$S', 'octo/widgets')")" "127.0.0.1:$GPORT" "the run's owner gets the plan (positive control)"
+q "DROP ROLE co_other_$S" >/dev/null
 saved=$(q "SELECT policy FROM mesh.egress_settings")
 q "SELECT mesh.set_egress_policy('{\"mode\": \"allowlist\", \"domains\": [\"example.org\"]}')" >/dev/null
 q "SELECT 1 FROM mesh_acquire('co-e-$S', 'co-agent', 'alice')" >/dev/null
