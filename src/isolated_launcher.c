@@ -7,7 +7,7 @@
  * mesh-isolated (src/isolated/, installed under mesh.isolate_home) on
  * 127.0.0.1:mesh.isolate_port, with the bounds of the mesh.isolate_*
  * settings: isolates at once, memory and CPU time of each evaluation's
- * process.  CREATE EXTENSION registers it as the backend "isolate"
+ * process.  CREATE EXTENSION registers it as an enabled backend
  * ({"embedded": true}, sql/src/16_eval.sql), whose driver reads the port
  * from the same setting.
  *

@@ -40,8 +40,16 @@ mesh_edge_double() {
 }
 
 mesh_edge_stop() {
+  local cg
   if [ -n "$MESH_EDGE_PID" ]; then
     kill -TERM "$MESH_EDGE_PID" 2>/dev/null; wait "$MESH_EDGE_PID" 2>/dev/null
+    # the daemon behind the sprites leaves its cgroup parent (named by the double's pid) behind,
+    # empty: removed here, as test/lib/cluster.sh does for the embedded daemon's
+    for cg in /sys/fs/cgroup/*/"mesh-spritesdouble-$MESH_EDGE_PID"; do
+      [ -d "$cg" ] || continue
+      find "$cg" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null
+      rmdir "$cg" 2>/dev/null
+    done
     MESH_EDGE_PID=""
   fi
   return 0
