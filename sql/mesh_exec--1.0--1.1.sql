@@ -886,12 +886,22 @@ BEGIN
             USING ERRCODE = 'external_routine_exception',
                   HINT = format('mesh.execs row %s; the broker''s refusals are events of the run.', r.exec_id);
     END IF;
-    -- 3: the working branch
+    -- 3: the working branch, brought up to what was fetched when it only moved forward (a
+    -- clone a snapshot brought stands on the commit of its day; an agent's own commits on
+    -- it are never thrown away); a new branch starts from the remote's default branch
     SELECT * INTO r FROM @extschema@.mesh_exec(mesh_checkout.run_id, ARRAY['sh', '-c',
         'set -e; cd "$1"
+         default=$(git symbolic-ref -q --short refs/remotes/origin/HEAD || true)
          if [ -n "$2" ]; then
            if git rev-parse -q --verify "refs/heads/$2" >/dev/null || git rev-parse -q --verify "refs/remotes/origin/$2" >/dev/null
-           then git checkout -q "$2"; else git checkout -q -b "$2"; fi
+           then git checkout -q "$2"; else git checkout -q --no-track -b "$2" $default; fi
+           upstream=origin/$2
+         else
+           [ -z "$default" ] || git checkout -q "${default#origin/}"
+           upstream=$default
+         fi
+         if [ -n "$upstream" ] && git rev-parse -q --verify "refs/remotes/$upstream" >/dev/null; then
+           git merge -q --ff-only "$upstream" 2>/dev/null || echo "mesh_checkout: $upstream is not a fast-forward of the branch: left as it was" >&2
          fi
          git rev-parse HEAD; git rev-parse --abbrev-ref HEAD',
         'sh', path, coalesce(branch, '')], env => env);

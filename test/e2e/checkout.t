@@ -10,7 +10,7 @@
 # egress, bad branch) come before any exec; no token value reaches an exec row, an event, a
 # log or a NOTICE.
 . "$(dirname "$0")/lib.sh"
-plan 28
+plan 31
 work=$(mktemp -d /tmp/mesh-checkout.XXXXXX)
 chmod 755 "$work"
 pids=()
@@ -22,14 +22,15 @@ GPORT=5791   # this session's port range; free on the host, and in every sandbox
 # the GitHub API double, the App's key, two installed repositories with a commit each
 openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$work/app.pem" 2>/dev/null
 openssl pkey -in "$work/app.pem" -pubout -out "$work/app.pub" 2>/dev/null
-python3 "$repos_dir/github_double.py" "$work/port" 4242 "$work/app.pub" 77 octo widgets,gadgets &
+python3 "$repos_dir/github_double.py" "$work/port" 4242 "$work/app.pub" 77 octo widgets,gadgets,big &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 api="http://127.0.0.1:$(cat "$work/port")"
-for r in widgets gadgets; do
+for r in widgets gadgets big; do
   git init -q -b main "$work/src-$r"
   echo "$r" > "$work/src-$r/README"
-  git -C "$work/src-$r" add README
+  [ "$r" != big ] || head -c 2000000 /dev/urandom > "$work/src-$r/blob"   # what a clone transfers, a fetch need not
+  git -C "$work/src-$r" add .
   git -C "$work/src-$r" -c user.name=t -c user.email=t@t commit -q -m "$r: first"
   mkdir -p "$work/git/octo"
   git clone -q --bare "$work/src-$r" "$work/git/octo/$r.git"
@@ -68,7 +69,7 @@ psql -X -qAt -v ON_ERROR_STOP=1 -v key="$(cat "$work/app.pem")" <<'SQL' >/dev/nu
 SELECT mesh.repository_provider_set_credential('gh-co', :'key');
 SQL
 q "SELECT mesh.repository_provider_set_git_url('gh-co', 'http://127.0.0.1:$GPORT')" >/dev/null
-q "SELECT mesh.repository_register('octo/widgets', 'gh-co'), mesh.repository_register('octo/gadgets', 'gh-co')" >/dev/null
+q "SELECT mesh.repository_register('octo/widgets', 'gh-co'), mesh.repository_register('octo/gadgets', 'gh-co'), mesh.repository_register('octo/big', 'gh-co')" >/dev/null
 for run in co-a-$S co-b-$S; do
   q "SELECT 1 FROM mesh_acquire('$run', 'co-agent', 'alice')" >/dev/null
   q "SELECT exit_code FROM mesh_exec('$run', ARRAY['true'])" >/dev/null 2>>"$work/notices"  # materialized: its namespace exists
@@ -153,6 +154,35 @@ q "SELECT mesh_release('co-a-$S')" >/dev/null
 wait_for "SELECT count(*) = 0 FROM mesh.repository_tokens WHERE revoke_outcome = 'pending'" 450
 is "$(q "SELECT revoke_outcome FROM mesh.repository_tokens WHERE run_id = 'co-a-$S'")" revoked "release revoked run co-a-$S's token at the provider"
 is "$(status_with "$ha" widgets)" 401 "the revoked token is refused by the git server"
+
+# --- the warm path: a run started from a snapshot holding the clone fetches only what is new
+# served_bytes RUN: the bytes the git server in RUN's sandbox answered (its log: method path status bytes)
+served_bytes() { awk 'NF == 4 { s += $4 } END { print s + 0 }' "$work/$1.log"; }
+# a materialized run of project co-proj-$S with the git server in its sandbox and octo/big granted
+warm_run() {
+  q "SELECT 1 FROM mesh_acquire('$1', 'co-agent', 'alice', project => 'co-proj-$S')" >/dev/null
+  q "SELECT exit_code FROM mesh_exec('$1', ARRAY['true'])" >/dev/null 2>>"$work/notices"
+  git_server "$1" "$(in_sandbox "$1")"
+  q "SELECT mesh.repository_grant('$1', 'octo/big')" >/dev/null
+}
+warm_run co-w1-$S
+psql -X -qAt -c "SELECT commit_sha FROM mesh_checkout('co-w1-$S', 'octo/big')" >/dev/null 2>>"$work/notices"
+q "SELECT id FROM mesh_snapshot('co-w1-$S')" >/dev/null
+q "SELECT mesh_release('co-w1-$S')" >/dev/null
+echo news > "$work/src-big/NEWS"
+git -C "$work/src-big" add NEWS
+git -C "$work/src-big" -c user.name=t -c user.email=t@t commit -q -m "big: news"
+git -C "$work/src-big" push -q "$work/git/octo/big.git" main
+big_head=$(git -C "$work/git/octo/big.git" rev-parse main)
+warm_run co-w2-$S
+is "$(q "SELECT stdout FROM mesh_exec('co-w2-$S', ARRAY['sh', '-c', 'test -f /workspace/big/blob && git -C /workspace/big log --format=%s -1'])")" \
+   "big: first" "a run of the project starts with the snapshot's clone, a commit behind"
+out=$(psql -X -qAt -F ' ' -c "SELECT commit_sha, checked_out_branch FROM mesh_checkout('co-w2-$S', 'octo/big')" 2>>"$work/notices")
+is "$out" "$big_head main" "its checkout stands on the new upstream commit"
+cold=$(served_bytes co-w1-$S); warm=$(served_bytes co-w2-$S)
+ok "$([ "$cold" -gt 2000000 ] && [ "$warm" -gt 0 ] && [ $((warm * 20)) -lt "$cold" ] && echo 0 || echo 1)" \
+   "it fetched only the delta: $warm bytes from the git server, against $cold for the clone"
+q "SELECT mesh_release('co-w2-$S')" >/dev/null
 
 # --- no token value anywhere it must not be
 leaks=0
