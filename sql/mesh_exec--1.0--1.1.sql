@@ -930,3 +930,20 @@ INSERT INTO mesh.backends (name, driver, enabled, catalog_order, config)
 SELECT 'isolate', 'isolate', true, 1000, '{"embedded": true}'
  WHERE coalesce(current_setting('mesh.embedded_isolated', true), 'off') = 'on'
    AND NOT EXISTS (SELECT 1 FROM mesh.backends b WHERE b.name = 'isolate');
+
+-- ---- declared capabilities in the catalog: sql/src/02_internal.sql, 08_views.sql ----
+-- What a driver declares for a backend of this config (no backend call): the capabilities
+-- JSON a workspace row records; NULL for a driver this build does not have.
+CREATE FUNCTION mesh.driver_capabilities(driver text, config jsonb) RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'mesh_driver_capabilities' LANGUAGE C STRICT STABLE;
+CREATE OR REPLACE VIEW mesh.backend_catalog AS
+SELECT b.name, b.driver, b.enabled, b.catalog_order, b.config, b.max_size,
+       (c.backend IS NOT NULL) AS has_credential, c.set_at AS credential_set_at,
+       b.created_at, b.updated_at,
+       -- declared, not discovered: what a run on it may ask (shell, eval, snapshot, ...)
+       mesh.driver_capabilities(b.driver, b.config) AS capabilities
+  FROM mesh.backends b LEFT JOIN mesh.backend_credentials c ON c.backend = b.name;
+REVOKE ALL ON FUNCTION mesh.driver_capabilities(text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION mesh.driver_capabilities(text, jsonb) TO mesh_admin;
+-- a fresh install grants every mesh function to the workers
+GRANT EXECUTE ON FUNCTION mesh.driver_capabilities(text, jsonb) TO mesh_worker;

@@ -111,8 +111,20 @@ if [ -x test/conformance/run.sh ]; then
   else
     export MESH_DOCKER_SKIP="dockerd could not run here: $(tr '\n' ' ' < "$MESH_TEST_WORK/docker.err" | cut -c1-200)"
   fi
+  # an isolate host (src/isolated/) serves the "isolate" backend: a process group of its own,
+  # killed whole after the suite
+  isolate_home=${MESH_ISOLATE_HOME:-/usr/local/lib/mesh-isolated} isolate_pgid=""
+  if [ -x "$isolate_home/mesh-isolated" ]; then
+    setsid "$isolate_home/mesh-isolated" $((MESH_PORT + 72)) 4 > "$MESH_TEST_WORK/isolated.log" 2>&1 &
+    isolate_pgid=$!
+    for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$((MESH_PORT + 72))/v1/health" >/dev/null && break; sleep 0.1; done
+    export MESH_ISOLATE_URL="http://127.0.0.1:$((MESH_PORT + 72))"
+  else
+    export MESH_ISOLATE_URL_SKIP="mesh-isolated is not installed (src/isolated/install.sh)"
+  fi
   psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
   test/conformance/run.sh > "$MESH_TEST_WORK/conformance.out" 2>&1; rc=$?
+  [ -z "$isolate_pgid" ] || { kill -- -"$isolate_pgid" 2>/dev/null; wait "$isolate_pgid" 2>/dev/null; }
   grep -E '^not ok|^# (backend|SKIP|Failed)' "$MESH_TEST_WORK/conformance.out" | head -40
   grep -E '^Files=|^Result' "$MESH_TEST_WORK/conformance.out"
   cov_conformance "$MESH_TEST_WORK/conformance.out" $rc

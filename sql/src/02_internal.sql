@@ -5,6 +5,10 @@ CREATE FUNCTION mesh.validate_backend_config(driver text, config jsonb) RETURNS 
     AS 'MODULE_PATHNAME', 'mesh_validate_backend_config' LANGUAGE C STRICT;
 CREATE FUNCTION mesh.drivers() RETURNS text[]
     AS 'MODULE_PATHNAME', 'mesh_drivers' LANGUAGE C STRICT;
+-- What a driver declares for a backend of this config (no backend call): the capabilities
+-- JSON a workspace row records; NULL for a driver this build does not have.
+CREATE FUNCTION mesh.driver_capabilities(driver text, config jsonb) RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'mesh_driver_capabilities' LANGUAGE C STRICT STABLE;
 -- Run a reaper sweep now; returns what it did.
 CREATE FUNCTION mesh.sweep() RETURNS TABLE (action text, run_id text, backend text, detail text)
     AS 'MODULE_PATHNAME', 'mesh_sweep' LANGUAGE C;

@@ -4,7 +4,9 @@
 CREATE VIEW mesh.backend_catalog AS
 SELECT b.name, b.driver, b.enabled, b.catalog_order, b.config, b.max_size,
        (c.backend IS NOT NULL) AS has_credential, c.set_at AS credential_set_at,
-       b.created_at, b.updated_at
+       b.created_at, b.updated_at,
+       -- declared, not discovered: what a run on it may ask (shell, eval, snapshot, ...)
+       mesh.driver_capabilities(b.driver, b.config) AS capabilities
   FROM mesh.backends b LEFT JOIN mesh.backend_credentials c ON c.backend = b.name;
 
 CREATE VIEW mesh.live_workspaces AS

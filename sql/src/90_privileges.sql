@@ -64,6 +64,8 @@ GRANT SELECT ON mesh.agent_access TO mesh_admin;
 GRANT SELECT ON mesh.spend_by_agent, mesh.run_limits, mesh.settings, mesh.run_budgets, mesh.tier_climbs TO mesh_admin;
 GRANT SELECT ON mesh.secret_catalog, mesh.environments, mesh.grants TO mesh_admin;
 GRANT SELECT ON mesh.backend_catalog, mesh.event_log TO mesh_admin;
+-- the catalog's capabilities column: its readers call the function
+GRANT EXECUTE ON FUNCTION mesh.driver_capabilities(text, jsonb) TO mesh_admin;
 GRANT SELECT ON mesh.backends, mesh.agents, mesh.workspaces, mesh.execs, mesh.events TO mesh_admin;
 GRANT SELECT ON mesh.snapshots, mesh.project_snapshots TO mesh_admin;
 GRANT EXECUTE ON FUNCTION mesh.backend_add(text, text, jsonb, boolean, integer, mesh.size_tier),

@@ -473,3 +473,32 @@ mesh_drivers(PG_FUNCTION_ARGS)
 		names[i] = CStringGetTextDatum(drivers[i]->name);
 	PG_RETURN_ARRAYTYPE_P(construct_array(names, lengthof(drivers), TEXTOID, -1, false, TYPALIGN_INT));
 }
+
+/*
+ * mesh.driver_capabilities(driver, config): what DRIVER declares for a backend
+ * of CONFIG, as the capabilities JSON a workspace row records, without any
+ * backend call: the catalog shows it (mesh.backend_catalog) so that an
+ * operator, a harness's router or the conformance suite learns that a backend
+ * cannot run a shell before sending it one.  NULL for a driver this build
+ * does not have.
+ */
+PG_FUNCTION_INFO_V1(mesh_driver_capabilities);
+Datum
+mesh_driver_capabilities(PG_FUNCTION_ARGS)
+{
+	char	   *driver_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	Jsonb	   *config = PG_GETARG_JSONB_P(1);
+	const MeshDriver *driver = mesh_driver_lookup(driver_name);
+	MeshBackend be;
+	MeshCapabilities caps;
+
+	if (driver == NULL)
+		PG_RETURN_NULL();
+	memset(&be, 0, sizeof(be));
+	be.driver = driver;
+	be.config = json_loads(JsonbToCString(NULL, &config->root, VARSIZE(config)), 0, NULL);
+	driver->declared_capabilities(&be, &caps);
+	if (be.config)
+		json_decref(be.config);
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(mesh_capabilities_text(&caps))));
+}

@@ -3,6 +3,7 @@
 -- on backend :backend.
 \set suite exec
 \ir lib.psql
+\if :run_suite
 SELECT :'tag' || '-1' AS run \gset
 SELECT plan(23);
 
@@ -73,3 +74,4 @@ SELECT is((SELECT count(*) FILTER (WHERE status = 'running') FROM mesh.execs WHE
           'no exec row is left running');
 SELECT is((SELECT mesh_release(:'run')), 'destroyed', 'release destroys the sandbox');
 SELECT * FROM finish();
+\endif

@@ -2,6 +2,7 @@
 -- the workspace (traversal, absolute paths outside, symlinks out, directories) on :backend.
 \set suite files
 \ir lib.psql
+\if :run_suite
 SELECT :'tag' || '-1' AS run \gset
 SELECT string_agg(set_byte('\x00'::bytea, 0, b), ''::bytea) AS all_bytes FROM generate_series(0, 255) b \gset
 SELECT plan(24);
@@ -49,3 +50,4 @@ SELECT is((SELECT exit_code FROM pg_temp.x(:'run', ARRAY['test', '-e', '/etc/mes
 SELECT throws_ok(format('SELECT mesh_read_file(%L, ''bin'')', :'run'), '42501', NULL, 'reading a directory is refused');
 SELECT mesh_release(:'run') \g /dev/null
 SELECT * FROM finish();
+\endif

@@ -4,6 +4,7 @@
 -- to), and no view of another workspace's files.
 \set suite isolation
 \ir lib.psql
+\if :run_suite
 SELECT :'tag' || '-a' AS run \gset
 SELECT :'tag' || '-b' AS peer \gset
 SELECT 'mesh-probe-' || :'tag' AS probe \gset
@@ -34,3 +35,4 @@ SELECT is((SELECT stdout FROM pg_temp.x(:'peer', ARRAY['sh', '-c',
 SELECT mesh_release(:'run') \g /dev/null
 SELECT mesh_release(:'peer') \g /dev/null
 SELECT * FROM finish();
+\endif

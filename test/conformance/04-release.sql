@@ -3,6 +3,7 @@
 -- the reaper's reconciliation lists the backend.
 \set suite release
 \ir lib.psql
+\if :run_suite
 SELECT :'tag' || '-chat' AS chat \gset
 SELECT :'tag' || '-1' AS run \gset
 SELECT :'tag' || '-idle' AS idle \gset
@@ -42,3 +43,4 @@ SELECT matches((SELECT string_agg(detail, ',') FROM mesh.sweep() WHERE action = 
                '^[1-9][0-9]* sandbox', 'the reaper''s reconciliation lists the live sandbox on this backend');
 SELECT mesh_release(:'idle') \g /dev/null
 SELECT * FROM finish();
+\endif

@@ -5,6 +5,7 @@
 -- capability is checked for the honest refusal and the reason in the set-up NOTICE.
 \set suite snapshot
 \ir lib.psql
+\if :run_suite
 SELECT :'tag' || '-src' AS src \gset
 SELECT :'tag' || '-next' AS next \gset
 SELECT :'tag' || '-fork' AS fork \gset
@@ -48,3 +49,4 @@ SELECT skip('backend ' || :'backend' || ' does not declare the snapshot capabili
 SELECT mesh_release(:'src');
 \o
 SELECT * FROM finish();
+\endif

@@ -5,6 +5,7 @@
 -- the capability is checked for the honest refusal.
 \set suite background
 \ir lib.psql
+\if :run_suite
 SELECT :'tag' || '-bg' AS run \gset
 SELECT plan(9);
 \o /dev/null
@@ -58,3 +59,4 @@ SELECT mesh_release(:'run');
 \o
 \endif
 SELECT * FROM finish();
+\endif

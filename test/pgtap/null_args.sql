@@ -29,7 +29,7 @@ BEGIN
                 -- helpers of views and functions, not an API (NULL in, NULL out; the NULL check itself)
                 AND p.proname NOT IN ('may_drive', 'output_text', 'output_slice', 'require_args',
                                       'exec_channel_name', 'raise_unknown_snapshot', 'snapshot_owned',
-                                      'snapshot_usable')
+                                      'snapshot_usable', 'driver_capabilities')
               ORDER BY 1 LOOP
         FOR i IN 1 .. f.pronargs - f.pronargdefaults LOOP
             args := '{}';
