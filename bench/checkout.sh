@@ -53,11 +53,12 @@ git_server() {
   for _ in $(seq 100); do [ -s "$WORK/$1.port" ] && return 0; sleep 0.1; done
   echo "bench/checkout.sh: the git server $1 did not start" >&2; return 1
 }
-# run_ready RUN: RUN of project bench-proj, materialized, the git server in its sandbox, granted
+# run_ready RUN PROJECT: RUN of PROJECT, materialized (from the project's latest snapshot, when it
+# has one), the git server in its sandbox, granted
 run_ready() {
   local ref
   psql -X -qAt -c "SET client_min_messages = warning" \
-    -c "SELECT 1 FROM mesh_acquire('$1', 'bench-agent', 'bench', project => 'bench-proj')" \
+    -c "SELECT 1 FROM mesh_acquire('$1', 'bench-agent', 'bench', project => '$2')" \
     -c "SELECT exit_code FROM mesh_exec('$1', ARRAY['true'])" \
     -c "SELECT mesh.repository_grant('$1', 'octo/big')" >/dev/null
   ref=$(psql -X -qAt -c "SELECT external_ref FROM mesh.workspaces WHERE run_id = '$1'")
@@ -89,9 +90,10 @@ host_clone_ms() {
 host=""; cold=""; warm=""; cold_bytes=""; warm_bytes=""
 git_server host
 for i in $(seq 1 "$ITER"); do
-  # cold: a fresh clone; the baseline: git on the host with the same token, from the same kind
-  # of server; then a snapshot of the project holding the clone
-  run_ready "cold-$i"
+  # cold: a fresh clone, in a project of its own (no snapshot to start from); the baseline: git
+  # on the host with the same token, from the same kind of server; then a snapshot of the
+  # project holding the clone
+  run_ready "cold-$i" "bench-proj-$i"
   cold="$cold $(checkout_ms "cold-$i")"
   cold_bytes="$cold_bytes $(served_bytes "cold-$i")"
   host="$host $(host_clone_ms "cold-$i")"
@@ -101,7 +103,7 @@ for i in $(seq 1 "$ITER"); do
   git -C "$WORK/src" add NEWS
   git -C "$WORK/src" -c user.name=b -c user.email=b@b commit -q -m "news $i"
   git -C "$WORK/src" push -q "$WORK/git/octo/big.git" main
-  run_ready "warm-$i"
+  run_ready "warm-$i" "bench-proj-$i"
   warm="$warm $(checkout_ms "warm-$i")"
   warm_bytes="$warm_bytes $(served_bytes "warm-$i")"
   psql -X -qAt -c "SELECT mesh_release('warm-$i')" >/dev/null
