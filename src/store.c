@@ -836,16 +836,20 @@ store_budget_exhausted(MeshWorkspace *ws, double used, ErrorData **err)
 }
 
 static const char begin_release_sql[] =
-"SELECT " STATUS_INDEX("mesh.workspace_begin_release($1, $2)") " AS status";
+"SELECT " STATUS_INDEX("mesh.workspace_begin_release($1, $2, $3::oid)") " AS status";
 
-/* The move to releasing is committed before the backend is asked. */
+/*
+ * The move to releasing is committed before the backend is asked.  caller
+ * (an oid as text; NULL for the reaper's and the worker's own releases)
+ * tells an administrator's release from the owner's (end_reason 'admin').
+ */
 bool
-store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err)
+store_begin_release(MeshWorkspace *ws, const char *reason, const char *caller, ErrorData **err)
 {
-	MeshParam	p[2] = {mesh_int8_param(ws->id), mesh_text_param(reason)};
+	MeshParam	p[3] = {mesh_int8_param(ws->id), mesh_text_param(reason), mesh_text_param(caller)};
 	MeshRows   *rows;
 
-	if (!mesh_txn_sql("mesh worker: releasing", MESH_COMMIT_DURABLE, begin_release_sql, 2, p, &rows, err))
+	if (!mesh_txn_sql("mesh worker: releasing", MESH_COMMIT_DURABLE, begin_release_sql, 3, p, &rows, err))
 		return false;
 	ws->status = mesh_col_status(rows, 0, "status");
 	return true;

@@ -167,7 +167,7 @@ extern bool store_begin_wake(MeshWorkspace *ws, MeshCommit commit, ErrorData **e
 extern bool mesh_backend_make(const char *name, const char *driver, const char *config,
 							  const char *credential, MeshBackend *be);
 extern bool store_budget_exhausted(MeshWorkspace *ws, double used, ErrorData **err);
-extern bool store_begin_release(MeshWorkspace *ws, const char *reason, ErrorData **err);
+extern bool store_begin_release(MeshWorkspace *ws, const char *reason, const char *caller, ErrorData **err);
 extern bool store_released(MeshWorkspace *ws, const char *outcome, const char *reason,
 						   ErrorData **err);
 extern bool store_release_stuck(MeshWorkspace *ws, const char *why, bool answered,

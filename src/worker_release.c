@@ -69,7 +69,7 @@ start_release(WorkerCall *call)
 			reply_outcome(call, "must be released by hand");
 		return;
 	}
-	if (!store_begin_release(&call->ws, reason, &err))
+	if (!store_begin_release(&call->ws, reason, caller_role(call), &err))
 	{
 		reply_txn_error(call, err);
 		return;

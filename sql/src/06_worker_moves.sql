@@ -308,8 +308,11 @@ END
 $$;
 
 -- The move to releasing, committed before the backend is asked.  A failed
--- workspace stays failed (terminal, with its reason) while released.
-CREATE FUNCTION mesh.workspace_begin_release(p_id bigint, p_reason text) RETURNS mesh.workspace_status
+-- workspace stays failed (terminal, with its reason) while released.  The
+-- caller (NULL for the reaper and the worker's own releases) decides the end
+-- reason when it is an administrator ending another role's run: 'admin'
+-- (sql/src/15_lifecycle.sql), kept by the move to released.
+CREATE FUNCTION mesh.workspace_begin_release(p_id bigint, p_reason text, p_caller oid) RETURNS mesh.workspace_status
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     ws mesh.workspaces := mesh.workspace_lock(p_id, '{pending,acquiring,ready,releasing,failed}', 'begin a release');
@@ -318,10 +321,22 @@ BEGIN
         PERFORM mesh.raise_bad_move(ws, 'begin a release');
     END IF;
     UPDATE mesh.workspaces w SET status = CASE WHEN w.status = 'failed' THEN w.status ELSE 'releasing' END,
-           release_reason = coalesce(p_reason, w.release_reason)
+           release_reason = coalesce(p_reason, w.release_reason),
+           end_reason = CASE WHEN w.ended_at IS NULL AND mesh.released_by_admin(w.owner_role, p_caller)
+                             THEN 'admin' ELSE w.end_reason END
      WHERE w.id = p_id RETURNING w.status INTO ws.status;
     RETURN ws.status;
 END
+$$;
+
+-- Is caller an administrator (mesh_admin's member) ending the run of a role
+-- it is not a member of?  Not when run ownership is off: every harness role
+-- then drives every run as its own.
+CREATE FUNCTION mesh.released_by_admin(owner regrole, caller oid) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT caller IS NOT NULL AND owner IS NOT NULL AND s.run_ownership
+           AND pg_has_role(caller, 'mesh_admin', 'MEMBER') AND NOT pg_has_role(caller, owner::oid, 'MEMBER')
+      FROM mesh.settings s
 $$;
 
 -- Released: the outcome recorded, the run's tokens revoked, an event.

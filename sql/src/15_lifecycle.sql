@@ -159,8 +159,9 @@ $$;
 CREATE FUNCTION mesh.workspace_lifecycle() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
 BEGIN
-    IF NEW.status IN ('released', 'failed') AND NEW.end_reason IS NULL THEN
-        NEW.end_reason := mesh.workspace_end_reason(NEW);
+    IF NEW.status IN ('released', 'failed') AND NEW.ended_at IS NULL THEN
+        -- an administrator's release chose 'admin' at its start (mesh.workspace_begin_release)
+        NEW.end_reason := coalesce(NEW.end_reason, mesh.workspace_end_reason(NEW));
         NEW.ended_at := now();
     ELSIF NEW.status = 'pending' AND NEW.hibernated_until IS NULL AND NEW.external_ref IS NOT NULL
           AND NEW.status_reason_code IN ('hibernated_idle', 'hibernated_by_backend') THEN

@@ -6,10 +6,12 @@
 # deadline and destroys the workspace past it (end_reason expired); an expired workspace is not
 # resumed.  The deadline is put in the past by hand (as a superuser) rather than waited for.
 . "$(dirname "$0")/lib.sh"
-plan 14
+plan 16
 t=lc-$$
 rb=lc_b_$$
 q "CREATE ROLE $rb LOGIN IN ROLE mesh_harness" >/dev/null
+radm=lc_adm_$$
+q "CREATE ROLE $radm LOGIN IN ROLE mesh_admin" >/dev/null
 out() { q "SELECT stdout FROM mesh_exec('$1', ARRAY['sh', '-c', \$m\$$2\$m\$])" 2>/dev/null; }
 hibernate() {
   q "SELECT mesh.run_set_budget('$1', idle_timeout => '1 second')" >/dev/null
@@ -32,6 +34,19 @@ q "SELECT mesh.run_set_budget('$t-b', max_compute_seconds => 0.05)" >/dev/null
 out "$t-b" 'sleep 0.3' >/dev/null
 out "$t-b" 'true' >/dev/null
 is "$(ws "$t-b" "status || '/' || end_reason")" "failed/budget" "stopped by its budget: end_reason budget"
+
+# ended by an administrator: a mesh_admin member releasing another role's run; the run's own
+# role releasing its run is 'released' (the control)
+as_rb() { psql -X -qAt -U "$rb" -c "$1"; }
+as_rb "SELECT 1 FROM mesh_acquire('$t-own', '$t-agent-b', 'bo')" >/dev/null
+as_rb "SELECT exit_code FROM mesh_exec('$t-own', ARRAY['true'])" >/dev/null
+as_rb "SELECT mesh_release('$t-own')" >/dev/null
+is "$(ws "$t-own" "end_reason")" released "released by its own role: end_reason released (control)"
+as_rb "SELECT 1 FROM mesh_acquire('$t-adm', '$t-agent-b', 'bo')" >/dev/null
+as_rb "SELECT exit_code FROM mesh_exec('$t-adm', ARRAY['true'])" >/dev/null
+psql -X -qAt -U "$radm" -c "SELECT mesh_release('$t-adm', 'operator stop')" >/dev/null
+is "$(ws "$t-adm" "status || '/' || end_reason || '/' || (ended_at IS NOT NULL)")" "released/admin/true" \
+   "released by an administrator: end_reason admin, with ended_at"
 
 # hibernated: a deadline at the first hibernation, carried over by a resume
 q "SELECT 1 FROM mesh_acquire('$t-c', '$t-agent', 'ann')" >/dev/null
@@ -74,5 +89,5 @@ like "$(q "SELECT mesh_extend('$t-e', '1 day')" 2>&1)" "has no retention deadlin
      "nor one never hibernated"
 
 for r in b e; do q "SELECT mesh_release('$t-$r')" >/dev/null 2>&1; done
-q "DROP OWNED BY $rb; DROP ROLE $rb" >/dev/null 2>&1
+q "DROP OWNED BY $rb; DROP ROLE $rb; DROP OWNED BY $radm; DROP ROLE $radm" >/dev/null 2>&1
 done_testing

@@ -107,8 +107,8 @@ SELECT is((SELECT detail FROM mesh.events WHERE run_id = 'st-busy' AND kind = 'b
           '{"used_seconds": 1.500, "max_compute_seconds": 1.500}'::jsonb, 'the event carries the figures');
 
 -- Releasing.
-SELECT is(mesh.workspace_begin_release(pg_temp.ws('busy'), 'done'), 'failed', 'a failed workspace stays failed while released');
-SELECT is(mesh.workspace_begin_release(pg_temp.ws('decl'), 'done'), 'releasing', 'ready -> releasing');
+SELECT is(mesh.workspace_begin_release(pg_temp.ws('busy'), 'done', NULL), 'failed', 'a failed workspace stays failed while released');
+SELECT is(mesh.workspace_begin_release(pg_temp.ws('decl'), 'done', NULL), 'releasing', 'ready -> releasing');
 INSERT INTO mesh.run_tokens (run_id, token_sha256, expires_at) VALUES ('st-decl', '\x01', now() + interval '1 hour');
 SELECT is(mesh.workspace_released(pg_temp.ws('decl'), 'destroyed', NULL), 'released', 'releasing -> released');
 SELECT is(((pg_temp.row_of('decl')).release_outcome, (pg_temp.row_of('decl')).release_reason)::text,
@@ -116,7 +116,7 @@ SELECT is(((pg_temp.row_of('decl')).release_outcome, (pg_temp.row_of('decl')).re
 SELECT ok((SELECT revoked_at IS NOT NULL FROM mesh.run_tokens WHERE run_id = 'st-decl'), 'the run''s tokens are revoked');
 SELECT throws_ok($$SELECT mesh.workspace_released(pg_temp.ws('decl'), 'destroyed', NULL)$$, '55000', NULL,
                  'a released workspace is not released twice');
-SELECT throws_ok($$SELECT mesh.workspace_begin_release(pg_temp.ws('decl'), NULL)$$, '55000', NULL,
+SELECT throws_ok($$SELECT mesh.workspace_begin_release(pg_temp.ws('decl'), NULL, NULL)$$, '55000', NULL,
                  'nor begins a release again');
 
 -- A release that could not finish.
