@@ -29,8 +29,9 @@ holder=$!
 wait_for "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND granted)" 300
 pids=()
 for i in $(seq 1 $N); do
-  # their results come 20 ms apart: each would have its own flush without the delay
-  psql -X -qAt -c "SELECT pg_advisory_lock_shared(4242)" -c "SELECT exit_code FROM mesh_exec('gc-$$-$i', ARRAY['sleep', '0.$(printf %03d $((i * 20)))'])" \
+  # their results come 5 ms apart: each would have its own flush without the delay, and all
+  # of them fall inside the 100 ms delay even when a loaded machine spreads their starts
+  psql -X -qAt -c "SELECT pg_advisory_lock_shared(4242)" -c "SELECT exit_code FROM mesh_exec('gc-$$-$i', ARRAY['sleep', '0.$(printf %03d $((i * 5)))'])" \
     > "$out/c$i" 2>&1 &
   pids+=($!)
 done
