@@ -27,15 +27,9 @@ python3 "$repos_dir/github_double.py" "$work/port" 4242 "$work/app.pub" 77 octo 
 pids+=($!)
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 api="http://127.0.0.1:$(cat "$work/port")"
-for r in widgets gadgets big; do
-  git init -q -b main "$work/src-$r"
-  echo "$r" > "$work/src-$r/README"
-  [ "$r" != big ] || head -c 2000000 /dev/urandom > "$work/src-$r/blob"   # what a clone transfers, a fetch need not
-  git -C "$work/src-$r" add .
-  git -C "$work/src-$r" -c user.name=t -c user.email=t@t commit -q -m "$r: first"
-  mkdir -p "$work/git/octo"
-  git clone -q --bare "$work/src-$r" "$work/git/octo/$r.git"
-done
+bare_repo widgets
+bare_repo gadgets
+bare_repo big 2000000   # what a clone transfers, a fetch need not
 widgets_head=$(git -C "$work/git/octo/widgets.git" rev-parse main)
 
 git_server host

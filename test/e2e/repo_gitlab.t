@@ -25,14 +25,8 @@ pids+=($!)
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 api="http://127.0.0.1:$(cat "$work/port")"
 double() { curl -s -m 5 "$api/_double/$1"; }
-for r in widgets gadgets; do
-  git init -q -b main "$work/src-$r"
-  echo "$r" > "$work/src-$r/README"
-  git -C "$work/src-$r" add .
-  git -C "$work/src-$r" -c user.name=t -c user.email=t@t commit -q -m "$r: first"
-  mkdir -p "$work/git/octo"
-  git clone -q --bare "$work/src-$r" "$work/git/octo/$r.git"
-done
+bare_repo widgets
+bare_repo gadgets
 widgets_head=$(git -C "$work/git/octo/widgets.git" rev-parse main)
 git_server host
 

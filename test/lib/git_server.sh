@@ -3,6 +3,18 @@
 # They read: $work (the test's directory), $GPORT (the git server's port), $api (the provider
 # double's URL) and append the pids they start to the array pids.
 
+# bare_repo NAME [BLOB-BYTES]: $work/src-NAME with a first commit (its README, and BLOB-BYTES
+# random bytes in blob when given), cloned bare to $work/git/octo/NAME.git for the git server
+bare_repo() {
+  git init -q -b main "$work/src-$1"
+  echo "$1" > "$work/src-$1/README"
+  [ -z "${2:-}" ] || head -c "$2" /dev/urandom > "$work/src-$1/blob"
+  git -C "$work/src-$1" add .
+  git -C "$work/src-$1" -c user.name=t -c user.email=t@t commit -q -m "$1: first"
+  mkdir -p "$work/git/octo"
+  git clone -q --bare "$work/src-$1" "$work/git/octo/$1.git"
+}
+
 # git_server NAME [NETNS-PID]: test/repos/git_server.py on GPORT (in that namespace), serving
 # $work/git, checking tokens with the double at $api; its log in $work/NAME.log
 git_server() {

@@ -31,14 +31,13 @@ Usage: gitlab_double.py PORTFILE INSTALL_TOKEN_FILE GROUP/NAME[,GROUP/NAME...]
 import base64
 import datetime
 import hashlib
-import json
-import os
 import secrets
 import sys
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from json_double import JsonHandler, serve
 
 PORTFILE, INSTALL_TOKEN_FILE, PROJECTS = sys.argv[1:4]
 with open(INSTALL_TOKEN_FILE) as f:
@@ -74,25 +73,7 @@ def basic(auth):
     return user, password
 
 
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def reply(self, code, doc=None):
-        body = b"" if doc is None else json.dumps(doc).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def body(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        try:
-            return json.loads(self.rfile.read(n) or b"{}")
-        except ValueError:
-            return None
-
+class Handler(JsonHandler):
     def project(self):
         """(project path, rest of the path) of /api/v4/projects/{id}/..., or (None, None)."""
         if not self.path.startswith(PREFIX):
@@ -222,8 +203,4 @@ class Handler(BaseHTTPRequestHandler):
         return self.reply(404, {"message": "404 Not Found"})
 
 
-server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-with open(PORTFILE + ".tmp", "w") as f:
-    f.write(str(server.server_address[1]))
-os.rename(PORTFILE + ".tmp", PORTFILE)
-server.serve_forever()
+serve(PORTFILE, Handler)
