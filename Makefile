@@ -48,6 +48,7 @@ OBJS = \
 	src/backends/isolate.o \
 	src/repos/jwt.o \
 	src/repos/github.o \
+	src/repos/gitlab.o \
 	src/broker_repos.o \
 	src/backends/edge.o \
 	src/backends/edge_sprite.o \

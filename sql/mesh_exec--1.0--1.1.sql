@@ -985,3 +985,140 @@ $$;
 REVOKE ALL ON FUNCTION mesh.workspace_begin_release(bigint, text, oid), mesh.released_by_admin(regrole, oid) FROM PUBLIC;
 -- a fresh install grants every mesh function to the workers
 GRANT EXECUTE ON FUNCTION mesh.workspace_begin_release(bigint, text, oid), mesh.released_by_admin(regrole, oid) TO mesh_worker;
+
+-- ---- GitLab project access tokens: sql/src/17_repositories.sql, 18_checkout.sql ----
+-- The broker learns the provider's kind with every token it hands (git's user name: oauth2
+-- for GitLab, x-access-token for GitHub).
+CREATE OR REPLACE FUNCTION mesh.broker_repository_token(p_token_sha256 bytea, p_host text, p_repository text,
+                                             p_workspace_ref text,
+                                             OUT granted boolean, OUT reason text, OUT token text,
+                                             OUT run_id text, OUT permissions jsonb, OUT provider_kind text,
+                                             OUT api_url text, OUT app_id text, OUT installation_id text,
+                                             OUT credential text, OUT key_version integer)
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    tok mesh.run_tokens;
+    ws mesh.workspaces;
+    gr mesh.grants;
+    repo mesh.repositories;
+    prov mesh.repository_providers;
+BEGIN
+    granted := false;
+    SELECT * INTO tok FROM mesh.run_tokens t WHERE t.token_sha256 = p_token_sha256;
+    IF tok.id IS NULL THEN
+        reason := 'unknown token';
+    ELSIF tok.revoked_at IS NOT NULL THEN
+        reason := 'token revoked: ' || coalesce(tok.revoked_reason, '');
+    ELSIF tok.expires_at <= now() THEN
+        reason := 'token expired';
+    END IF;
+    IF reason IS NULL THEN
+        SELECT * INTO ws FROM mesh.workspaces w WHERE w.run_id = tok.run_id;
+        IF ws.status IN ('released', 'failed') THEN
+            reason := 'the run''s workspace is ' || ws.status;
+        ELSIF ws.external_ref IS DISTINCT FROM p_workspace_ref THEN
+            reason := 'the token belongs to another workspace';
+        END IF;
+    END IF;
+    IF reason IS NULL THEN
+        SELECT * INTO gr FROM mesh.grants g
+         WHERE g.run_id = tok.run_id AND g.kind = 'repository' AND g.name = p_repository;
+        SELECT * INTO repo FROM mesh.repositories r WHERE r.repository = p_repository;
+        SELECT * INTO prov FROM mesh.repository_providers p WHERE p.name = repo.provider;
+        IF gr.id IS NULL THEN
+            reason := 'the run has no grant for this repository';
+        ELSIF gr.revoked_at IS NOT NULL THEN
+            reason := 'grant revoked: ' || coalesce(gr.revoked_reason, '');
+        ELSIF gr.expires_at IS NOT NULL AND gr.expires_at <= now() THEN
+            reason := 'grant expired';
+        ELSIF repo.repository IS NULL THEN
+            reason := 'the repository is not registered';
+        ELSIF prov.host IS DISTINCT FROM p_host THEN
+            reason := 'the grant does not name this host';
+        END IF;
+    END IF;
+    IF reason IS NULL THEN
+        -- the grant's scope: a permission object, or "read"/"write" for the contents
+        permissions := CASE WHEN gr.scope IN ('read', 'write') THEN jsonb_build_object('contents', gr.scope)
+                            WHEN gr.scope IS NULL THEN '{"contents": "read"}'::jsonb
+                            ELSE gr.scope::jsonb END;
+        SELECT c.credential, c.key_version INTO credential, key_version
+          FROM mesh.repository_provider_credentials c WHERE c.provider = prov.name;
+        IF credential IS NULL THEN
+            reason := 'the repository''s provider has no credential';
+        END IF;
+    END IF;
+    IF reason IS NULL THEN
+        SELECT t.token INTO token FROM mesh.repository_tokens t
+         WHERE t.run_id = tok.run_id AND t.repository = p_repository AND t.revoked_at IS NULL
+           AND t.key_version = broker_repository_token.key_version
+           AND t.expires_at > now() + interval '5 minutes' AND t.permissions = broker_repository_token.permissions
+         ORDER BY t.expires_at DESC LIMIT 1;
+        provider_kind := prov.provider;     -- the broker answers git's user name by it
+        IF token IS NOT NULL THEN
+            credential := NULL;     -- nothing to mint: the key is not handed out
+        ELSE
+            api_url := prov.api_url;
+            app_id := prov.app_id;
+            installation_id := prov.installation_id;
+        END IF;
+        run_id := tok.run_id;
+        granted := true;
+        UPDATE mesh.grants SET uses = uses + 1, last_used_at = now(),
+               first_used_at = coalesce(first_used_at, now()) WHERE id = gr.id;
+    END IF;
+    INSERT INTO mesh.events (kind, run_id, workspace_id, detail)
+    VALUES (CASE WHEN granted THEN 'repository_token_read' ELSE 'repository_token_refused' END, tok.run_id, ws.id,
+            jsonb_build_object('repository', p_repository, 'host', p_host, 'actor_id', ws.created_by_actor_id,
+                               'minting', granted AND token IS NULL, 'reason', reason));
+END
+$$;
+-- The revocation round gets what GitLab's revocation needs (a new result type: dropped first).
+DROP FUNCTION mesh.repository_tokens_to_revoke(integer);
+CREATE FUNCTION mesh.repository_tokens_to_revoke(p_limit integer)
+RETURNS TABLE (id bigint, provider_kind text, api_url text, repository text, provider_token_id text,
+               credential text, token text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
+    SELECT t.id, p.provider, p.api_url, t.repository, t.provider_token_id,
+           CASE WHEN p.provider = 'gitlab' THEN c.credential END, t.token
+      FROM mesh.repository_tokens t JOIN mesh.repository_providers p ON p.name = t.provider
+      LEFT JOIN mesh.repository_provider_credentials c ON c.provider = p.name
+     WHERE t.revoke_outcome = 'pending' ORDER BY t.id LIMIT p_limit
+$$;
+-- The reaper ends the tokens past their expiry.
+CREATE FUNCTION mesh.repository_tokens_expire() RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ended integer;
+BEGIN
+    UPDATE mesh.repository_tokens t
+       SET revoked_at = now(), revoked_reason = 'expired', revoke_outcome = 'pending'
+     WHERE t.revoked_at IS NULL AND t.expires_at <= now();
+    GET DIAGNOSTICS ended = ROW_COUNT;
+    RETURN ended;
+END
+$$;
+-- The credential helper answers the user name the broker says.
+CREATE OR REPLACE FUNCTION mesh.checkout_credential_helper() RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $helper$
+    SELECT $$#!/bin/sh
+# git credential helper written by mesh_checkout: the repository token from the run's broker at use time
+[ "$1" = get ] || exit 0
+host= path=
+while IFS= read -r line && [ -n "$line" ]; do
+  case $line in host=*) host=${line#host=} ;; path=*) path=${line#path=} ;; esac
+done
+path=${path%.git}
+case $path in */*/* | /* | *..*) exit 0 ;; ?*/?*) ;; *) exit 0 ;; esac
+case $host in *[!A-Za-z0-9.:-]* | '') exit 0 ;; esac
+answer=$(printf 'Authorization: Bearer %s\n' "$(cat /workspace/.mesh/run-token)" |
+  curl -s -m 15 --unix-socket /run/mesh/broker.sock -X POST -H @- "http://mesh/v1/repositories/$host/$path/token") || exit 0
+password=$(printf %s "$answer" | sed -n 's/.*"password": *"\([^"]*\)".*/\1/p')
+username=$(printf %s "$answer" | sed -n 's/.*"username": *"\([A-Za-z0-9._-]*\)".*/\1/p')
+[ -n "$password" ] && [ -n "$username" ] || exit 0
+printf 'username=%s\npassword=%s\n' "$username" "$password"
+$$
+$helper$;
+REVOKE ALL ON FUNCTION mesh.repository_tokens_to_revoke(integer), mesh.repository_tokens_expire() FROM PUBLIC;
+-- a fresh install grants every mesh function to the workers
+GRANT EXECUTE ON FUNCTION mesh.repository_tokens_to_revoke(integer), mesh.repository_tokens_expire() TO mesh_worker;

@@ -8,18 +8,20 @@
  *
  *	  POST /v1/repositories/{host}/{owner}/{name}/token
  *	       Authorization: Bearer <run token>
- *	  200 {"username": "x-access-token", "password": <token>, "expires_at": ...}
+ *	  200 {"username": "x-access-token" (GitHub) or "oauth2" (GitLab), "password": <token>}
  *	  403 {"error": {"code": "refused", "message": <why>}}
  *	  502 {"error": {"code": "mint_failed", "message": <why>}}
  *
  * mesh.broker_repository_token decides (run token, grant, host) and
  * records the fetch as an event; when no live token has five minutes left
- * this worker mints one (src/repos/: the App's JWT, the mint request) and
- * records it with mesh.repository_token_minted.  The provider call is a
- * blocking libcurl call bounded by MINT_TIMEOUT_S: the broker serves
- * nobody else meanwhile (a known limit of this first version).  The App's
- * key and the token travel in request headers and bodies only, are wiped
- * after use and never appear in a log line or an error.
+ * this worker mints one (src/repos/: the GitHub App's JWT and the
+ * installation token request, or GitLab's project access token request
+ * with the install token) and records it with
+ * mesh.repository_token_minted.  The provider call is a blocking libcurl
+ * call bounded by MINT_TIMEOUT_S: the broker serves nobody else meanwhile
+ * (a known limit of this first version).  The provider's credential and
+ * the token travel in request headers and bodies only, are wiped after use
+ * and never appear in a log line or an error.
  *
  *-------------------------------------------------------------------------
  */
@@ -47,10 +49,11 @@ static const char decide_sql[] =
 "  FROM mesh.broker_repository_token(pg_catalog.decode($1, 'hex'), $2, $3, $4)";
 
 static const char minted_sql[] =
-"SELECT mesh.repository_token_minted($1, $2, $3, pg_catalog.to_timestamp($4::float8), $5::jsonb, $6::integer)";
+"SELECT mesh.repository_token_minted($1, $2, $3, pg_catalog.to_timestamp($4::float8), $5::jsonb, $6::integer, $7)";
 
 static const char pending_sql[] =
-"SELECT id, provider_kind, api_url, token FROM mesh.repository_tokens_to_revoke(" CppAsString2(REVOKE_BATCH) ")";
+"SELECT id, provider_kind, api_url, repository, provider_token_id, credential, token "
+"  FROM mesh.repository_tokens_to_revoke(" CppAsString2(REVOKE_BATCH) ")";
 
 static const char revoked_sql[] = "SELECT mesh.repository_token_revoked($1::bigint, $2)";
 
@@ -87,12 +90,21 @@ wipe(char *s, bool palloced)
 		free(s);
 }
 
+/* Is the provider of this kind GitLab (else GitHub)? */
+static bool
+is_gitlab(const char *provider_kind)
+{
+	return strcmp(provider_kind, "gitlab") == 0;
+}
+
 /*
- * One call to a provider: METHOD URL with "Authorization: Bearer AUTH" and
- * BODY; the HTTP status (0 when no answer came) and the answer in OUT.
+ * One call to a provider of PROVIDER_KIND: METHOD URL with BODY, SECRET in
+ * the provider's header ("Authorization: Bearer" for GitHub, "PRIVATE-TOKEN"
+ * for GitLab); the HTTP status (0 when no answer came) and the answer in OUT.
  */
 static long
-provider_call(const char *method, const char *url, const char *auth, const char *body, Collected *out)
+provider_call(const char *provider_kind, const char *method, const char *url, const char *secret,
+			  const char *body, Collected *out)
 {
 	CURL	   *c = curl_easy_init();
 	struct curl_slist *h = NULL;
@@ -104,10 +116,19 @@ provider_call(const char *method, const char *url, const char *auth, const char 
 	out->data[0] = '\0';
 	if (c == NULL)
 		return 0;
-	header = psprintf("Authorization: Bearer %s", auth);
-	h = curl_slist_append(h, header);
-	h = curl_slist_append(h, "Accept: application/vnd.github+json");
-	h = curl_slist_append(h, "X-GitHub-Api-Version: 2022-11-28");
+	if (is_gitlab(provider_kind))
+	{
+		header = psprintf("PRIVATE-TOKEN: %s", secret);
+		h = curl_slist_append(h, header);
+		h = curl_slist_append(h, "Accept: application/json");
+	}
+	else
+	{
+		header = psprintf("Authorization: Bearer %s", secret);
+		h = curl_slist_append(h, header);
+		h = curl_slist_append(h, "Accept: application/vnd.github+json");
+		h = curl_slist_append(h, "X-GitHub-Api-Version: 2022-11-28");
+	}
 	h = curl_slist_append(h, "User-Agent: mesh_exec");
 	h = curl_slist_append(h, "Content-Type: application/json");
 	MESH_CURL_SETOPT(rc, c, CURLOPT_URL, url);
@@ -116,7 +137,7 @@ provider_call(const char *method, const char *url, const char *auth, const char 
 	MESH_CURL_SETOPT(rc, c, CURLOPT_TIMEOUT, (long) MINT_TIMEOUT_S);
 	MESH_CURL_SETOPT(rc, c, CURLOPT_NOSIGNAL, 1L);
 	MESH_CURL_SETOPT(rc, c, CURLOPT_PROTOCOLS_STR, "http,https");
-	/* never follow redirects: the App's JWT or a token must not travel elsewhere */
+	/* never follow redirects: a credential or a token must not travel elsewhere */
 	MESH_CURL_SETOPT(rc, c, CURLOPT_FOLLOWLOCATION, 0L);
 	if (body != NULL)
 		MESH_CURL_SETOPT(rc, c, CURLOPT_POSTFIELDS, body);
@@ -138,6 +159,30 @@ refusal(const char *code, const char *message)
 	return json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message);
 }
 
+/*
+ * POST the mint request BODY to URL with SECRET and read the provider's
+ * 201 answer into TOK; 0, or an error in ERR (never the secret or a token).
+ */
+static int
+mint_call(const char *provider_kind, const char *url, const char *secret, const char *body,
+		  MeshRepoToken *tok, char *err)
+{
+	Collected	answer;
+	long		status;
+	int			rc = -1;
+
+	answer.data = palloc(MAX_ANSWER + 1);
+	status = provider_call(provider_kind, "POST", url, secret, body, &answer);
+	if (status == 201)
+		rc = is_gitlab(provider_kind) ? mesh_gitlab_token_parse(answer.data, answer.len, tok, err)
+			: mesh_github_token_parse(answer.data, answer.len, tok, err);
+	else
+		snprintf(err, MESH_REPOS_ERR_LEN, "the provider answered HTTP %ld to the mint", status);
+	explicit_bzero(answer.data, answer.len);
+	pfree(answer.data);
+	return rc;
+}
+
 /* Mint for REPOSITORY at the GitHub App installation; 0 and TOK filled, or an error in ERR. */
 static int
 mint_github(const char *api_url, const char *app_id, const char *installation_id, const char *key,
@@ -146,9 +191,6 @@ mint_github(const char *api_url, const char *app_id, const char *installation_id
 	char	   *jwt = mesh_github_app_jwt(app_id, key, time(NULL), err);
 	char	   *path = mesh_github_token_path(installation_id);
 	char	   *body = NULL;
-	char	   *url;
-	Collected	answer;
-	long		status;
 	int			rc = -1;
 
 	if (jwt == NULL)
@@ -160,19 +202,37 @@ mint_github(const char *api_url, const char *app_id, const char *installation_id
 			snprintf(err, MESH_REPOS_ERR_LEN, "the installation id is not valid");
 		goto done;
 	}
-	url = psprintf("%s%s", api_url, path);
-	answer.data = palloc(MAX_ANSWER + 1);
-	status = provider_call("POST", url, jwt, body, &answer);
-	if (status == 201)
-		rc = mesh_github_token_parse(answer.data, answer.len, tok, err);
-	else
-		snprintf(err, MESH_REPOS_ERR_LEN, "the provider answered HTTP %ld to the mint", status);
-	explicit_bzero(answer.data, answer.len);
+	rc = mint_call("github", psprintf("%s%s", api_url, path), jwt, body, tok, err);
 done:
 	wipe(jwt, false);
 	free(path);
 	free(body);
 	return rc;
+}
+
+/* Mint a project access token for REPOSITORY at GitLab with the install token; 0 and TOK, or ERR. */
+static int
+mint_gitlab(const char *api_url, const char *install_token, const char *repository,
+			const char *run_id, const char *permissions, MeshRepoToken *tok, char *err)
+{
+	char	   *path = mesh_gitlab_token_path(repository, NULL);
+	char	   *body = mesh_gitlab_token_body(run_id, permissions, time(NULL), err);
+	int			rc = -1;
+
+	if (path == NULL && body != NULL)
+		snprintf(err, MESH_REPOS_ERR_LEN, "a repository is named owner/name");
+	if (path != NULL && body != NULL)
+		rc = mint_call("gitlab", psprintf("%s%s", api_url, path), install_token, body, tok, err);
+	free(path);
+	free(body);
+	return rc;
+}
+
+/* The user name git gives with a provider's token. */
+static const char *
+git_username(const char *provider_kind)
+{
+	return is_gitlab(provider_kind) ? "oauth2" : "x-access-token";
 }
 
 /*
@@ -195,6 +255,7 @@ mesh_broker_repository_token(const char *url, const char *token, const char *ref
 	MeshRepoToken tok;
 	char	   *value;
 	char	   *credential,
+			   *provider_kind,
 			   *run_id,
 			   *permissions,
 			   *key_version;
@@ -236,23 +297,24 @@ mesh_broker_repository_token(const char *url, const char *token, const char *ref
 	if (!mesh_col_isnull(rows, 0, "token"))
 	{
 		value = mesh_col_text(rows, 0, "token");
-		*answer = json_pack("{s:s,s:s}", "username", "x-access-token", "password", value);
+		*answer = json_pack("{s:s,s:s}", "username", git_username(mesh_col_text(rows, 0, "provider_kind")),
+							"password", value);
 		wipe(value, true);
 		explicit_bzero(rows->rows[0]->t_data, rows->rows[0]->t_len);
 		return 200;
 	}
-	if (strcmp(mesh_col_text(rows, 0, "provider_kind"), "github") != 0)
-	{
-		*answer = refusal("mint_failed", "minting for this provider is not built yet");
-		return 502;
-	}
+	provider_kind = mesh_col_text(rows, 0, "provider_kind");
 	run_id = mesh_col_text(rows, 0, "run_id");
 	permissions = mesh_col_text(rows, 0, "permissions");
 	key_version = mesh_col_text(rows, 0, "key_version");
 	credential = mesh_col_text(rows, 0, "credential");
-	rc = mint_github(mesh_col_text(rows, 0, "api_url"), mesh_col_text(rows, 0, "app_id"),
-					 mesh_col_text(rows, 0, "installation_id"), credential, repository,
-					 permissions, &tok, err);
+	if (is_gitlab(provider_kind))
+		rc = mint_gitlab(mesh_col_text(rows, 0, "api_url"), credential, repository, run_id,
+						 permissions, &tok, err);
+	else
+		rc = mint_github(mesh_col_text(rows, 0, "api_url"), mesh_col_text(rows, 0, "app_id"),
+						 mesh_col_text(rows, 0, "installation_id"), credential, repository,
+						 permissions, &tok, err);
 	wipe(credential, true);
 	explicit_bzero(rows->rows[0]->t_data, rows->rows[0]->t_len);
 	if (rc != 0)
@@ -262,13 +324,14 @@ mesh_broker_repository_token(const char *url, const char *token, const char *ref
 		return 502;
 	}
 	{
-		MeshParam	m[6] = {
+		MeshParam	m[7] = {
 			mesh_text_param(run_id), mesh_text_param(repository), mesh_text_param(tok.token),
 			mesh_text_param(psprintf("%lld", (long long) tok.expires_at)),
-		mesh_text_param(permissions), mesh_text_param(key_version)};
+			mesh_text_param(permissions), mesh_text_param(key_version),
+		mesh_text_param(tok.provider_token_id)};
 		MeshRows   *r2;
 
-		if (!mesh_txn_sql("mesh broker: token minted", MESH_COMMIT_DURABLE, minted_sql, 6, m, &r2, &edata))
+		if (!mesh_txn_sql("mesh broker: token minted", MESH_COMMIT_DURABLE, minted_sql, 7, m, &r2, &edata))
 		{
 			ereport(LOG, (errmsg("mesh broker: recording a minted token failed: %s", edata->message)));
 			FreeErrorData(edata);
@@ -277,9 +340,43 @@ mesh_broker_repository_token(const char *url, const char *token, const char *ref
 			return 500;
 		}
 	}
-	*answer = json_pack("{s:s,s:s}", "username", "x-access-token", "password", tok.token);
+	*answer = json_pack("{s:s,s:s}", "username", git_username(provider_kind), "password", tok.token);
 	mesh_repo_token_clear(&tok);
 	return 200;
+}
+
+/*
+ * Ask the provider to revoke row I of the round: GitHub with the token
+ * itself (DELETE /installation/token), GitLab with the install token and
+ * the token's id (DELETE /projects/{path}/access_tokens/{id}).  The outcome.
+ */
+static const char *
+revoke_one(MeshRows *rows, uint64 i, Collected *answer)
+{
+	const char *kind = mesh_col_text(rows, i, "provider_kind");
+	const char *api_url = mesh_col_text(rows, i, "api_url");
+	char	   *secret;
+	char	   *path = NULL;
+	long		status;
+
+	if (!is_gitlab(kind))
+	{
+		secret = mesh_col_text(rows, i, "token");
+		status = provider_call(kind, "DELETE", psprintf("%s/installation/token", api_url), secret, NULL, answer);
+		wipe(secret, true);
+		return status == 204 ? "revoked" : status == 401 ? "already invalid" : "failed";
+	}
+	if (!mesh_col_isnull(rows, i, "provider_token_id") && !mesh_col_isnull(rows, i, "credential"))
+		path = mesh_gitlab_token_path(mesh_col_text(rows, i, "repository"),
+									  mesh_col_text(rows, i, "provider_token_id"));
+	if (path == NULL)
+		return "failed";
+	secret = mesh_col_text(rows, i, "credential");
+	status = provider_call(kind, "DELETE", psprintf("%s%s", api_url, path), secret, NULL, answer);
+	wipe(secret, true);
+	free(path);
+	/* 404: GitLab knows no live token of that id in the project (revoked or expired already) */
+	return status == 204 ? "revoked" : status == 404 ? "already invalid" : "failed";
 }
 
 /*
@@ -302,22 +399,11 @@ mesh_broker_revoke_pending(void)
 	answer.data = palloc(MAX_ANSWER + 1);
 	for (uint64 i = 0; i < rows->n; i++)
 	{
-		const char *outcome = "failed";
+		const char *outcome = mesh_col_isnull(rows, i, "token") ? "already invalid"
+			: revoke_one(rows, i, &answer);
 		MeshParam	p[2];
 		MeshRows   *r2;
 
-		if (!mesh_col_isnull(rows, i, "token") &&
-			strcmp(mesh_col_text(rows, i, "provider_kind"), "github") == 0)
-		{
-			char	   *url = psprintf("%s/installation/token", mesh_col_text(rows, i, "api_url"));
-			char	   *value = mesh_col_text(rows, i, "token");
-			long		status = provider_call("DELETE", url, value, NULL, &answer);
-
-			wipe(value, true);
-			outcome = status == 204 ? "revoked" : status == 401 ? "already invalid" : "failed";
-		}
-		else if (mesh_col_isnull(rows, i, "token"))
-			outcome = "already invalid";
 		p[0] = mesh_text_param(psprintf("%lld", (long long) mesh_col_int64(rows, i, "id")));
 		p[1] = mesh_text_param(outcome);
 		if (!mesh_txn_sql("mesh broker: token revoked", MESH_COMMIT_DURABLE, revoked_sql, 2, p, &r2, &edata))

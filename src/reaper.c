@@ -10,6 +10,8 @@
  *	   charged for the wall time they could have used; history past its
  *	   retention goes (stored output, finished execs, events, released
  *	   workspaces; mesh.history_expire), its totals kept in mesh.usage_daily;
+ *	   repository tokens past their expiry are ended, for the broker to
+ *	   revoke at their provider (mesh.repository_tokens_expire);
  *	2. hibernated workspaces near their retention deadline are warned
  *	   about; workspaces whose run failed, that outlived mesh.settings'
  *	   max_run_lifetime, that sat idle past their idle timeout or stayed
@@ -138,6 +140,18 @@ fail_lost_execs(json_t *rows)
 		note(rows, "exec_failed", le->run_id, NULL,
 			 psprintf("exec " INT64_FORMAT " was still running past its timeout", le->exec_id));
 	}
+}
+
+/* Repository tokens past their expiry: ended, the broker revokes them at their provider. */
+static void
+expire_repository_tokens(json_t *rows)
+{
+	MeshRows   *ended = reaper_query("SELECT mesh.repository_tokens_expire()::bigint AS n", 0, NULL);
+	int64		n = ended != NULL && ended->n == 1 ? mesh_col_int64(ended, 0, "n") : 0;
+
+	if (n > 0)
+		note(rows, "repository_tokens_expired", NULL, NULL,
+			 psprintf(INT64_FORMAT " repository token(s) passed their expiry: to be revoked at their provider", n));
 }
 
 /* Rows of each kind that one transaction of the expiry deletes, at most. */
@@ -754,6 +768,7 @@ sweep(json_t *rows, bool reclaim_only)
 		if (!reclaim_only)
 		{
 			fail_lost_execs(rows);
+			expire_repository_tokens(rows);
 			/* a third of the sweep at most: a backlog of expired history waits for the next one */
 			expire_history(rows, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 															(deadline - GetCurrentTimestamp()) / 3000));

@@ -352,10 +352,10 @@ BEGIN
            AND t.key_version = broker_repository_token.key_version
            AND t.expires_at > now() + interval '5 minutes' AND t.permissions = broker_repository_token.permissions
          ORDER BY t.expires_at DESC LIMIT 1;
+        provider_kind := prov.provider;     -- the broker answers git's user name by it
         IF token IS NOT NULL THEN
             credential := NULL;     -- nothing to mint: the key is not handed out
         ELSE
-            provider_kind := prov.provider;
             api_url := prov.api_url;
             app_id := prov.app_id;
             installation_id := prov.installation_id;
@@ -372,11 +372,31 @@ BEGIN
 END
 $$;
 
--- Tokens whose revocation at the provider is pending, with what revoking needs (the broker's round).
+-- Tokens whose revocation at the provider is pending, with what revoking needs (the broker's
+-- round): GitHub revokes with the token itself, GitLab with the install token and the token's id.
 CREATE FUNCTION mesh.repository_tokens_to_revoke(p_limit integer)
-RETURNS TABLE (id bigint, provider_kind text, api_url text, token text)
+RETURNS TABLE (id bigint, provider_kind text, api_url text, repository text, provider_token_id text,
+               credential text, token text)
 LANGUAGE sql STABLE SET search_path = pg_catalog, mesh, pg_temp AS $$
-    SELECT t.id, p.provider, p.api_url, t.token
+    SELECT t.id, p.provider, p.api_url, t.repository, t.provider_token_id,
+           CASE WHEN p.provider = 'gitlab' THEN c.credential END, t.token
       FROM mesh.repository_tokens t JOIN mesh.repository_providers p ON p.name = t.provider
+      LEFT JOIN mesh.repository_provider_credentials c ON c.provider = p.name
      WHERE t.revoke_outcome = 'pending' ORDER BY t.id LIMIT p_limit
+$$;
+
+-- The reaper's sweep: a token past its row's expiry is ended and revoked at its provider like
+-- one whose run ended (a GitLab token lives to the end of a day at GitLab: this ends it within
+-- the hour).  Returns how many it ended.
+CREATE FUNCTION mesh.repository_tokens_expire() RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ended integer;
+BEGIN
+    UPDATE mesh.repository_tokens t
+       SET revoked_at = now(), revoked_reason = 'expired', revoke_outcome = 'pending'
+     WHERE t.revoked_at IS NULL AND t.expires_at <= now();
+    GET DIAGNOSTICS ended = ROW_COUNT;
+    RETURN ended;
+END
 $$;

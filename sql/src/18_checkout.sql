@@ -93,8 +93,9 @@ $$;
 
 -- The git credential helper mesh_checkout writes into the workspace: on "get" it asks the
 -- broker (its unix socket, the run token in a header read from stdin, not argv) for the
--- token of the host and repository git names and answers it; for anything the broker
--- refuses (another host, an ungranted repository) it answers nothing.
+-- token of the host and repository git names and answers it with the user name the broker
+-- says (x-access-token for GitHub, oauth2 for GitLab); for anything the broker refuses
+-- (another host, an ungranted repository) it answers nothing.
 CREATE FUNCTION mesh.checkout_credential_helper() RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $helper$
     SELECT $$#!/bin/sh
@@ -110,8 +111,9 @@ case $host in *[!A-Za-z0-9.:-]* | '') exit 0 ;; esac
 answer=$(printf 'Authorization: Bearer %s\n' "$(cat /workspace/.mesh/run-token)" |
   curl -s -m 15 --unix-socket /run/mesh/broker.sock -X POST -H @- "http://mesh/v1/repositories/$host/$path/token") || exit 0
 password=$(printf %s "$answer" | sed -n 's/.*"password": *"\([^"]*\)".*/\1/p')
-[ -n "$password" ] || exit 0
-printf 'username=x-access-token\npassword=%s\n' "$password"
+username=$(printf %s "$answer" | sed -n 's/.*"username": *"\([A-Za-z0-9._-]*\)".*/\1/p')
+[ -n "$password" ] && [ -n "$username" ] || exit 0
+printf 'username=%s\npassword=%s\n' "$username" "$password"
 $$
 $helper$;
 

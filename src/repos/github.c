@@ -150,6 +150,14 @@ mesh_iso8601_utc_parse(const char *text, time_t *out)
 	return 0;
 }
 
+/* A token value a provider may answer: 1 to 1024 bytes, nothing that would end a header or a JSON string. */
+int
+mesh_repo_token_value_valid(const char *token)
+{
+	return token != NULL && *token != '\0' && strlen(token) <= 1024 &&
+		strpbrk(token, " \t\r\n\"\\") == NULL;
+}
+
 /* GitHub's 201 answer: the token, its expiry and the permissions granted; 0 on success. */
 int
 mesh_github_token_parse(const char *body, size_t len, MeshRepoToken *out, char *err)
@@ -164,8 +172,7 @@ mesh_github_token_parse(const char *body, size_t len, MeshRepoToken *out, char *
 	err[0] = '\0';
 	if (!json_is_object(doc))
 		snprintf(err, MESH_REPOS_ERR_LEN, "the provider's answer is not a JSON object");
-	else if (token == NULL || *token == '\0' || strlen(token) > 1024 ||
-			 strpbrk(token, " \t\r\n\"") != NULL)
+	else if (!mesh_repo_token_value_valid(token))
 		snprintf(err, MESH_REPOS_ERR_LEN, "the provider's answer has no usable token");
 	else if (mesh_iso8601_utc_parse(expires, &out->expires_at) != 0)
 		snprintf(err, MESH_REPOS_ERR_LEN, "the provider's answer has no expires_at in UTC");
@@ -192,5 +199,6 @@ mesh_repo_token_clear(MeshRepoToken *tok)
 		free(tok->token);
 	}
 	free(tok->permissions_json);
+	free(tok->provider_token_id);
 	memset(tok, 0, sizeof(*tok));
 }

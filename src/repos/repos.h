@@ -2,9 +2,9 @@
  *
  * repos.h
  *	  Repository providers' protocol pieces (issue 31): the GitHub App JWT
- *	  (RS256, libcrypto), the request that mints an installation token for
- *	  exactly one repository and its permissions, and the reader of the
- *	  provider's answer.  Pure build/parse functions on the C library,
+ *	  (RS256, libcrypto), the request that mints an installation token (or,
+ *	  on GitLab, a project access token) for exactly one repository and its
+ *	  permissions, and the reader of the provider's answer.  Pure build/parse functions on the C library,
  *	  libcrypto and jansson: no server runtime, so the worker and the unit
  *	  tests (test/repos/repos_test.c) use the same code.
  *
@@ -40,10 +40,25 @@ typedef struct MeshRepoToken
 	char	   *token;
 	time_t		expires_at;
 	char	   *permissions_json;	/* what the provider granted, as it said */
+	char	   *provider_token_id;	/* the provider's id for it (GitLab's, to revoke it); or NULL */
 } MeshRepoToken;
 
 extern int	mesh_github_token_parse(const char *body, size_t len, MeshRepoToken *out, char *err);
+extern int	mesh_repo_token_value_valid(const char *token);
 extern void mesh_repo_token_clear(MeshRepoToken *tok);
 extern int	mesh_iso8601_utc_parse(const char *text, time_t *out);
+
+/*
+ * GitLab project access tokens (src/repos/gitlab.c).  Access levels are
+ * GitLab's role numbers: a grant that writes anything gets Developer, one
+ * that only reads gets Reporter.
+ */
+#define MESH_GITLAB_REPORTER 20
+#define MESH_GITLAB_DEVELOPER 30
+
+extern char *mesh_gitlab_token_path(const char *repository, const char *token_id);
+extern char *mesh_gitlab_token_body(const char *run_id, const char *permissions_json, time_t now,
+									char *err);
+extern int	mesh_gitlab_token_parse(const char *body, size_t len, MeshRepoToken *out, char *err);
 
 #endif							/* MESH_REPOS_H */

@@ -10,6 +10,7 @@
 # egress, bad branch) come before any exec; no token value reaches an exec row, an event, a
 # log or a NOTICE.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/git_server.sh"
 plan 31
 work=$(mktemp -d /tmp/mesh-checkout.XXXXXX)
 chmod 755 "$work"
@@ -26,42 +27,11 @@ python3 "$repos_dir/github_double.py" "$work/port" 4242 "$work/app.pub" 77 octo 
 pids+=($!)
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 api="http://127.0.0.1:$(cat "$work/port")"
-for r in widgets gadgets big; do
-  git init -q -b main "$work/src-$r"
-  echo "$r" > "$work/src-$r/README"
-  [ "$r" != big ] || head -c 2000000 /dev/urandom > "$work/src-$r/blob"   # what a clone transfers, a fetch need not
-  git -C "$work/src-$r" add .
-  git -C "$work/src-$r" -c user.name=t -c user.email=t@t commit -q -m "$r: first"
-  mkdir -p "$work/git/octo"
-  git clone -q --bare "$work/src-$r" "$work/git/octo/$r.git"
-done
+bare_repo widgets
+bare_repo gadgets
+bare_repo big 2000000   # what a clone transfers, a fetch need not
 widgets_head=$(git -C "$work/git/octo/widgets.git" rev-parse main)
 
-# git_server NAME [NETNS-PID]: a git server on GPORT (in that namespace), its log in $work/NAME.log
-git_server() {
-  python3 "$repos_dir/git_server.py" "$work/$1.port" "$GPORT" "$work/git" "$api" "$work/$1.log" ${2:+"$2"} &
-  pids+=($!)
-  for _ in $(seq 100); do [ -s "$work/$1.port" ] && return 0; sleep 0.1; done
-  return 1
-}
-# in_sandbox RUN: the pid of RUN's sandbox holder (its network namespace is the sandbox's)
-in_sandbox() {
-  local ref
-  ref=$(q "SELECT external_ref FROM mesh.workspaces WHERE run_id = '$1'")
-  jq -r .holder_pid "$PGDIR/data/mesh_sandboxd/workspaces/$ref/meta.json"
-}
-# status_with SHA256 REPO: the host-side server's HTTP status for the token whose SHA-256 is given
-status_with() {
-  local value
-  value=$(q "SELECT token FROM mesh.repository_tokens WHERE encode(sha256(convert_to(token, 'UTF8')), 'hex') = '$1'")
-  [ -n "$value" ] || value=$(cat "$work/held-$1" 2>/dev/null)
-  printf 'user = "x-access-token:%s"\n' "$value" |
-    curl -s -K - -o /dev/null -w '%{http_code}' "http://127.0.0.1:$GPORT/octo/$2.git/info/refs?service=git-upload-pack"
-}
-token_sha() {  # the SHA-256 of the live token of RUN's REPOSITORY
-  q "SELECT encode(sha256(convert_to(token, 'UTF8')), 'hex') FROM mesh.repository_tokens
-      WHERE run_id = '$1' AND repository = '$2' AND revoked_at IS NULL ORDER BY id DESC LIMIT 1"
-}
 git_server host
 
 q "SELECT mesh.repository_provider_set('gh-co', 'github', '127.0.0.1:$GPORT', '$api', '4242', '77')" >/dev/null
@@ -117,11 +87,6 @@ is "$(q "SELECT stdout FROM mesh_exec('co-a-$S', ARRAY['sh', '-c', 'cd /workspac
    "$(printf 'agent/fix-1\n0')" "a second checkout of the same repository fetches and stays on the branch"
 
 # --- the helper: only the granted host and repository
-helper_ask() {  # RUN HOST PATH: what the helper in RUN answers for git's question
-  q "SELECT stdout FROM mesh_exec('$1', ARRAY['sh', '-c',
-      'printf \"protocol=http\\nhost=%s\\npath=%s\\n\\n\" \"\$1\" \"\$2\" | /workspace/.mesh/git-credential-mesh get |
-       sed \"s/^password=.*/password=(set)/\"', 'sh', '$2', '$3'])"
-}
 is "$(helper_ask co-a-$S "127.0.0.1:$GPORT" octo/widgets.git)" "$(printf 'username=x-access-token\npassword=(set)')" \
    "the helper answers for the granted host and repository (positive control)"
 is "$(helper_ask co-a-$S "localhost:$GPORT" octo/widgets.git)" "" "the helper answers nothing for a host the grant does not name"
@@ -130,8 +95,8 @@ is "$(q "SELECT exit_code <> 0 FROM mesh_exec('co-a-$S', ARRAY['git', 'ls-remote
 
 # --- the token opens only its repository (checked at the server, from the host)
 ha=$(token_sha co-a-$S octo/widgets)
-is "$(status_with "$ha" widgets)" 200 "run co-a-$S's token opens octo/widgets at the git server (positive control)"
-is "$(status_with "$ha" gadgets)" 403 "and not octo/gadgets on the same server"
+is "$(status_with x-access-token "$ha" octo/widgets)" 200 "run co-a-$S's token opens octo/widgets at the git server (positive control)"
+is "$(status_with x-access-token "$ha" octo/gadgets)" 403 "and not octo/gadgets on the same server"
 is "$(q "SELECT exit_code <> 0 FROM mesh_exec('co-a-$S', ARRAY['git', 'clone', '-q', 'http://127.0.0.1:$GPORT/octo/gadgets.git', '/workspace/g'], env => '{\"GIT_TERMINAL_PROMPT\": \"0\"}')")" t \
    "a clone of another repository on the same server fails inside the run"
 
@@ -144,7 +109,7 @@ is "$(helper_ask co-a-$S "127.0.0.1:$GPORT" octo/gadgets.git)" "" "the first run
 
 # --- an expired token is refused by the server
 curl -s -m 5 -X POST -d "{\"sha256\": \"$hb\"}" "$api/_double/expire" >/dev/null
-is "$(status_with "$hb" gadgets)" 401 "an expired token is refused by the git server"
+is "$(status_with x-access-token "$hb" octo/gadgets)" 401 "an expired token is refused by the git server"
 
 # --- release revokes; the revoked token is refused
 value_a=$(q "SELECT token FROM mesh.repository_tokens WHERE run_id = 'co-a-$S' AND revoked_at IS NULL")
@@ -153,7 +118,7 @@ echo "$value_a" > "$work/held-$ha"
 q "SELECT mesh_release('co-a-$S')" >/dev/null
 wait_for "SELECT count(*) = 0 FROM mesh.repository_tokens WHERE revoke_outcome = 'pending'" 450
 is "$(q "SELECT revoke_outcome FROM mesh.repository_tokens WHERE run_id = 'co-a-$S'")" revoked "release revoked run co-a-$S's token at the provider"
-is "$(status_with "$ha" widgets)" 401 "the revoked token is refused by the git server"
+is "$(status_with x-access-token "$ha" octo/widgets)" 401 "the revoked token is refused by the git server"
 
 # --- the warm path: a run started from a snapshot holding the clone fetches only what is new
 # served_bytes RUN: the bytes the git server in RUN's sandbox answered (its log: method path status bytes)

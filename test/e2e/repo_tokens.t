@@ -2,14 +2,15 @@
 # Repository tokens (issue 31): the GitHub App JWT and the mint/revoke protocol pieces
 # (src/repos/: C library, libcrypto, jansson; no server runtime), compiled here with the
 # system compiler and run against the GitHub API double (test/repos/github_double.py), which
-# verifies the JWT with the App's public key and enforces scoping and revocation.
+# verifies the JWT with the App's public key and enforces scoping and revocation; GitLab's pieces
+# (src/repos/gitlab.c) are checked on their own.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/mesh-repo-tokens.XXXXXX)
 double_pid=
 trap '[ -n "$double_pid" ] && kill "$double_pid" 2>/dev/null; rm -rf "$work"' EXIT
 if ! cc -Wall -Wextra -Werror -std=gnu11 -I "$root/src" -o "$work/repos_test" \
-     "$root/test/repos/repos_test.c" "$root/src/repos/jwt.c" "$root/src/repos/github.c" \
+     "$root/test/repos/repos_test.c" "$root/src/repos/jwt.c" "$root/src/repos/github.c" "$root/src/repos/gitlab.c" \
      $(pkg-config --cflags --libs libcrypto jansson libcurl) 2> "$work/cc.err"; then
   echo "1..1"; echo "not ok 1 - the repository token tests build"; sed 's/^/# /' "$work/cc.err"; exit 1
 fi

@@ -7,7 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")"
 SECONDS_EACH=${1:-${MESH_FUZZ_SECONDS:-30}}
-TARGETS=(fuzz_route fuzz_base64 fuzz_requests fuzz_kubernetes fuzz_agent fuzz_docker fuzz_sandboxd fuzz_edge)
+TARGETS=(fuzz_route fuzz_base64 fuzz_requests fuzz_kubernetes fuzz_agent fuzz_docker fuzz_sandboxd fuzz_edge fuzz_repos)
 WORK=$(mktemp -d /tmp/mesh-fuzz.XXXXXX)
 echo "1..$(( ${#TARGETS[@]} + 1 ))"
 make -s >"$WORK/build.log" 2>&1

@@ -2,7 +2,7 @@
 -- grants, the token rows workers record (issue 31), what a run could see of them, and who may
 -- read what.  Rows are made directly here (as the workers would) and everything is rolled back.
 BEGIN;
-SELECT plan(34);
+SELECT plan(39);
 
 SELECT has_table('mesh', 'repository_providers', 'table mesh.repository_providers');
 SELECT has_table('mesh', 'repository_provider_credentials', 'table mesh.repository_provider_credentials');
@@ -71,6 +71,22 @@ SELECT mesh.repository_token_minted('repo-run-a', 'octo/widgets', 'ghs_CCC', now
 UPDATE mesh.workspaces SET status = 'released' WHERE run_id = 'repo-run-a';
 SELECT is((SELECT revoke_outcome || ' ' || revoked_reason FROM mesh.repository_tokens WHERE token = 'ghs_CCC'),
           'pending the run was released', 'release marks the run''s live token for revocation');
+
+-- a GitLab provider: its install token is the credential; revocation needs it and the token's id
+SELECT lives_ok($$SELECT mesh.repository_provider_set('gl', 'gitlab', 'gitlab.example', 'https://gitlab.example/api/v4')$$,
+                'a GitLab provider is named by its host and API base, no App');
+SELECT mesh.repository_provider_set_credential('gl', 'glpat-install');
+SELECT mesh.repository_register('grp/proj', 'gl', '{"contents": "write"}');
+SELECT mesh.repository_token_minted('repo-run-b', 'grp/proj', 'glpat-DDD', now() + interval '1 day', '{"contents": "read"}', 1, '4711');
+SELECT is((SELECT provider_token_id FROM mesh.repository_tokens WHERE token = 'glpat-DDD'), '4711', 'a GitLab token''s row keeps its id');
+UPDATE mesh.repository_tokens SET expires_at = now() - interval '1 second' WHERE token = 'glpat-DDD';
+SELECT is(mesh.repository_tokens_expire(), 1, 'the expiry sweep ends the token past its expiry, and only it');
+SELECT is((SELECT revoked_reason || ' ' || revoke_outcome FROM mesh.repository_tokens WHERE token = 'glpat-DDD'), 'expired pending',
+          'the expired token is pending revocation at its provider');
+SELECT results_eq($$SELECT provider_kind, repository, provider_token_id, credential FROM mesh.repository_tokens_to_revoke(100)
+                     WHERE token IN ('glpat-DDD', 'ghs_CCC') ORDER BY provider_kind$$,
+                  $$VALUES ('github', 'octo/widgets', NULL, NULL), ('gitlab', 'grp/proj', '4711', 'glpat-install')$$,
+                  'the revocation round gets the install token and the id for GitLab only (GitHub revokes with the token itself)');
 
 -- who may read what
 SELECT ok(NOT has_table_privilege('mesh_admin', 'mesh.repository_provider_credentials', 'SELECT')

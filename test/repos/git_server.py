@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """git_server.py - a git smart-HTTP server for tests: real `git http-backend` behind http.server.
 
-Every request must carry Basic auth (x-access-token:<token>, as git sends what a credential
-helper answered); the token is checked on EVERY request with the GitHub API double
-(test/repos/github_double.py, POST /_double/check, the token in the Authorization header, never
-in a URL), which honours the repository the token was minted for, its expiry and its
-revocation.  Without auth the answer is 401 with a Basic challenge (git then asks its
+Every request must carry Basic auth (user:token, as git sends what a credential helper
+answered); the token is checked on EVERY request with the provider's API double whose URL is
+given (test/repos/github_double.py, where the user is x-access-token, or
+test/repos/gitlab_double.py, where it must be oauth2; POST /_double/check with git's
+Authorization header, never in a URL), which honours the repository the token was minted for,
+its expiry and its revocation.  Without auth the answer is 401 with a Basic challenge (git then asks its
 credential helper); a token the double refuses gets 401 too (403 for another repository).
 The repository is the first two path segments (owner/name.git under ROOT).
 

@@ -24,11 +24,12 @@ import secrets
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding
+
+from json_double import JsonHandler, serve
 
 PORTFILE, APP_ID, PUBKEY_PATH, INSTALLATION, OWNER, REPOS = sys.argv[1:7]
 INSTALLED_REPOS = set(REPOS.split(","))
@@ -107,22 +108,7 @@ def live(tok):
     return t if t and not t["revoked"] and t["expires"] > time.time() else None
 
 
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def reply(self, code, doc=None):
-        body = b"" if doc is None else json.dumps(doc).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def body(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        return json.loads(self.rfile.read(n) or b"{}")
-
+class Handler(JsonHandler):
     def do_POST(self):
         auth = self.headers.get("Authorization", "")
         path = self.path
@@ -215,9 +201,4 @@ class Handler(BaseHTTPRequestHandler):
         return self.reply(404, {"message": "Not Found"})
 
 
-server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-with open(PORTFILE + ".tmp", "w") as f:
-    f.write(str(server.server_address[1]))
-import os  # noqa: E402
-os.rename(PORTFILE + ".tmp", PORTFILE)
-server.serve_forever()
+serve(PORTFILE, Handler)

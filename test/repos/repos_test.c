@@ -3,7 +3,9 @@
  * App JWT signed with libcrypto, the mint request, the reader of the answer), as TAP: first
  * on their own, then against the GitHub API double (test/repos/github_double.py), which
  * verifies the JWT with the App's public key and enforces repository/permission scoping and
- * revocation.  Built and run by test/e2e/repo_tokens.t: cc -I src ... -lcrypto -ljansson -lcurl
+ * revocation; and GitLab's project access token pieces (src/repos/gitlab.c: the paths, the
+ * body from a grant's permissions, the reader of the answer) on their own.  Built and run by
+ * test/e2e/repo_tokens.t: cc -I src ... -lcrypto -ljansson -lcurl
  *
  * Usage: repos_test DOUBLE_URL APP_ID KEY_PEM OTHER_KEY_PEM INSTALLATION_ID
  */
@@ -94,6 +96,67 @@ call(const char *method, const char *url, const char *auth, const char *body, Re
 }
 
 #define PARSE(lit, out, err) mesh_github_token_parse((lit), sizeof(lit) - 1, (out), (err))
+#define GL_PARSE(lit, out, err) mesh_gitlab_token_parse((lit), sizeof(lit) - 1, (out), (err))
+
+/* GitLab's pieces on their own: 15 cases. */
+static void
+gitlab_cases(void)
+{
+	char		err[MESH_REPOS_ERR_LEN];
+	char	   *s;
+	MeshRepoToken tok;
+	time_t		now = 1765000000;	/* 2025-12-06T05:46:40Z */
+
+	s = mesh_gitlab_token_path("octo/widgets", NULL);
+	ok(s != NULL && strcmp(s, "/projects/octo%2Fwidgets/access_tokens") == 0,
+	   "the GitLab create path names the project by its URL-encoded path");
+	free(s);
+	s = mesh_gitlab_token_path("octo/widgets", "42");
+	ok(s != NULL && strcmp(s, "/projects/octo%2Fwidgets/access_tokens/42") == 0, "the revoke path adds the token id");
+	free(s);
+	ok(mesh_gitlab_token_path("octo/widgets", "4/../2") == NULL && mesh_gitlab_token_path("octo/a/b", NULL) == NULL &&
+	   mesh_gitlab_token_path("octo/w?x", NULL) == NULL, "a token id that is not digits, or a project path not owner/name, cannot alter the path");
+	s = mesh_gitlab_token_body("run-1", "{\"contents\":\"read\"}", now, err);
+	ok(s != NULL && strcmp(s, "{\"access_level\":20,\"expires_at\":\"2025-12-07\",\"name\":\"mesh_exec run run-1\",\"scopes\":[\"read_repository\"]}") == 0,
+	   "contents read: read_repository as Reporter, expiring at the start of the day after the coming hour's");
+	free(s);
+	s = mesh_gitlab_token_body("run-1", "{\"contents\":\"write\"}", now, err);
+	ok(s != NULL && strstr(s, "\"scopes\":[\"read_repository\",\"write_repository\"]") != NULL &&
+	   strstr(s, "\"access_level\":30") != NULL && strstr(s, "api") == NULL, "contents write: read and write_repository as Developer, no api");
+	free(s);
+	s = mesh_gitlab_token_body("run-1", "{\"contents\":\"read\",\"merge_requests\":\"write\"}", now, err);
+	ok(s != NULL && strstr(s, "\"api\"") != NULL && strstr(s, "\"access_level\":30") != NULL,
+	   "merge_requests: the api scope, only when asked");
+	free(s);
+	s = mesh_gitlab_token_body("run-1", "{\"contents\":\"read\"}", 1765063800, err);	/* 23:30 UTC */
+	ok(s != NULL && strstr(s, "\"expires_at\":\"2025-12-08\"") != NULL,
+	   "past 23:00 UTC the expiry date moves on a day (never before the row's hour)");
+	free(s);
+	ok(mesh_gitlab_token_body("run-1", "{\"pull_requests\":\"read\"}", now, err) == NULL &&
+	   strstr(err, "contents and merge_requests") != NULL, "a permission GitLab tokens cannot carry is refused, saying which they can");
+	ok(mesh_gitlab_token_body("run-1", "{\"contents\":\"admin\"}", now, err) == NULL &&
+	   mesh_gitlab_token_body("run-1", "{}", now, err) == NULL, "levels other than read/write, and an empty set, are refused");
+	ok(GL_PARSE("{\"id\":42,\"token\":\"glpat-x\",\"expires_at\":\"2025-12-07\",\"scopes\":[\"read_repository\"],\"access_level\":20}", &tok, err) == 0 &&
+	   strcmp(tok.token, "glpat-x") == 0 && strcmp(tok.provider_token_id, "42") == 0 && tok.expires_at == 1765065600 &&
+	   strcmp(tok.permissions_json, "{\"access_level\":20,\"scopes\":[\"read_repository\"]}") == 0,
+	   "GitLab's answer: the token, its id, the start of its expiry day and what it carries are read");
+	mesh_repo_token_clear(&tok);
+	ok(GL_PARSE("{\"token\":\"glpat-x\",\"expires_at\":\"2025-12-07\"}", &tok, err) != 0 &&
+	   GL_PARSE("{\"id\":\"42\",\"token\":\"glpat-x\",\"expires_at\":\"2025-12-07\"}", &tok, err) != 0 &&
+	   GL_PARSE("{\"id\":-1,\"token\":\"glpat-x\",\"expires_at\":\"2025-12-07\"}", &tok, err) != 0,
+	   "an answer without a positive integer id is refused (the token could not be revoked)");
+	ok(GL_PARSE("{\"id\":42,\"expires_at\":\"2025-12-07\"}", &tok, err) != 0 &&
+	   GL_PARSE("{\"id\":42,\"token\":\"gl pat\",\"expires_at\":\"2025-12-07\"}", &tok, err) != 0,
+	   "an answer without a usable token is refused");
+	ok(GL_PARSE("{\"id\":42,\"token\":\"glpat-x\",\"expires_at\":\"2025-12-07T00:00:00Z\"}", &tok, err) != 0 &&
+	   GL_PARSE("{\"id\":42,\"token\":\"glpat-x\",\"expires_at\":null}", &tok, err) != 0 &&
+	   GL_PARSE("{\"id\":42,\"token\":\"glpat-x\",\"expires_at\":\"2025-13-07\"}", &tok, err) != 0,
+	   "an expiry that is not a date is refused (GitLab's expiry is a day)");
+	ok(GL_PARSE("[1]", &tok, err) != 0 && GL_PARSE("{\"message\":\"401 Unauthorized\"}", &tok, err) != 0,
+	   "an answer that is not a token object is refused");
+	ok(GL_PARSE("{\"id\":42,\"token\":\"glpat-secret\",\"expires_at\":\"x\"}", &tok, err) != 0 && strstr(err, "glpat") == NULL &&
+	   tok.token == NULL, "a refused answer leaves no token behind and the error does not repeat it");
+}
 
 /* Mint through the double: JWT signed with KEY at NOW for REPOSITORY and PERMS. */
 static long
@@ -165,7 +228,7 @@ main(int argc, char **argv)
 	other_key = slurp(argv[4]);
 	installation = argv[5];
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	printf("1..35\n");
+	printf("1..50\n");
 
 	/* The JWT on its own */
 	jwt = mesh_github_app_jwt(app_id, key, now, err);
@@ -195,6 +258,8 @@ main(int argc, char **argv)
 	ok(mesh_github_token_body("octo/w", "{}", err) == NULL, "an empty permission set is refused");
 	ok(mesh_github_token_body("octo/w", "[\"contents\"]", err) == NULL, "permissions that are not an object are refused");
 	ok(mesh_github_token_path("12/../x") == NULL, "an installation id that is not digits cannot alter the path");
+
+	gitlab_cases();
 
 	/* The answer */
 	ok(PARSE("{\"token\":\"ghs_x\",\"expires_at\":\"2016-07-11T22:14:10Z\",\"permissions\":{\"contents\":\"read\"}}", &tok, err) == 0 && strcmp(tok.token, "ghs_x") == 0 && tok.expires_at == 1468275250,
