@@ -312,6 +312,34 @@ static enum MHD_Result route_kill(struct route *r)
     return send_json(r->conn, 200, json_pack("{s:b}", "killed", 1));
 }
 
+/* POST /v1/workspaces/{id}/execs/{key}/extend {"by_ms": N} */
+static enum MHD_Result route_extend(struct route *r)
+{
+    struct api_error err = {0};
+    json_t *body = NULL;
+    uint64_t by_ms, total_ms = 0;
+    if (strcmp(r->method, "POST") != 0)
+        return fail(r->conn, 405, "method_not_allowed", "use POST");
+    if (!parse_body(r->req, &body, &err))
+        return send_error(r->conn, &err);
+    bool valid = exec_extend_parse(body, &by_ms, &err);
+    json_decref(body);
+    if (!valid)
+        return send_error(r->conn, &err);
+    struct workspace *ws = workspace_get(r->segments[2], &err);
+    if (!ws)
+        return send_error(r->conn, &err);
+    enum exec_extend_result result = exec_extend_by_key(ws, r->segments[4], by_ms, &total_ms);
+    workspace_put(ws);
+    if (result == EXEC_UNKNOWN)
+        return fail(r->conn, 404, "exec_not_found", "no running exec with this key");
+    if (result == EXEC_ENDED)
+        return fail(r->conn, 409, "exec_ended", "the exec already ended or is being ended "
+                    "(timeout, kill, release): its deadline stays");
+    return send_json(r->conn, 200, json_pack("{s:b,s:I}", "extended", 1, "timeout_ms",
+                                             (json_int_t)total_ms));
+}
+
 /* Query argument NAME as a decimal number of at most MAX, FALLBACK when absent; false with
  * bad_request for anything else. */
 static bool query_number(struct MHD_Connection *conn, const char *name, uint64_t fallback,
@@ -451,6 +479,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, const char *url, co
     case ROUTE_EXEC: result = route_exec(&r); break;
     case ROUTE_FILES: result = route_files(&r); break;
     case ROUTE_KILL: result = route_kill(&r); break;
+    case ROUTE_EXTEND: result = route_extend(&r); break;
     case ROUTE_EXEC_OUTPUT: result = route_exec_output(&r); break;
     case ROUTE_EXEC_RECORD: result = route_exec_record(&r); break;
     case ROUTE_REFUSED:
