@@ -947,3 +947,14 @@ REVOKE ALL ON FUNCTION mesh.driver_capabilities(text, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION mesh.driver_capabilities(text, jsonb) TO mesh_admin;
 -- a fresh install grants every mesh function to the workers
 GRANT EXECUTE ON FUNCTION mesh.driver_capabilities(text, jsonb) TO mesh_worker;
+
+-- ---- extending a running command's timeout: sql/src/14_background.sql ----
+-- Move a running command's deadline (foreground or background) later by "by"; its new
+-- deadline.  Refused before any backend call when the backend does not declare
+-- extend_timeout (0A000), or past 7 days or the run's budget (53400); recorded
+-- (mesh.execs.timeout_ms, an exec_extended event).
+CREATE FUNCTION @extschema@.mesh_exec_extend(exec_id bigint, by interval)
+RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'mesh_exec_extend' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.mesh_exec_extend(bigint, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec_extend(bigint, interval) TO mesh_harness, mesh_admin;
