@@ -883,6 +883,9 @@ exec_call_extended(WorkerCall *call, long by_ms)
 	call->spec.timeout_ms += by_ms;
 	if (call->follow)
 		call->follow->give_up_at = TimestampTzPlusMilliseconds(call->follow->give_up_at, by_ms);
-	if (call->op == MESH_OP_EXEC && call->step == STEP_OPERATING && call->run.transfer)
-		mesh_http_extend(call->run.transfer, by_ms);
+	if (call->op == MESH_OP_EXEC && call->step == STEP_OPERATING && call->run.transfer &&
+		!mesh_http_extend(call->run.transfer, by_ms))
+		ereport(LOG,
+				(errmsg("mesh: the request of exec " INT64_FORMAT " keeps its deadline: curl refused a new one",
+						call->exec_id)));
 }

@@ -448,13 +448,19 @@ mesh_http_free(MeshTransfer *t)
  * Move a transfer's deadline BY_MS later while it runs (an exec whose
  * command's timeout was extended: its answer comes that much later).
  * libcurl reads the timeout option each time it checks a transfer's time
- * left, so the new one holds from the next check on.
+ * left, so the new one holds from the next check on.  False when curl
+ * refused the option (the old deadline stays).
  */
-void
+bool
 mesh_http_extend(MeshTransfer *t, long by_ms)
 {
+	CURLcode	rc;
+
 	if (t == NULL || t->easy == NULL || t->done)
-		return;
+		return true;
+	rc = curl_easy_setopt(t->easy, CURLOPT_TIMEOUT_MS, t->timeout_ms + by_ms);
+	if (rc != CURLE_OK)
+		return false;
 	t->timeout_ms += by_ms;
-	(void) curl_easy_setopt(t->easy, CURLOPT_TIMEOUT_MS, t->timeout_ms);
+	return true;
 }
