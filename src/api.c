@@ -326,18 +326,23 @@ add_argv(FunctionCallInfo fcinfo, StringInfo req, MeshExecRequest *r)
 	return total;
 }
 
+/* An interval in milliseconds (a month counts 30 days). */
+static double
+interval_ms(const Interval *iv)
+{
+	return (iv->time / 1000.0) + (double) iv->day * 86400000.0 +
+		(double) iv->month * 30.0 * 86400000.0;
+}
+
 /* The command's timeout in milliseconds: given, or mesh.exec_timeout. */
 static long
 timeout_ms_arg(FunctionCallInfo fcinfo, int argno)
 {
-	Interval   *iv;
 	double		ms;
 
 	if (PG_ARGISNULL(argno))
 		return mesh_exec_timeout_ms;
-	iv = PG_GETARG_INTERVAL_P(argno);
-	ms = (iv->time / 1000.0) + (double) iv->day * 86400000.0 +
-		(double) iv->month * 30.0 * 86400000.0;
+	ms = interval_ms(PG_GETARG_INTERVAL_P(argno));
 	if (ms <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -697,7 +702,6 @@ Datum
 mesh_exec_extend(PG_FUNCTION_ARGS)
 {
 	int64		exec_id;
-	Interval   *iv;
 	double		ms;
 	HeapTuple	row;
 	TupleDesc	desc;
@@ -710,9 +714,7 @@ mesh_exec_extend(PG_FUNCTION_ARGS)
 	require_arg(fcinfo, 0, "exec_id", "Pass the id mesh_exec or mesh_exec_start returned.");
 	require_arg(fcinfo, 1, "by", "Pass an interval such as '5 minutes'.");
 	exec_id = PG_GETARG_INT64(0);
-	iv = PG_GETARG_INTERVAL_P(1);
-	ms = (iv->time / 1000.0) + (double) iv->day * 86400000.0 +
-		(double) iv->month * 30.0 * 86400000.0;
+	ms = interval_ms(PG_GETARG_INTERVAL_P(1));
 	if (ms < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
