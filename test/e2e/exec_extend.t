@@ -5,7 +5,7 @@
 # and by how much; every refusal has its SQLSTATE and a hint, and comes before any backend
 # call; another role cannot extend a run's command.  Margins are seconds, never milliseconds.
 . "$(dirname "$0")/lib.sh"
-plan 25
+plan 28
 run=ext-$$
 rb=ext_b_$$
 short=ext-short-$$
@@ -101,4 +101,25 @@ q "UPDATE mesh.workspaces SET capabilities = capabilities || '{\"extend_timeout\
 is "$(q "SELECT mesh_exec_kill($id3, 'KILL')")" t "the command is ended by hand"
 is "$(q "SELECT capabilities->>'extend_timeout' FROM mesh.backend_catalog WHERE name = 'local'")" true \
    "the catalog shows the embedded daemon declares extend_timeout"
+# 5. the kubernetes backend (its pods run mesh-sandboxd, whose extend call the driver proxies)
+if [ -n "${MESH_K8S_URL:-}" ]; then
+  . "$(dirname "$0")/../lib/kubernetes.sh"
+  kt=kx$$
+  q "SELECT mesh.backend_add('$kt', 'kubernetes', '$MESH_K8S_CONFIG', catalog_order => 1000)" >/dev/null
+  q "SELECT mesh.backend_set_credential('$kt', trim(pg_read_file('$MESH_K8S_TOKEN_FILE'), E'\\n'))" >/dev/null
+  q "SELECT mesh.agent_set('$kt-a', backend => '$kt')" >/dev/null
+  q "SELECT 1 FROM mesh_acquire('$run-k', '$kt-a', 'eve')" >/dev/null
+  q "SELECT 1 FROM mesh_exec('$run-k', ARRAY['true'])" >/dev/null 2>&1
+  is "$(q "SELECT capabilities->>'extend_timeout' FROM mesh.workspaces WHERE run_id = '$run-k'")" true \
+     "a kubernetes workspace records extend_timeout as its pod's daemon reports it"
+  kid=$(q "SELECT mesh_exec_start('$run-k', ARRAY['sh', '-c', 'sleep 4; echo pod'], timeout => '2 seconds')")
+  q "SELECT mesh_exec_extend($kid, '30 seconds')" >/dev/null
+  ok $? "its background command is extended"
+  is "$(q "SELECT status || ' ' || stdout FROM mesh_exec_wait($kid, '60 seconds')")" "ok pod" \
+     "and runs past its first deadline to its own end"
+  q "SELECT mesh_release('$run-k')" >/dev/null 2>&1
+  q "SELECT mesh.backend_disable('$kt')" >/dev/null 2>&1
+else
+  skip "${MESH_K8S_URL_SKIP:-MESH_K8S_URL is not set (test/run.sh starts the double)}" 3
+fi
 done_testing
