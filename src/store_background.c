@@ -258,29 +258,36 @@ store_exec_signalled(const MeshWorkspace *ws, int64 exec_id, const char *signal,
 }
 
 static const char extend_exec_sql[] =
-"SELECT e.status::text AS status, e.timeout_ms FROM mesh.execs e WHERE e.id = $1 AND e.run_id = $2";
+"SELECT e.status::text AS status, e.timeout_ms, "
+"       e.started_at + (e.timeout_ms + $3) * interval '1 millisecond' > w.created_at + l.max_run_lifetime AS past_lifetime, "
+"       (w.created_at + l.max_run_lifetime)::text AS lifetime_until "
+"  FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id "
+"  JOIN mesh.run_limits l ON l.workspace_id = w.id "
+" WHERE e.id = $1 AND e.run_id = $2";
 
 /*
  * mesh_exec_extend, before the backend is asked: the exec's status and
- * timeout as its row has them; false (err) if it could not be read.  A row
- * that is not the run's reads as status NULL.
+ * timeout as its row has them, and whether BY_MS more would take it past
+ * its run's lifetime bound (*LIFETIME_UNTIL); false (err) if it could not
+ * be read.  A row that is not the run's reads as status NULL.
  */
 bool
-store_exec_for_extend(const char *run_id, int64 exec_id, char **status, int64 *timeout_ms,
+store_exec_for_extend(const char *run_id, int64 exec_id, int64 by_ms, MeshExtendCheck *check,
 					  ErrorData **err)
 {
-	MeshParam	p[2] = {mesh_int8_param(exec_id), mesh_text_param(run_id)};
+	MeshParam	p[3] = {mesh_int8_param(exec_id), mesh_text_param(run_id), mesh_int8_param(by_ms)};
 	MeshRows   *rows;
 
-	*status = NULL;
-	*timeout_ms = 0;
-	if (!mesh_txn_sql("mesh worker: exec to extend", MESH_COMMIT_DEFERRED, extend_exec_sql, 2, p,
+	memset(check, 0, sizeof(*check));
+	if (!mesh_txn_sql("mesh worker: exec to extend", MESH_COMMIT_DEFERRED, extend_exec_sql, 3, p,
 					  &rows, err))
 		return false;
 	if (rows->n == 1)
 	{
-		*status = mesh_col_text(rows, 0, "status");
-		*timeout_ms = mesh_col_int64(rows, 0, "timeout_ms");
+		check->status = mesh_col_text(rows, 0, "status");
+		check->timeout_ms = mesh_col_int64(rows, 0, "timeout_ms");
+		check->past_lifetime = mesh_col_bool(rows, 0, "past_lifetime");
+		check->lifetime_until = mesh_col_text(rows, 0, "lifetime_until");
 	}
 	return true;
 }

@@ -762,28 +762,27 @@ start_exec_extend(WorkerCall *call)
 	const MeshExtendRequest *r = &call->req.extend;
 	MeshHttpRequest req;
 	ErrorData  *err;
-	char	   *status;
-	int64		timeout_ms;
+	MeshExtendCheck check;
 	int64		total;
 	bool		built;
 
-	if (!store_exec_for_extend(call->run_id, r->exec_id, &status, &timeout_ms, &err))
+	if (!store_exec_for_extend(call->run_id, r->exec_id, r->by_ms, &check, &err))
 	{
 		reply_txn_error(call, err);
 		return;
 	}
-	if (status == NULL)
+	if (check.status == NULL)
 	{
 		reply_error(call, ERRCODE_UNDEFINED_OBJECT,
 					psprintf("exec " INT64_FORMAT " does not exist", r->exec_id), NULL,
 					"Pass the id mesh_exec or mesh_exec_start returned.");
 		return;
 	}
-	if (strcmp(status, "running") != 0)
+	if (strcmp(check.status, "running") != 0)
 	{
 		reply_error(call, ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
 					psprintf("exec " INT64_FORMAT " is not running (%s): there is no deadline to extend",
-							 r->exec_id, status),
+							 r->exec_id, check.status),
 					NULL, "Only a running command's timeout can be extended.");
 		return;
 	}
@@ -796,7 +795,7 @@ start_exec_extend(WorkerCall *call)
 					"Give the command a longer timeout when it starts, or pin the agent to a backend that declares extend_timeout.");
 		return;
 	}
-	total = timeout_ms + r->by_ms;
+	total = check.timeout_ms + r->by_ms;
 	if (total > MESH_MAX_TIMEOUT_MS)
 	{
 		reply_error(call, ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
@@ -814,6 +813,14 @@ start_exec_extend(WorkerCall *call)
 							 Max(call->ws.budget_seconds - call->ws.compute_seconds, 0),
 							 call->ws.budget_seconds),
 					NULL, "Raise the budget with mesh.run_set_budget() or mesh.agent_set_budget(), or extend by less.");
+		return;
+	}
+	if (check.past_lifetime)
+	{
+		reply_error(call, ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+					psprintf("exec " INT64_FORMAT " would run past its run's lifetime bound (%s)",
+							 r->exec_id, check.lifetime_until),
+					NULL, "Move the run's bound first with mesh_extend(run_id, by), or extend by less.");
 		return;
 	}
 	if (!load_backend(call))

@@ -5,7 +5,7 @@
 # and by how much; every refusal has its SQLSTATE and a hint, and comes before any backend
 # call; another role cannot extend a run's command.  Margins are seconds, never milliseconds.
 . "$(dirname "$0")/lib.sh"
-plan 28
+plan 31
 run=ext-$$
 rb=ext_b_$$
 short=ext-short-$$
@@ -61,6 +61,17 @@ ok $? "another session extends the foreground command ($fid)"
 wait $fg
 is "$(cat "$PGDIR/ext-fg.out")" "ok fg" "the caller gets the command's own end, past its first deadline and its request's"
 is "$(q "SELECT timeout_ms FROM mesh.execs WHERE id = $fid")" 32000 "its row records the new timeout"
+
+# a command may not be extended past its run's lifetime bound (mesh.settings.max_run_lifetime,
+# 24 hours from the run's creation) until mesh_extend moves that bound
+lid=$(q "SELECT mesh_exec_start('$run-fg', ARRAY['sleep', '600'], timeout => '10 minutes')")
+e=$(err "SELECT mesh_exec_extend($lid, '2 days')")
+[[ "$e" == "53400: exec $lid would run past its run's lifetime bound"*"HINT:"*"mesh_extend"* ]]
+ok $? "past the run's lifetime bound: 53400, the hint naming mesh_extend ($e)"
+q "SELECT mesh_extend('$run-fg', '3 days')" >/dev/null
+is "$(q "SELECT mesh_exec_extend($lid, '2 days') IS NOT NULL")/$(q "SELECT timeout_ms FROM mesh.execs WHERE id = $lid")" \
+   "t/173400000" "once mesh_extend moved the run's bound, the command is extended"
+is "$(q "SELECT mesh_exec_kill($lid, 'KILL')")" t "it is ended by hand"
 
 # 4. refusals, each before any backend call
 e=$(err "SELECT mesh_exec_extend(-1, '1 minute')")
