@@ -952,8 +952,7 @@ GRANT EXECUTE ON FUNCTION mesh.driver_capabilities(text, jsonb) TO mesh_worker;
 -- Move a running command's deadline (foreground or background) later by "by"; its new
 -- deadline.  Refused before any backend call when the backend does not declare
 -- extend_timeout (0A000), or past 7 days, the run's budget or its lifetime bound (53400);
--- recorded
--- (mesh.execs.timeout_ms, an exec_extended event).
+-- recorded (mesh.execs.timeout_ms, an exec_extended event).
 CREATE FUNCTION @extschema@.mesh_exec_extend(exec_id bigint, by interval)
 RETURNS timestamptz
     AS 'MODULE_PATHNAME', 'mesh_exec_extend' LANGUAGE C;
