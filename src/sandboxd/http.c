@@ -288,23 +288,50 @@ static enum MHD_Result route_exec(struct route *r)
     return send_result(r->conn, resp, &err);
 }
 
-/* POST /v1/workspaces/{id}/execs/{key}/kill [{"signal": NAME}] */
-static enum MHD_Result route_kill(struct route *r)
+/* Checks an exec call's body into its OUT (exec_signal_parse, exec_extend_parse). */
+typedef bool (*exec_body_parser)(json_t *body, void *out, struct api_error *err);
+
+static bool kill_body(json_t *body, void *out, struct api_error *err)
+{
+    return exec_signal_parse(body, out, err);
+}
+
+static bool extend_body(json_t *body, void *out, struct api_error *err)
+{
+    return exec_extend_parse(body, out, err);
+}
+
+/* A POST call on a running exec (kill, extend): its body checked by PARSE into OUT, and its
+ * workspace, held (workspace_put it); NULL once the refusal is answered (*ANSWER). */
+static struct workspace *exec_call_begin(struct route *r, exec_body_parser parse, void *out,
+                                         enum MHD_Result *answer)
 {
     struct api_error err = {0};
     json_t *body = NULL;
-    int sig;
-    if (strcmp(r->method, "POST") != 0)
-        return fail(r->conn, 405, "method_not_allowed", "use POST");
-    if (!parse_body(r->req, &body, &err))
-        return send_error(r->conn, &err);
-    bool valid = exec_signal_parse(body, &sig, &err);
+    if (strcmp(r->method, "POST") != 0) {
+        *answer = fail(r->conn, 405, "method_not_allowed", "use POST");
+        return NULL;
+    }
+    if (!parse_body(r->req, &body, &err)) {
+        *answer = send_error(r->conn, &err);
+        return NULL;
+    }
+    bool valid = parse(body, out, &err);
     json_decref(body);
-    if (!valid)
-        return send_error(r->conn, &err);
-    struct workspace *ws = workspace_get(r->segments[2], &err);
+    struct workspace *ws = valid ? workspace_get(r->segments[2], &err) : NULL;
     if (!ws)
-        return send_error(r->conn, &err);
+        *answer = send_error(r->conn, &err);
+    return ws;
+}
+
+/* POST /v1/workspaces/{id}/execs/{key}/kill [{"signal": NAME}] */
+static enum MHD_Result route_kill(struct route *r)
+{
+    int sig;
+    enum MHD_Result answer;
+    struct workspace *ws = exec_call_begin(r, kill_body, &sig, &answer);
+    if (!ws)
+        return answer;
     bool killed = exec_kill_by_key(ws, r->segments[4], sig);
     workspace_put(ws);
     if (!killed)
@@ -315,20 +342,11 @@ static enum MHD_Result route_kill(struct route *r)
 /* POST /v1/workspaces/{id}/execs/{key}/extend {"by_ms": N} */
 static enum MHD_Result route_extend(struct route *r)
 {
-    struct api_error err = {0};
-    json_t *body = NULL;
     uint64_t by_ms, total_ms = 0;
-    if (strcmp(r->method, "POST") != 0)
-        return fail(r->conn, 405, "method_not_allowed", "use POST");
-    if (!parse_body(r->req, &body, &err))
-        return send_error(r->conn, &err);
-    bool valid = exec_extend_parse(body, &by_ms, &err);
-    json_decref(body);
-    if (!valid)
-        return send_error(r->conn, &err);
-    struct workspace *ws = workspace_get(r->segments[2], &err);
+    enum MHD_Result answer;
+    struct workspace *ws = exec_call_begin(r, extend_body, &by_ms, &answer);
     if (!ws)
-        return send_error(r->conn, &err);
+        return answer;
     enum exec_extend_result result = exec_extend_by_key(ws, r->segments[4], by_ms, &total_ms);
     workspace_put(ws);
     if (result == EXEC_UNKNOWN)
