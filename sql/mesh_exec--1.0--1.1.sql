@@ -1122,3 +1122,78 @@ $helper$;
 REVOKE ALL ON FUNCTION mesh.repository_tokens_to_revoke(integer), mesh.repository_tokens_expire() FROM PUBLIC;
 -- a fresh install grants every mesh function to the workers
 GRANT EXECUTE ON FUNCTION mesh.repository_tokens_to_revoke(integer), mesh.repository_tokens_expire() TO mesh_worker;
+
+-- ---- extending a running command's timeout: sql/src/14_background.sql ----
+-- Move a running command's deadline (foreground or background) later by "by"; its new
+-- deadline.  Refused before any backend call when the backend does not declare
+-- extend_timeout (0A000), or past 7 days, the run's budget or its lifetime bound (53400);
+-- recorded (mesh.execs.timeout_ms, an exec_extended event).
+CREATE FUNCTION @extschema@.mesh_exec_extend(exec_id bigint, by interval)
+RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'mesh_exec_extend' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.mesh_exec_extend(bigint, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec_extend(bigint, interval) TO mesh_harness, mesh_admin;
+
+-- ---- mesh_extend of a live workspace moves its run's lifetime bound: sql/src/01_catalog.sql,
+-- 04_admin.sql (mesh.run_limits), 15_lifecycle.sql ----
+ALTER TABLE mesh.run_budgets
+    -- mesh_extend of a live workspace: added to mesh.settings.max_run_lifetime for this run
+    ADD COLUMN lifetime_extension  interval NOT NULL DEFAULT '0' CHECK (lifetime_extension >= '0');
+CREATE OR REPLACE VIEW mesh.run_limits AS
+SELECT w.id AS workspace_id, w.run_id, w.agent_id,
+       coalesce(rb.max_compute_seconds, a.max_compute_seconds, s.max_compute_seconds) AS max_compute_seconds,
+       coalesce(rb.idle_timeout, a.idle_timeout, s.idle_timeout) AS idle_timeout,
+       a.max_concurrent_workspaces,
+       -- mesh_extend of a live workspace moves its run's bound
+       s.max_run_lifetime + coalesce(rb.lifetime_extension, '0') AS max_run_lifetime
+  FROM mesh.workspaces w
+  CROSS JOIN mesh.settings s
+  LEFT JOIN mesh.agents a ON a.agent_id = w.agent_id
+  LEFT JOIN mesh.run_budgets rb ON rb.run_id = w.run_id;
+
+-- The harness's call: keep run_id's workspace by more ("by").  A live one
+-- (ready) has its run's lifetime bound (mesh.settings.max_run_lifetime from its
+-- creation) moved, and its run token's expiry with it; a hibernated one its
+-- retention deadline (the warning due again before it).  Recorded (event
+-- 'extended').  Returns the new deadline.
+CREATE OR REPLACE FUNCTION @extschema@.mesh_extend(run_id text, by interval) RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
+DECLARE
+    ws mesh.workspaces;
+    lifetime_until timestamptz;
+BEGIN
+    PERFORM mesh.require_args('mesh_extend', ARRAY['run_id', 'by'],
+        ARRAY[mesh_extend.run_id IS NULL, mesh_extend.by IS NULL]);
+    IF mesh_extend.by <= '0' THEN
+        RAISE EXCEPTION 'mesh_extend: by must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO ws FROM mesh.workspaces w WHERE w.run_id = mesh_extend.run_id FOR UPDATE;
+    IF ws.id IS NULL OR NOT mesh.may_drive(ws.owner_role, mesh.invoking_role()) THEN
+        RAISE EXCEPTION 'run "%" is not declared', mesh_extend.run_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF ws.status = 'ready' AND ws.release_outcome IS NULL THEN
+        INSERT INTO mesh.run_budgets AS b (run_id, lifetime_extension) VALUES (ws.run_id, mesh_extend.by)
+        ON CONFLICT ON CONSTRAINT run_budgets_pkey DO UPDATE
+           SET lifetime_extension = b.lifetime_extension + mesh_extend.by, set_at = now();
+        UPDATE mesh.run_tokens t SET expires_at = t.expires_at + mesh_extend.by
+         WHERE t.run_id = ws.run_id AND t.revoked_at IS NULL;
+        SELECT ws.created_at + l.max_run_lifetime INTO lifetime_until FROM mesh.run_limits l WHERE l.workspace_id = ws.id;
+        PERFORM mesh.workspace_event(ws, 'extended',
+            jsonb_build_object('by', mesh_extend.by, 'lifetime_until', lifetime_until,
+                               'by_role', mesh.invoking_role()::regrole::text));
+        RETURN lifetime_until;
+    END IF;
+    IF ws.hibernated_until IS NULL OR ws.release_outcome IS NOT NULL OR ws.status IN ('released', 'failed') THEN
+        RAISE EXCEPTION 'the workspace of run "%" has no retention deadline to extend (it is %)', mesh_extend.run_id,
+                        CASE WHEN ws.release_outcome IS NOT NULL THEN 'released' ELSE ws.status::text END
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'A live workspace''s run has a lifetime bound; a hibernated one a retention deadline.';
+    END IF;
+    UPDATE mesh.workspaces w SET hibernated_until = w.hibernated_until + mesh_extend.by, expiry_warned_at = NULL
+     WHERE w.id = ws.id RETURNING w.hibernated_until INTO ws.hibernated_until;
+    PERFORM mesh.workspace_event(ws, 'extended',
+        jsonb_build_object('by', mesh_extend.by, 'hibernated_until', ws.hibernated_until,
+                           'by_role', mesh.invoking_role()::regrole::text));
+    RETURN ws.hibernated_until;
+END
+$$;

@@ -35,7 +35,6 @@
 #include "handoff.h"
 #include "settings.h"
 
-#define MESH_MAX_TIMEOUT_MS (7L * 24 * 3600 * 1000)
 
 /*
  * Input limits, checked before anything is handed off.  Identifiers are
@@ -59,6 +58,7 @@ PG_FUNCTION_INFO_V1(mesh_snapshot);
 PG_FUNCTION_INFO_V1(mesh_exec_start);
 PG_FUNCTION_INFO_V1(mesh_exec_wait);
 PG_FUNCTION_INFO_V1(mesh_exec_kill);
+PG_FUNCTION_INFO_V1(mesh_exec_extend);
 PG_FUNCTION_INFO_V1(mesh_eval_call);
 
 /* A required argument: NULL is the caller's error, named, with a hint. */
@@ -326,18 +326,23 @@ add_argv(FunctionCallInfo fcinfo, StringInfo req, MeshExecRequest *r)
 	return total;
 }
 
+/* An interval in milliseconds (a month counts 30 days). */
+static double
+interval_ms(const Interval *iv)
+{
+	return (iv->time / 1000.0) + (double) iv->day * 86400000.0 +
+		(double) iv->month * 30.0 * 86400000.0;
+}
+
 /* The command's timeout in milliseconds: given, or mesh.exec_timeout. */
 static long
 timeout_ms_arg(FunctionCallInfo fcinfo, int argno)
 {
-	Interval   *iv;
 	double		ms;
 
 	if (PG_ARGISNULL(argno))
 		return mesh_exec_timeout_ms;
-	iv = PG_GETARG_INTERVAL_P(argno);
-	ms = (iv->time / 1000.0) + (double) iv->day * 86400000.0 +
-		(double) iv->month * 30.0 * 86400000.0;
+	ms = interval_ms(PG_GETARG_INTERVAL_P(argno));
 	if (ms <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -685,6 +690,55 @@ mesh_exec_kill(PG_FUNCTION_ARGS)
 	mesh_msg_set_fixed(req, &r, sizeof(r));
 	mesh_call(run_id, req, NULL, 0, &reply);
 	PG_RETURN_BOOL(((const MeshKillReply *) mesh_msg_fixed(&reply, sizeof(MeshKillReply)))->signalled);
+}
+
+/*
+ * mesh_exec_extend: move a running command's deadline BY later (a
+ * foreground one running in another session, or a background one); the new
+ * deadline.  The worker refuses what the backend cannot do, or what passes
+ * the longest timeout or the run's budget, before any backend call.
+ */
+Datum
+mesh_exec_extend(PG_FUNCTION_ARGS)
+{
+	int64		exec_id;
+	double		ms;
+	HeapTuple	row;
+	TupleDesc	desc;
+	char	   *status;
+	char	   *run_id;
+	StringInfo	req = begin_request(MESH_OP_EXEC_EXTEND, sizeof(MeshExtendRequest));
+	MeshExtendRequest r = {0};
+	MeshMsg		reply;
+
+	require_arg(fcinfo, 0, "exec_id", "Pass the id mesh_exec or mesh_exec_start returned.");
+	require_arg(fcinfo, 1, "by", "Pass an interval such as '5 minutes'.");
+	exec_id = PG_GETARG_INT64(0);
+	ms = interval_ms(PG_GETARG_INTERVAL_P(1));
+	if (ms < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("by must be positive (at least 1 millisecond)"),
+				 errhint("Pass an interval such as '5 minutes'.")));
+	if (ms > MESH_MAX_TIMEOUT_MS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("by must be at most 7 days"),
+				 errhint("A command's timeout, extensions included, is at most 7 days.")));
+	row = exec_row(exec_id, &desc);
+	status = exec_row_text(row, desc, 4);
+	run_id = exec_row_text(row, desc, 9);
+	if (strcmp(status, "running") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("exec " INT64_FORMAT " is not running (%s): there is no deadline to extend",
+						exec_id, status),
+				 errhint("Only a running command's timeout can be extended.")));
+	r.exec_id = exec_id;
+	r.by_ms = (int64) ms;
+	mesh_msg_set_fixed(req, &r, sizeof(r));
+	mesh_call(run_id, req, NULL, 0, &reply);
+	PG_RETURN_TIMESTAMPTZ(((const MeshExtendReply *) mesh_msg_fixed(&reply, sizeof(MeshExtendReply)))->deadline);
 }
 
 /* A file call's request: the path, and the mode of a write. */

@@ -29,6 +29,9 @@
 /* Identifiers (run_id, agent_id, ...) are at most this long (api.c checks). */
 #define MESH_MAX_ID_BYTES 255
 
+/* The longest timeout a command may have, extensions included: 7 days. */
+#define MESH_MAX_TIMEOUT_MS (7L * 24 * 3600 * 1000)
+
 typedef enum MeshOp
 {
 	MESH_OP_ACQUIRE = 1,		/* declare a run's workspace (no backend call) */
@@ -40,10 +43,11 @@ typedef enum MeshOp
 	MESH_OP_SWEEP,				/* to the reaper: sweep now, reply with what it did */
 	MESH_OP_EXEC_START,			/* start a background command (mesh_exec_start) */
 	MESH_OP_EXEC_KILL,			/* signal a running command (mesh_exec_kill) */
-	MESH_OP_EXEC_FOLLOW			/* the worker's own: follow a background command again */
+	MESH_OP_EXEC_FOLLOW,		/* the worker's own: follow a background command again */
+	MESH_OP_EXEC_EXTEND			/* move a running command's deadline (mesh_exec_extend) */
 } MeshOp;
 
-#define MESH_OP_COUNT (MESH_OP_EXEC_FOLLOW + 1)
+#define MESH_OP_COUNT (MESH_OP_EXEC_EXTEND + 1)
 
 typedef enum MeshMsgKind
 {
@@ -116,6 +120,13 @@ typedef struct MeshKillRequest
 	MeshSpan	signal;
 } MeshKillRequest;
 
+/* mesh_exec_extend: the exec (of the call's run) and how much later its deadline moves */
+typedef struct MeshExtendRequest
+{
+	int64		exec_id;
+	int64		by_ms;
+} MeshExtendRequest;
+
 /*
  * The worker's own call, at its start, for a background command its
  * predecessor followed: where it had got to (mesh.background_execs).
@@ -152,6 +163,7 @@ typedef union MeshRequest
 	MeshReleaseRequest release;
 	MeshKillRequest kill;
 	MeshFollowRequest follow;
+	MeshExtendRequest extend;
 } MeshRequest;
 
 /*--------------------------------------------------------------------------
@@ -185,6 +197,13 @@ typedef struct MeshKillReply
 {
 	bool		signalled;
 } MeshKillReply;
+
+/* mesh_exec_extend: the command's new deadline */
+typedef struct MeshExtendReply
+{
+	TimestampTz deadline;
+	int64		timeout_ms;		/* its whole timeout now, as mesh.execs records it */
+} MeshExtendReply;
 
 typedef struct MeshReadReply
 {

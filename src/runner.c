@@ -57,6 +57,13 @@ mesh_parse_kill(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *
 }
 
 MeshStepResult
+mesh_parse_extend(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+				  void *out, MeshError *err)
+{
+	return be->driver->extend_response(be, st, resp, (int64_t *) out, err);
+}
+
+MeshStepResult
 mesh_parse_exec_start(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
 					  void *out, MeshError *err)
 {

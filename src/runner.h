@@ -48,7 +48,10 @@ extern MeshStepResult mesh_parse_acquire(const MeshBackend *be, MeshOpState *st,
 extern MeshStepResult mesh_parse_exec(const MeshBackend *be, MeshOpState *st,
 									  const MeshHttpResponse *resp, void *out, MeshError *err);	/* MeshExecResult */
 extern MeshStepResult mesh_parse_kill(const MeshBackend *be, MeshOpState *st,
-									  const MeshHttpResponse *resp, void *out, MeshError *err);	/* none */
+									  const MeshHttpResponse *resp, void *out, MeshError *err);
+extern MeshStepResult mesh_parse_extend(const MeshBackend *be, MeshOpState *st,
+										const MeshHttpResponse *resp, void *out,
+										MeshError *err);	/* int64_t: the backend's timeout */	/* none */
 extern MeshStepResult mesh_parse_exec_start(const MeshBackend *be, MeshOpState *st,
 											const MeshHttpResponse *resp, void *out, MeshError *err);	/* none */
 extern MeshStepResult mesh_parse_exec_output(const MeshBackend *be, MeshOpState *st,

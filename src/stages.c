@@ -40,6 +40,7 @@ static const char *const op_names[MESH_OP_COUNT] = {
 	[MESH_OP_EXEC_START] = "exec_start",
 	[MESH_OP_EXEC_KILL] = "exec_kill",
 	[MESH_OP_EXEC_FOLLOW] = "exec_follow",
+	[MESH_OP_EXEC_EXTEND] = "exec_extend",
 };
 
 static const char *const stage_names[MESH_STAGE_COUNT] = {

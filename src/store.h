@@ -11,6 +11,7 @@
 #include "postgres.h"
 
 #include "access/xlogdefs.h"
+#include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 
 #include "backends/backend.h"
@@ -206,6 +207,20 @@ extern bool store_background_execs(int worker_index, int nworkers, List **follow
 extern bool store_run_secrets(const char *run_id, List **secrets, ErrorData **err);
 extern bool store_exec_signalled(const MeshWorkspace *ws, int64 exec_id, const char *signal,
 								 ErrorData **err);
+/* mesh_exec_extend's exec as its row has it (store_exec_for_extend) */
+typedef struct MeshExtendCheck
+{
+	char	   *status;			/* NULL: no such exec of the run */
+	int64		timeout_ms;
+	bool		past_lifetime;	/* the extension would take it past its run's lifetime bound */
+	char	   *lifetime_until; /* that bound */
+} MeshExtendCheck;
+
+extern bool store_exec_for_extend(const char *run_id, int64 exec_id, int64 by_ms,
+								  MeshExtendCheck *check, ErrorData **err);
+extern bool store_exec_extended(const MeshWorkspace *ws, int64 exec_id, int64 by_ms,
+								const char *role, bool *found, int64 *timeout_ms,
+								TimestampTz *deadline, ErrorData **err);
 
 /* store_snapshot.c: project-state snapshots */
 extern bool store_route_eval(MeshWorkspace *ws, MeshBackend *be, MeshCapabilities *caps,

@@ -256,3 +256,76 @@ store_exec_signalled(const MeshWorkspace *ws, int64 exec_id, const char *signal,
 	return mesh_txn_sql("mesh worker: exec signalled", MESH_COMMIT_DEFERRED, kill_event_sql, 5, p,
 						NULL, err);
 }
+
+static const char extend_exec_sql[] =
+"SELECT e.status::text AS status, e.timeout_ms, "
+"       e.started_at + (e.timeout_ms + $3) * interval '1 millisecond' > w.created_at + l.max_run_lifetime AS past_lifetime, "
+"       (w.created_at + l.max_run_lifetime)::text AS lifetime_until "
+"  FROM mesh.execs e JOIN mesh.workspaces w ON w.id = e.workspace_id "
+"  JOIN mesh.run_limits l ON l.workspace_id = w.id "
+" WHERE e.id = $1 AND e.run_id = $2";
+
+/*
+ * mesh_exec_extend, before the backend is asked: the exec's status and
+ * timeout as its row has them, and whether BY_MS more would take it past
+ * its run's lifetime bound (*LIFETIME_UNTIL); false (err) if it could not
+ * be read.  A row that is not the run's reads as status NULL.
+ */
+bool
+store_exec_for_extend(const char *run_id, int64 exec_id, int64 by_ms, MeshExtendCheck *check,
+					  ErrorData **err)
+{
+	MeshParam	p[3] = {mesh_int8_param(exec_id), mesh_text_param(run_id), mesh_int8_param(by_ms)};
+	MeshRows   *rows;
+
+	memset(check, 0, sizeof(*check));
+	if (!mesh_txn_sql("mesh worker: exec to extend", MESH_COMMIT_DEFERRED, extend_exec_sql, 3, p,
+					  &rows, err))
+		return false;
+	if (rows->n == 1)
+	{
+		check->status = mesh_col_text(rows, 0, "status");
+		check->timeout_ms = mesh_col_int64(rows, 0, "timeout_ms");
+		check->past_lifetime = mesh_col_bool(rows, 0, "past_lifetime");
+		check->lifetime_until = mesh_col_text(rows, 0, "lifetime_until");
+	}
+	return true;
+}
+
+static const char extended_sql[] =
+"WITH e AS (UPDATE mesh.execs e SET timeout_ms = e.timeout_ms + $5 "
+"            WHERE e.id = $4 AND e.run_id = $1 AND e.status = 'running' "
+"           RETURNING e.timeout_ms, e.started_at), "
+"     ev AS (INSERT INTO mesh.events (kind, run_id, workspace_id, backend, detail) "
+"            SELECT 'exec_extended', $1, $2, $3, "
+"                   pg_catalog.jsonb_build_object('exec_id', $4, 'by_ms', $5, 'timeout_ms', e.timeout_ms, "
+"                                                 'by_role', $6::pg_catalog.oid::pg_catalog.regrole::text) "
+"              FROM e) "
+"SELECT e.timeout_ms, e.started_at + e.timeout_ms * interval '1 millisecond' AS deadline FROM e";
+
+/*
+ * mesh_exec_extend moved a command's deadline: its row's timeout and an
+ * event (who, by how much), one transaction.  *FOUND false: the command's
+ * end was recorded in between (nothing written).
+ */
+bool
+store_exec_extended(const MeshWorkspace *ws, int64 exec_id, int64 by_ms, const char *role,
+					bool *found, int64 *timeout_ms, TimestampTz *deadline, ErrorData **err)
+{
+	MeshParam	p[6] = {mesh_text_param(ws->run_id), mesh_int8_param(ws->id),
+		mesh_text_param(ws->backend_kind), mesh_int8_param(exec_id), mesh_int8_param(by_ms),
+	role ? mesh_text_param(role) : mesh_null_param(TEXTOID)};
+	MeshRows   *rows;
+	bool		isnull;
+
+	*found = false;
+	if (!mesh_txn_sql("mesh worker: exec extended", MESH_COMMIT_DURABLE, extended_sql, 6, p,
+					  &rows, err))
+		return false;
+	if (rows->n != 1)
+		return true;
+	*found = true;
+	*timeout_ms = mesh_col_int64(rows, 0, "timeout_ms");
+	*deadline = DatumGetTimestampTz(mesh_col_datum(rows, 0, "deadline", TIMESTAMPTZOID, &isnull));
+	return true;
+}

@@ -84,6 +84,8 @@ static const WorkerOpDef op_defs[] = {
 	worker_small_response_limit},
 	[MESH_OP_EXEC_FOLLOW] = {"following the command", OP_SCOPE_ANY_WORKSPACE, start_follow,
 	finish_background, background_response_limit},
+	[MESH_OP_EXEC_EXTEND] = {"the extension", OP_SCOPE_ANY_WORKSPACE, start_exec_extend,
+	finish_exec_extend, worker_small_response_limit},
 };
 
 /* The definition of an operation a worker performs; NULL for any other. */
@@ -113,6 +115,8 @@ request_size(MeshOp op)
 			return sizeof(MeshExecRequest);
 		case MESH_OP_EXEC_KILL:
 			return sizeof(MeshKillRequest);
+		case MESH_OP_EXEC_EXTEND:
+			return sizeof(MeshExtendRequest);
 		case MESH_OP_EXEC_FOLLOW:
 			return sizeof(MeshFollowRequest);
 		case MESH_OP_READ_FILE:
@@ -319,6 +323,29 @@ run_is_changing(const char *run_id, WorkerCall *except)
 			return true;
 	}
 	return false;
+}
+
+/*
+ * mesh_exec_extend moved exec EXEC_ID's deadline BY_MS later: the calls of
+ * this worker that carry the command (a foreground exec's request in flight,
+ * a background command's follower) wait that much longer for its end.  A
+ * run's calls are all this worker's (mesh_worker_for_run), so no other
+ * worker has one.
+ */
+void
+extend_calls_of_exec(int64 exec_id, long by_ms)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &calls)
+	{
+		WorkerCall *other = dlist_container(WorkerCall, node, iter.cur);
+
+		if (other->exec_id == exec_id &&
+			(other->op == MESH_OP_EXEC || other->op == MESH_OP_EXEC_START ||
+			 other->op == MESH_OP_EXEC_FOLLOW))
+			exec_call_extended(other, by_ms);
+	}
 }
 
 /* A state change ended: parked calls of the run start over, or fail alike. */

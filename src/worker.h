@@ -71,6 +71,7 @@ typedef struct WorkerCall
 		MeshReleaseOutcome release;
 		MeshSnapshotInfo snapshot;
 		MeshExecProgress progress;
+		int64_t		timeout_ms; /* an extension's: the backend's whole timeout */
 	}			out;
 	int64		exec_id;
 	MeshExecSpec spec;
@@ -150,6 +151,7 @@ extern MeshOpState *begin_op(WorkerCall *call);
 extern void start_op(WorkerCall *call, CallStep step, bool built, const MeshHttpRequest *req,
 					 MeshResponseParser parse, void *out, size_t max_response);
 extern const char *caller_role(WorkerCall *call);
+extern void extend_calls_of_exec(int64 exec_id, long by_ms);
 
 /* worker_acquire.c: declare, materialize, wake, the run token, tier climb */
 extern void run_declare(WorkerCall *call);
@@ -190,6 +192,9 @@ extern bool admit_background(WorkerCall *call, bool reply);
 extern void leave_background_slot(WorkerCall *call);
 extern void start_exec_kill(WorkerCall *call);
 extern void finish_exec_kill(WorkerCall *call);
+extern void start_exec_extend(WorkerCall *call);
+extern void finish_exec_extend(WorkerCall *call);
+extern void exec_call_extended(WorkerCall *call, long by_ms);
 extern bool exec_ended_this_turn;
 
 /* worker_failures.c: a backend's failure class in the caller's terms */

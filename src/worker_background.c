@@ -749,3 +749,150 @@ finish_exec_kill(WorkerCall *call)
 	mesh_msg_set_fixed(head, &k, sizeof(k));
 	finish_with(call, head, NULL, 0);
 }
+
+/*
+ * mesh_exec_extend: move a running command's deadline later.  Every
+ * refusal comes before the backend is called: an exec that is not running,
+ * a backend that does not declare extend_timeout, a timeout past what a
+ * command may have or past the run's compute budget.
+ */
+void
+start_exec_extend(WorkerCall *call)
+{
+	const MeshExtendRequest *r = &call->req.extend;
+	MeshHttpRequest req;
+	ErrorData  *err;
+	MeshExtendCheck check;
+	int64		total;
+	bool		built;
+
+	if (!store_exec_for_extend(call->run_id, r->exec_id, r->by_ms, &check, &err))
+	{
+		reply_txn_error(call, err);
+		return;
+	}
+	if (check.status == NULL)
+	{
+		reply_error(call, ERRCODE_UNDEFINED_OBJECT,
+					psprintf("exec " INT64_FORMAT " does not exist", r->exec_id), NULL,
+					"Pass the id mesh_exec or mesh_exec_start returned.");
+		return;
+	}
+	if (strcmp(check.status, "running") != 0)
+	{
+		reply_error(call, ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					psprintf("exec " INT64_FORMAT " is not running (%s): there is no deadline to extend",
+							 r->exec_id, check.status),
+					NULL, "Only a running command's timeout can be extended.");
+		return;
+	}
+	if (!call->ws.caps.extend_timeout || call->ws.external_ref == NULL)
+	{
+		reply_error(call, ERRCODE_FEATURE_NOT_SUPPORTED,
+					psprintf("backend \"%s\" cannot extend a running command's timeout (it does not declare the extend_timeout capability)",
+							 call->ws.backend_kind ? call->ws.backend_kind : "(none)"),
+					NULL,
+					"Give the command a longer timeout when it starts, or pin the agent to a backend that declares extend_timeout.");
+		return;
+	}
+	total = check.timeout_ms + r->by_ms;
+	if (total > MESH_MAX_TIMEOUT_MS)
+	{
+		reply_error(call, ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+					psprintf("exec " INT64_FORMAT " would have a timeout of %.0f seconds, over the 7 days a command may have",
+							 r->exec_id, total / 1000.0),
+					NULL, "Extend it by less, or start the work as a new command.");
+		return;
+	}
+	if (call->ws.budget_seconds >= 0 &&
+		total / 1000.0 > call->ws.budget_seconds - call->ws.compute_seconds)
+	{
+		reply_error(call, ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+					psprintf("exec " INT64_FORMAT " would have a timeout of %.0f seconds, past the run's compute budget (%.0f of %.0f compute-seconds left)",
+							 r->exec_id, total / 1000.0,
+							 Max(call->ws.budget_seconds - call->ws.compute_seconds, 0),
+							 call->ws.budget_seconds),
+					NULL, "Raise the budget with mesh.run_set_budget() or mesh.agent_set_budget(), or extend by less.");
+		return;
+	}
+	if (check.past_lifetime)
+	{
+		reply_error(call, ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+					psprintf("exec " INT64_FORMAT " would run past its run's lifetime bound (%s)",
+							 r->exec_id, check.lifetime_until),
+					NULL, "Move the run's bound first with mesh_extend(run_id, by), or extend by less.");
+		return;
+	}
+	if (!load_backend(call))
+		return;
+	call->exec_id = r->exec_id;
+	built = call->be.driver->extend_request != NULL &&
+		call->be.driver->extend_request(&call->be, begin_op(call), call->ws.external_ref,
+										psprintf(INT64_FORMAT, r->exec_id), r->by_ms, &req,
+										&call->run.err);
+	if (call->be.driver->extend_request == NULL)
+		mesh_error_set(&call->run.err, MESH_FAIL_BAD_REQUEST,
+					   "the driver of backend \"%s\" has no extend call", call->ws.backend_kind);
+	start_op(call, STEP_OPERATING, built, &req, mesh_parse_extend, &call->out.timeout_ms,
+			 worker_small_response_limit(call));
+}
+
+void
+finish_exec_extend(WorkerCall *call)
+{
+	const MeshExtendRequest *r = &call->req.extend;
+	StringInfo	head;
+	MeshExtendReply x = {0};
+	ErrorData  *err;
+	bool		found;
+
+	if (call->run.result == MESH_STEP_FAILED && call->run.err.failure == MESH_FAIL_NOT_FOUND)
+	{
+		reply_error(call, ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					psprintf("exec " INT64_FORMAT " is not running any more: there is no deadline to extend",
+							 r->exec_id),
+					NULL, "Only a running command's timeout can be extended.");
+		return;
+	}
+	if (call->run.result == MESH_STEP_FAILED)
+	{
+		reply_backend_error(call, "the extension", &call->run.err);
+		return;
+	}
+	if (!store_exec_extended(&call->ws, r->exec_id, r->by_ms, caller_role(call), &found,
+							 &x.timeout_ms, &x.deadline, &err))
+	{
+		reply_txn_error(call, err);
+		return;
+	}
+	if (!found)
+	{
+		reply_error(call, ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					psprintf("exec " INT64_FORMAT " ended while its deadline moved", r->exec_id),
+					NULL, "Only a running command's timeout can be extended.");
+		return;
+	}
+	extend_calls_of_exec(r->exec_id, (long) r->by_ms);
+	head = begin_reply(call, sizeof(MeshExtendReply));
+	mesh_msg_set_fixed(head, &x, sizeof(x));
+	finish_with(call, head, NULL, 0);
+}
+
+/*
+ * A call carrying a command whose deadline moved BY_MS later: a foreground
+ * exec's request waits that much longer for the answer, a follower gives
+ * an unreachable backend up that much later, and both charge up to the new
+ * timeout.
+ */
+void
+exec_call_extended(WorkerCall *call, long by_ms)
+{
+	call->spec.timeout_ms += by_ms;
+	if (call->follow)
+		call->follow->give_up_at = TimestampTzPlusMilliseconds(call->follow->give_up_at, by_ms);
+	if (call->op == MESH_OP_EXEC && call->step == STEP_OPERATING && call->run.transfer &&
+		!mesh_http_extend(call->run.transfer, by_ms))
+		ereport(LOG,
+				(errmsg("mesh: the request of exec " INT64_FORMAT " keeps its deadline: curl refused a new one",
+						call->exec_id)));
+}

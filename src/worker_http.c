@@ -54,6 +54,7 @@ struct MeshTransfer
 	char		errbuf[CURL_ERROR_SIZE];
 	char	   *unix_socket;	/* malloc'd copy, for error messages */
 	int			socket_errno;	/* why the last socket could not be opened, or 0 */
+	long		timeout_ms;		/* the transfer's deadline, from its start */
 };
 
 static CURLM *multi = NULL;
@@ -213,6 +214,7 @@ configure(MeshTransfer *t, const MeshHttpRequest *req, size_t max_response)
 	MESH_CURL_SETOPT(rc, easy, CURLOPT_WRITEDATA, t);
 	MESH_CURL_SETOPT(rc, easy, CURLOPT_ERRORBUFFER, t->errbuf);
 	MESH_CURL_SETOPT(rc, easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
+	t->timeout_ms = req->timeout_ms;
 	MESH_CURL_SETOPT(rc, easy, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
 	MESH_CURL_SETOPT(rc, easy, CURLOPT_NOSIGNAL, 1L);
 	MESH_CURL_SETOPT(rc, easy, CURLOPT_PRIVATE, t);
@@ -440,4 +442,25 @@ mesh_http_free(MeshTransfer *t)
 	free(t->body);
 	free(t->unix_socket);
 	free(t);
+}
+
+/*
+ * Move a transfer's deadline BY_MS later while it runs (an exec whose
+ * command's timeout was extended: its answer comes that much later).
+ * libcurl reads the timeout option each time it checks a transfer's time
+ * left, so the new one holds from the next check on.  False when curl
+ * refused the option (the old deadline stays).
+ */
+bool
+mesh_http_extend(MeshTransfer *t, long by_ms)
+{
+	CURLcode	rc;
+
+	if (t == NULL || t->easy == NULL || t->done)
+		return true;
+	rc = curl_easy_setopt(t->easy, CURLOPT_TIMEOUT_MS, t->timeout_ms + by_ms);
+	if (rc != CURLE_OK)
+		return false;
+	t->timeout_ms += by_ms;
+	return true;
 }

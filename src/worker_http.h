@@ -37,5 +37,6 @@ extern long mesh_http_timeout(void);
 extern bool mesh_http_is_done(MeshTransfer *t);
 extern void mesh_http_response(MeshTransfer *t, MeshHttpResponse *resp);
 extern void mesh_http_free(MeshTransfer *t);
+extern bool mesh_http_extend(MeshTransfer *t, long by_ms);
 
 #endif							/* MESH_WORKER_HTTP_H */

@@ -88,7 +88,9 @@ CREATE TABLE mesh.run_budgets (
     run_id              text PRIMARY KEY,
     max_compute_seconds double precision CHECK (max_compute_seconds > 0),
     idle_timeout        interval CHECK (idle_timeout > '0'),
-    set_at              timestamptz NOT NULL DEFAULT now()
+    set_at              timestamptz NOT NULL DEFAULT now(),
+    -- mesh_extend of a live workspace: added to mesh.settings.max_run_lifetime for this run
+    lifetime_extension  interval NOT NULL DEFAULT '0' CHECK (lifetime_extension >= '0')
 );
 
 -- Instance policy: one row.

@@ -227,7 +227,8 @@ SELECT w.id AS workspace_id, w.run_id, w.agent_id,
        coalesce(rb.max_compute_seconds, a.max_compute_seconds, s.max_compute_seconds) AS max_compute_seconds,
        coalesce(rb.idle_timeout, a.idle_timeout, s.idle_timeout) AS idle_timeout,
        a.max_concurrent_workspaces,
-       s.max_run_lifetime
+       -- mesh_extend of a live workspace moves its run's bound
+       s.max_run_lifetime + coalesce(rb.lifetime_extension, '0') AS max_run_lifetime
   FROM mesh.workspaces w
   CROSS JOIN mesh.settings s
   LEFT JOIN mesh.agents a ON a.agent_id = w.agent_id

@@ -22,6 +22,14 @@ CREATE FUNCTION @extschema@.mesh_exec_kill(exec_id bigint, signal text DEFAULT '
 RETURNS boolean
     AS 'MODULE_PATHNAME', 'mesh_exec_kill' LANGUAGE C;
 
+-- Move a running command's deadline (foreground or background) later by "by"; its new
+-- deadline.  Refused before any backend call when the backend does not declare
+-- extend_timeout (0A000), or past 7 days, the run's budget or its lifetime bound (53400);
+-- recorded (mesh.execs.timeout_ms, an exec_extended event).
+CREATE FUNCTION @extschema@.mesh_exec_extend(exec_id bigint, by interval)
+RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'mesh_exec_extend' LANGUAGE C;
+
 -- The channel to LISTEN on for a command's progress and end: a name only the
 -- roles that may read the exec learn (another role's exec does not exist).
 CREATE FUNCTION @extschema@.mesh_exec_channel(exec_id bigint) RETURNS text

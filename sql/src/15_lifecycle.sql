@@ -199,13 +199,16 @@ BEGIN
 END
 $$;
 
--- The harness's call: keep run_id's hibernated workspace by more ("by")
--- past its retention deadline.  Recorded (event 'extended'); the warning
--- is due again before the new deadline.  Returns the new deadline.
+-- The harness's call: keep run_id's workspace by more ("by").  A live one
+-- (ready) has its run's lifetime bound (mesh.settings.max_run_lifetime from its
+-- creation) moved, and its run token's expiry with it; a hibernated one its
+-- retention deadline (the warning due again before it).  Recorded (event
+-- 'extended').  Returns the new deadline.
 CREATE FUNCTION @extschema@.mesh_extend(run_id text, by interval) RETURNS timestamptz
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, mesh, pg_temp AS $$
 DECLARE
     ws mesh.workspaces;
+    lifetime_until timestamptz;
 BEGIN
     PERFORM mesh.require_args('mesh_extend', ARRAY['run_id', 'by'],
         ARRAY[mesh_extend.run_id IS NULL, mesh_extend.by IS NULL]);
@@ -216,11 +219,23 @@ BEGIN
     IF ws.id IS NULL OR NOT mesh.may_drive(ws.owner_role, mesh.invoking_role()) THEN
         RAISE EXCEPTION 'run "%" is not declared', mesh_extend.run_id USING ERRCODE = 'undefined_object';
     END IF;
+    IF ws.status = 'ready' AND ws.release_outcome IS NULL THEN
+        INSERT INTO mesh.run_budgets AS b (run_id, lifetime_extension) VALUES (ws.run_id, mesh_extend.by)
+        ON CONFLICT ON CONSTRAINT run_budgets_pkey DO UPDATE
+           SET lifetime_extension = b.lifetime_extension + mesh_extend.by, set_at = now();
+        UPDATE mesh.run_tokens t SET expires_at = t.expires_at + mesh_extend.by
+         WHERE t.run_id = ws.run_id AND t.revoked_at IS NULL;
+        SELECT ws.created_at + l.max_run_lifetime INTO lifetime_until FROM mesh.run_limits l WHERE l.workspace_id = ws.id;
+        PERFORM mesh.workspace_event(ws, 'extended',
+            jsonb_build_object('by', mesh_extend.by, 'lifetime_until', lifetime_until,
+                               'by_role', mesh.invoking_role()::regrole::text));
+        RETURN lifetime_until;
+    END IF;
     IF ws.hibernated_until IS NULL OR ws.release_outcome IS NOT NULL OR ws.status IN ('released', 'failed') THEN
         RAISE EXCEPTION 'the workspace of run "%" has no retention deadline to extend (it is %)', mesh_extend.run_id,
                         CASE WHEN ws.release_outcome IS NOT NULL THEN 'released' ELSE ws.status::text END
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'A workspace gets one when it is first hibernated.';
+                  HINT = 'A live workspace''s run has a lifetime bound; a hibernated one a retention deadline.';
     END IF;
     UPDATE mesh.workspaces w SET hibernated_until = w.hibernated_until + mesh_extend.by, expiry_warned_at = NULL
      WHERE w.id = ws.id RETURNING w.hibernated_until INTO ws.hibernated_until;

@@ -16,6 +16,7 @@ REVOKE ALL ON FUNCTION @extschema@.mesh_exec_output_bytes(bigint, text, bigint, 
 REVOKE ALL ON FUNCTION @extschema@.mesh_exec_start(text, text[], text, bytea, interval, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_exec_wait(bigint, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_exec_kill(bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.mesh_exec_extend(bigint, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_exec_channel(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_snapshot_share(bigint, regrole) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.mesh_snapshot_unshare(bigint, regrole) FROM PUBLIC;
@@ -35,7 +36,8 @@ GRANT EXECUTE ON FUNCTION @extschema@.mesh_release(text, text) TO mesh_harness, 
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_snapshot(text) TO mesh_harness, mesh_admin;
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec_start(text, text[], text, bytea, interval, jsonb),
                           @extschema@.mesh_exec_wait(bigint, interval),
-                          @extschema@.mesh_exec_kill(bigint, text)
+                          @extschema@.mesh_exec_kill(bigint, text),
+                          @extschema@.mesh_exec_extend(bigint, interval)
       TO mesh_harness, mesh_admin;
 -- stored output: read through views that show only the runs the role may drive
 GRANT EXECUTE ON FUNCTION @extschema@.mesh_exec_output(bigint, bigint, bigint, bigint),

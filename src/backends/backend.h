@@ -54,6 +54,7 @@ typedef struct MeshCapabilities
 	bool		seccomp;		/* workspace processes run under a system-call filter */
 	bool		background;		/* commands keep running between calls (mesh_exec_start) */
 	bool		eval;			/* evaluates a JavaScript snippet in an isolate (mesh_eval) */
+	bool		extend_timeout; /* a running exec's deadline moves later (mesh_exec_extend) */
 } MeshCapabilities;
 
 extern char *mesh_capabilities_text(const MeshCapabilities *caps);
@@ -334,6 +335,21 @@ typedef struct MeshDriver
 								 MeshHttpRequest *req, MeshError *err);
 	MeshStepResult (*kill_response) (const MeshBackend *be, MeshOpState *st,
 									 const MeshHttpResponse *resp, MeshError *err);
+
+	/*
+	 * Move the deadline of a running exec BY_MS later: only drivers whose
+	 * backends may declare the "extend_timeout" capability set these; the
+	 * others leave them NULL.  The response's failure is MESH_FAIL_NOT_FOUND
+	 * for an exec the backend does not run (unknown, or ended); on success
+	 * *TIMEOUT_MS is the exec's whole timeout as the backend now has it (-1:
+	 * not reported).
+	 */
+	bool		(*extend_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
+								   const char *exec_key, int64_t by_ms,
+								   MeshHttpRequest *req, MeshError *err);
+	MeshStepResult (*extend_response) (const MeshBackend *be, MeshOpState *st,
+									   const MeshHttpResponse *resp, int64_t *timeout_ms,
+									   MeshError *err);
 
 	bool		(*read_request) (const MeshBackend *be, MeshOpState *st, const char *ref,
 								 const char *path, MeshHttpRequest *req, MeshError *err);

@@ -232,6 +232,7 @@ k8s_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	caps->egress_control = true;
 	caps->caller_chosen_id = true;
 	caps->background = true;
+	caps->extend_timeout = true;	/* the pod's daemon's extend call; refined at acquisition */
 }
 
 const MeshDriver mesh_kubernetes_driver = {
@@ -246,6 +247,8 @@ const MeshDriver mesh_kubernetes_driver = {
 	.exec_response = k8s_exec_response,
 	.kill_request = k8s_kill_request,
 	.kill_response = k8s_kill_response,
+	.extend_request = k8s_extend_request,
+	.extend_response = k8s_extend_response,
 	.exec_start_response = k8s_exec_start_response,
 	.exec_output_request = k8s_exec_output_request,
 	.exec_output_response = k8s_exec_output_response,

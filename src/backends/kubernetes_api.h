@@ -83,6 +83,12 @@ extern bool k8s_kill_request(const MeshBackend *be, MeshOpState *st, const char 
 							 MeshError *err);
 extern MeshStepResult k8s_kill_response(const MeshBackend *be, MeshOpState *st,
 										const MeshHttpResponse *resp, MeshError *err);
+extern bool k8s_extend_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+							   const char *exec_key, int64_t by_ms, MeshHttpRequest *req,
+							   MeshError *err);
+extern MeshStepResult k8s_extend_response(const MeshBackend *be, MeshOpState *st,
+										  const MeshHttpResponse *resp, int64_t *timeout_ms,
+										  MeshError *err);
 extern MeshStepResult k8s_exec_start_response(const MeshBackend *be, MeshOpState *st,
 											  const MeshHttpResponse *resp, MeshError *err);
 extern bool k8s_exec_output_request(const MeshBackend *be, MeshOpState *st, const char *ref,

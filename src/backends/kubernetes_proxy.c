@@ -95,6 +95,38 @@ k8s_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse
 	return mesh_sandboxd_driver.kill_response(&inner, st, resp, err);
 }
 
+/* The pod's daemon moves the exec's deadline (a daemon that does not declares no extend_timeout). */
+bool
+k8s_extend_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *exec_key,
+				   int64_t by_ms, MeshHttpRequest *req, MeshError *err)
+{
+	MeshBackend inner = k8s_pod_daemon(be, ref);
+	bool		built = mesh_sandboxd_driver.extend_request(&inner, st, ref, exec_key, by_ms, req,
+															err);
+
+	k8s_pod_daemon_done(be, &inner, ref, req);
+	return built;
+}
+
+/* A pod that is gone runs no exec any more. */
+MeshStepResult
+k8s_extend_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+					int64_t *timeout_ms, MeshError *err)
+{
+	MeshBackend inner = k8s_daemon_parser(be);
+
+	*timeout_ms = -1;
+	if (pod_gone(resp))
+	{
+		mesh_error_set(err, MESH_FAIL_NOT_FOUND, "backend \"%s\": the workspace's pod is gone",
+					   be->name);
+		return MESH_STEP_FAILED;
+	}
+	if (proxied_failure(be, resp, err))
+		return MESH_STEP_FAILED;
+	return mesh_sandboxd_driver.extend_response(&inner, st, resp, timeout_ms, err);
+}
+
 /* The daemon took the background exec (or the pod could not be reached). */
 MeshStepResult
 k8s_exec_start_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,

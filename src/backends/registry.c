@@ -79,7 +79,7 @@ mesh_size_parse(const char *name, MeshSize *size)
 char *
 mesh_capabilities_text(const MeshCapabilities *caps)
 {
-	json_t	   *doc = json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
+	json_t	   *doc = json_pack("{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b}",
 								"shell", caps->shell,
 								"resource_limits", caps->resource_limits,
 								"compute_metering", caps->compute_metering,
@@ -91,7 +91,8 @@ mesh_capabilities_text(const MeshCapabilities *caps)
 								"caller_chosen_id", caps->caller_chosen_id,
 								"seccomp", caps->seccomp,
 								"background", caps->background,
-								"eval", caps->eval);
+								"eval", caps->eval,
+								"extend_timeout", caps->extend_timeout);
 	char	   *text = json_dumps(doc, JSON_COMPACT);
 	char	   *copy = pstrdup(text);
 
@@ -128,6 +129,7 @@ mesh_capabilities_parse(const char *text, MeshCapabilities *caps)
 	MESH_CAP(seccomp);
 	MESH_CAP(background);
 	MESH_CAP(eval);
+	MESH_CAP(extend_timeout);
 #undef MESH_CAP
 	json_decref(doc);
 }

@@ -115,6 +115,7 @@ sandboxd_declared_capabilities(const MeshBackend *be, MeshCapabilities *caps)
 	caps->egress_control = egress == NULL || json_is_true(egress);
 	caps->snapshot = snapshot_declared(be);
 	caps->background = true;
+	caps->extend_timeout = true;
 }
 
 /* Start a request: endpoint, auth and deadline common to every call. */
@@ -214,6 +215,7 @@ refine_capabilities(json_t *reported, MeshCapabilities *caps)
 	if (!json_is_object(reported))
 	{
 		caps->background = false;
+		caps->extend_timeout = false;
 		return;
 	}
 #define REFINE(field) \
@@ -232,6 +234,8 @@ refine_capabilities(json_t *reported, MeshCapabilities *caps)
 #undef REFINE
 	/* a daemon that does not say it runs background execs predates them */
 	caps->background = json_is_true(json_object_get(reported, "background"));
+	/* nor one that does not say it moves a running exec's deadline */
+	caps->extend_timeout = json_is_true(json_object_get(reported, "extend_timeout"));
 }
 
 /* The host reports what it enforces at acquisition; record that. */
@@ -606,6 +610,48 @@ sandboxd_kill_response(const MeshBackend *be, MeshOpState *st, const MeshHttpRes
 }
 
 static bool
+sandboxd_extend_request(const MeshBackend *be, MeshOpState *st, const char *ref,
+						const char *exec_key, int64_t by_ms, MeshHttpRequest *req,
+						MeshError *err)
+{
+	sandboxd_begin(be, req, "POST",
+				   psprintf("/v1/workspaces/%s/execs/%s/extend", ref, mesh_url_encode(exec_key)));
+	mesh_http_json_body(req, json_pack("{s:I}", "by_ms", (json_int_t) by_ms));
+	req->timeout_ms = Min(req->timeout_ms, 10000);
+	return true;
+}
+
+/*
+ * The daemon's word: the exec's whole timeout now; an exec it does not run
+ * (exec_not_found) or already ends (exec_ended) is MESH_FAIL_NOT_FOUND.
+ */
+static MeshStepResult
+sandboxd_extend_response(const MeshBackend *be, MeshOpState *st, const MeshHttpResponse *resp,
+						 int64_t *timeout_ms, MeshError *err)
+{
+	MeshError	answer = {0};
+	json_t	   *doc;
+	json_t	   *total;
+
+	*timeout_ms = -1;
+	if (!mesh_http_error_from_json(resp, be->name, &answer))
+	{
+		*err = answer;
+		if (answer.code && (strcmp(answer.code, "exec_not_found") == 0 ||
+							strcmp(answer.code, "exec_ended") == 0))
+			err->failure = MESH_FAIL_NOT_FOUND;
+		return MESH_STEP_FAILED;
+	}
+	doc = json_loadb(resp->body ? resp->body : "", resp->body_len, 0, NULL);
+	total = doc ? json_object_get(doc, "timeout_ms") : NULL;
+	if (json_is_integer(total))
+		*timeout_ms = (int64_t) json_integer_value(total);
+	if (doc)
+		json_decref(doc);
+	return MESH_STEP_DONE;
+}
+
+static bool
 sandboxd_read_request(const MeshBackend *be, MeshOpState *st, const char *ref, const char *path,
 					  MeshHttpRequest *req, MeshError *err)
 {
@@ -895,6 +941,8 @@ const MeshDriver mesh_sandboxd_driver = {
 	.exec_response = sandboxd_exec_response,
 	.kill_request = sandboxd_kill_request,
 	.kill_response = sandboxd_kill_response,
+	.extend_request = sandboxd_extend_request,
+	.extend_response = sandboxd_extend_response,
 	.exec_start_response = sandboxd_exec_start_response,
 	.exec_output_request = sandboxd_exec_output_request,
 	.exec_output_response = sandboxd_exec_output_response,

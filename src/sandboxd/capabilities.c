@@ -47,6 +47,7 @@ void caps_detect(void)
     g_caps.hibernate = true;
     g_caps.caller_chosen_id = true;
     g_caps.background = true;                   /* background execs (background.c) */
+    g_caps.extend_timeout = true;               /* extend calls move a running exec's deadline */
     log_event("capabilities: shell=%d resource_limits=%d compute_metering=%d egress_control=%d "
               "disk_limits=%d disk_quota=%d seccomp=%d snapshot=%d", g_caps.shell,
               g_caps.resource_limits, g_caps.compute_metering, g_caps.egress_control,
@@ -70,14 +71,15 @@ json_t *caps_to_json(void)
                       "inotify_instances", (json_int_t)t[i].inotify_instances,
                       "inotify_watches", (json_int_t)t[i].inotify_watches));
     return json_pack(
-        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I}}",
+        "{s:i,s:{s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b},s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I}}",
         "protocol",
         MESH_PROTOCOL_VERSION, "capabilities", "shell", g_caps.shell, "resource_limits",
         g_caps.resource_limits, "compute_metering", g_caps.compute_metering, "egress_control",
         g_caps.egress_control, "disk_limits", g_caps.disk_limits, "disk_quota",
         g_caps.disk_quota, "snapshot", g_caps.snapshot,
         "hibernate", g_caps.hibernate, "caller_chosen_id", g_caps.caller_chosen_id, "seccomp",
-        g_caps.seccomp, "background", g_caps.background, "tiers", tier_obj, "limits",
+        g_caps.seccomp, "background", g_caps.background, "extend_timeout",
+        g_caps.extend_timeout, "tiers", tier_obj, "limits",
         "max_body_bytes", (json_int_t)g_config.max_body_bytes, "max_file_bytes",
         (json_int_t)g_config.max_file_bytes, "max_output_bytes",
         (json_int_t)g_config.max_output_bytes, "max_kept_output_bytes",

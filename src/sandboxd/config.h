@@ -103,6 +103,7 @@ struct host_caps {
     bool caller_chosen_id;
     bool seccomp;               /* every workspace process runs under the system-call filter */
     bool background;            /* background execs (always: a protocol feature) */
+    bool extend_timeout;        /* a running exec's deadline moves by extend calls (always) */
 };
 
 extern struct config g_config;

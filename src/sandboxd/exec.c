@@ -58,6 +58,8 @@ struct exec_run {
     char *key;
     int kill_reason;                 /* enum kill_reason, first one wins (atomic) */
     int signalled;                   /* a kill call sent a forwarded signal (atomic) */
+    uint64_t timeout_ms;             /* the request's timeout */
+    uint64_t extended_ms;            /* added to it by extend calls (under ws->lock) */
     struct background *bg;           /* a background exec's record, NULL for a foreground one */
     char **argv, **envp;
     const char *dir;
@@ -425,8 +427,19 @@ static void exec_supervise(struct exec_job *job, struct exec_sink *sink)
         int wait_ms = timed_out ? 1000 : left <= 0 ? 0 : left > 1e9 ? 1000000000 : (int)left + 1;
         int n = poll(p, 5, wait_ms);
         if (n == 0 && !timed_out && monotonic_ms() >= deadline) {
-            timed_out = true;
-            exec_kill_tree(run, KILL_TIMEOUT);
+            /* an extend call may have moved the deadline: it and the timeout's kill are decided
+             * under the workspace's lock, so an extension that was answered is never lost */
+            pthread_mutex_lock(&run->ws->lock);
+            deadline = job->start + (double)req->timeout_ms + (double)run->extended_ms;
+            if (monotonic_ms() >= deadline) {
+                timed_out = true;
+                exec_kill_tree(run, KILL_TIMEOUT);
+            }
+            pthread_mutex_unlock(&run->ws->lock);
+        } else if (n == 0 && !timed_out) {
+            pthread_mutex_lock(&run->ws->lock);
+            deadline = job->start + (double)req->timeout_ms + (double)run->extended_ms;
+            pthread_mutex_unlock(&run->ws->lock);
         } else if (n == 0 && timed_out && monotonic_ms() >= deadline + 5000) {
             run->outcome = OUTCOME_NO_ANSWER;   /* killed, yet never reported: give up */
         }
@@ -686,6 +699,7 @@ static struct exec_job *exec_job_new(struct workspace *ws, json_t *body, struct 
     run->cpu_ns = -1;
     bool ok = exec_parse(ws, body, &job->req, err);
     run->key = ok && job->req.key ? strdup(job->req.key) : NULL;
+    run->timeout_ms = job->req.timeout_ms;
     run->argv = job->req.argv;
     run->envp = job->req.envp;
     run->dir = job->req.dir;
@@ -849,6 +863,49 @@ bool exec_kill_by_key(struct workspace *ws, const char *key, int sig)
         }
     pthread_mutex_unlock(&ws->lock);
     return found;
+}
+
+/* Extend call: moves the deadline of the running exec with KEY BY_MS later. EXEC_EXTENDED with
+ * the milliseconds it now has in all (its timeout and every extension); EXEC_ENDED when the
+ * daemon already decided to end it (timeout, kill, release); EXEC_UNKNOWN when no exec with
+ * KEY runs (a background exec's record that ended: EXEC_ENDED). */
+enum exec_extend_result exec_extend_by_key(struct workspace *ws, const char *key, uint64_t by_ms,
+                                           uint64_t *total_ms)
+{
+    enum exec_extend_result result = EXEC_UNKNOWN;
+    pthread_mutex_lock(&ws->lock);
+    for (struct exec_run *r = ws->execs; r && result == EXEC_UNKNOWN; r = r->next)
+        if (r->key && strcmp(r->key, key) == 0) {
+            if (kill_requested(r)) {
+                result = EXEC_ENDED;
+            } else {
+                r->extended_ms += by_ms;
+                *total_ms = r->timeout_ms + r->extended_ms;
+                result = EXEC_EXTENDED;
+            }
+        }
+    if (result == EXEC_UNKNOWN && background_key_taken_locked(ws, key))
+        result = EXEC_ENDED;
+    pthread_mutex_unlock(&ws->lock);
+    return result;
+}
+
+/* An extend call's body: {"by_ms": N}, N from 1 to EXEC_EXTEND_MAX_MS; bad_request otherwise. */
+bool exec_extend_parse(json_t *body, uint64_t *by_ms, struct api_error *err)
+{
+    *by_ms = 0;
+    if (!body || !json_is_integer(json_object_get(body, "by_ms"))) {
+        api_error_set(err, 400, "bad_request", "field \"by_ms\" must be a number of milliseconds");
+        return false;
+    }
+    if (!json_get_uint(body, "by_ms", by_ms, err))
+        return false;
+    if (*by_ms < 1 || *by_ms > EXEC_EXTEND_MAX_MS) {
+        api_error_set(err, 400, "bad_request", "field \"by_ms\" must be from 1 to %llu",
+                      (unsigned long long)EXEC_EXTEND_MAX_MS);
+        return false;
+    }
+    return true;
 }
 
 /* Release and drain: SIGKILLs the trees of every running exec of the workspace (only the

@@ -288,28 +288,74 @@ static enum MHD_Result route_exec(struct route *r)
     return send_result(r->conn, resp, &err);
 }
 
-/* POST /v1/workspaces/{id}/execs/{key}/kill [{"signal": NAME}] */
-static enum MHD_Result route_kill(struct route *r)
+/* Checks an exec call's body into its OUT (exec_signal_parse, exec_extend_parse). */
+typedef bool (*exec_body_parser)(json_t *body, void *out, struct api_error *err);
+
+static bool kill_body(json_t *body, void *out, struct api_error *err)
+{
+    return exec_signal_parse(body, out, err);
+}
+
+static bool extend_body(json_t *body, void *out, struct api_error *err)
+{
+    return exec_extend_parse(body, out, err);
+}
+
+/* A POST call on a running exec (kill, extend): its body checked by PARSE into OUT, and its
+ * workspace, held (workspace_put it); NULL once the refusal is answered (*ANSWER). */
+static struct workspace *exec_call_begin(struct route *r, exec_body_parser parse, void *out,
+                                         enum MHD_Result *answer)
 {
     struct api_error err = {0};
     json_t *body = NULL;
-    int sig;
-    if (strcmp(r->method, "POST") != 0)
-        return fail(r->conn, 405, "method_not_allowed", "use POST");
-    if (!parse_body(r->req, &body, &err))
-        return send_error(r->conn, &err);
-    bool valid = exec_signal_parse(body, &sig, &err);
+    if (strcmp(r->method, "POST") != 0) {
+        *answer = fail(r->conn, 405, "method_not_allowed", "use POST");
+        return NULL;
+    }
+    if (!parse_body(r->req, &body, &err)) {
+        *answer = send_error(r->conn, &err);
+        return NULL;
+    }
+    bool valid = parse(body, out, &err);
     json_decref(body);
-    if (!valid)
-        return send_error(r->conn, &err);
-    struct workspace *ws = workspace_get(r->segments[2], &err);
+    struct workspace *ws = valid ? workspace_get(r->segments[2], &err) : NULL;
     if (!ws)
-        return send_error(r->conn, &err);
+        *answer = send_error(r->conn, &err);
+    return ws;
+}
+
+/* POST /v1/workspaces/{id}/execs/{key}/kill [{"signal": NAME}] */
+static enum MHD_Result route_kill(struct route *r)
+{
+    int sig;
+    enum MHD_Result answer;
+    struct workspace *ws = exec_call_begin(r, kill_body, &sig, &answer);
+    if (!ws)
+        return answer;
     bool killed = exec_kill_by_key(ws, r->segments[4], sig);
     workspace_put(ws);
     if (!killed)
         return fail(r->conn, 404, "exec_not_found", "no running exec with this key");
     return send_json(r->conn, 200, json_pack("{s:b}", "killed", 1));
+}
+
+/* POST /v1/workspaces/{id}/execs/{key}/extend {"by_ms": N} */
+static enum MHD_Result route_extend(struct route *r)
+{
+    uint64_t by_ms, total_ms = 0;
+    enum MHD_Result answer;
+    struct workspace *ws = exec_call_begin(r, extend_body, &by_ms, &answer);
+    if (!ws)
+        return answer;
+    enum exec_extend_result result = exec_extend_by_key(ws, r->segments[4], by_ms, &total_ms);
+    workspace_put(ws);
+    if (result == EXEC_UNKNOWN)
+        return fail(r->conn, 404, "exec_not_found", "no running exec with this key");
+    if (result == EXEC_ENDED)
+        return fail(r->conn, 409, "exec_ended", "the exec already ended or is being ended "
+                    "(timeout, kill, release): its deadline stays");
+    return send_json(r->conn, 200, json_pack("{s:b,s:I}", "extended", 1, "timeout_ms",
+                                             (json_int_t)total_ms));
 }
 
 /* Query argument NAME as a decimal number of at most MAX, FALLBACK when absent; false with
@@ -451,6 +497,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, const char *url, co
     case ROUTE_EXEC: result = route_exec(&r); break;
     case ROUTE_FILES: result = route_files(&r); break;
     case ROUTE_KILL: result = route_kill(&r); break;
+    case ROUTE_EXTEND: result = route_extend(&r); break;
     case ROUTE_EXEC_OUTPUT: result = route_exec_output(&r); break;
     case ROUTE_EXEC_RECORD: result = route_exec_record(&r); break;
     case ROUTE_REFUSED:

@@ -59,6 +59,8 @@ enum route_kind route_match(const char *url, struct route_path *path)
         return ROUTE_FILES;
     if (path->count == 6 && segment_is(path, 3, "execs") && segment_is(path, 5, "kill"))
         return ROUTE_KILL;
+    if (path->count == 6 && segment_is(path, 3, "execs") && segment_is(path, 5, "extend"))
+        return ROUTE_EXTEND;
     if (path->count == 6 && segment_is(path, 3, "execs") && segment_is(path, 5, "output"))
         return ROUTE_EXEC_OUTPUT;
     if (path->count == 5 && segment_is(path, 3, "execs"))

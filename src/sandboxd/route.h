@@ -9,7 +9,7 @@
 enum route_kind {
     /* the list routes first: from ROUTE_WORKSPACE on, a route names one object (fuzz_route) */
     ROUTE_NONE, ROUTE_CAPABILITIES, ROUTE_WORKSPACES, ROUTE_SNAPSHOTS, ROUTE_WORKSPACE, ROUTE_EXEC,
-    ROUTE_FILES, ROUTE_KILL, ROUTE_EXEC_OUTPUT, ROUTE_EXEC_RECORD, ROUTE_SNAPSHOT, ROUTE_REFUSED
+    ROUTE_FILES, ROUTE_KILL, ROUTE_EXTEND, ROUTE_EXEC_OUTPUT, ROUTE_EXEC_RECORD, ROUTE_SNAPSHOT, ROUTE_REFUSED
 };
 struct route_path {
     char *text;                              /* the request's own copy of the path */

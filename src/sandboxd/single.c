@@ -28,7 +28,7 @@ bool single_workspace_valid(const char *id)
 bool single_workspace_refuses(enum route_kind kind, const struct route_path *path)
 {
     bool names_workspace = kind == ROUTE_WORKSPACE || kind == ROUTE_EXEC ||
-                           kind == ROUTE_FILES || kind == ROUTE_KILL ||
+                           kind == ROUTE_FILES || kind == ROUTE_KILL || kind == ROUTE_EXTEND ||
                            kind == ROUTE_EXEC_OUTPUT || kind == ROUTE_EXEC_RECORD;
     if (!g_config.single_workspace)
         return false;

@@ -6,7 +6,7 @@
 # deadline and destroys the workspace past it (end_reason expired); an expired workspace is not
 # resumed.  The deadline is put in the past by hand (as a superuser) rather than waited for.
 . "$(dirname "$0")/lib.sh"
-plan 16
+plan 19
 t=lc-$$
 rb=lc_b_$$
 q "CREATE ROLE $rb LOGIN IN ROLE mesh_harness" >/dev/null
@@ -88,6 +88,21 @@ like "$(q "SELECT mesh_extend('$t-d', '1 day')" 2>&1)" "has no retention deadlin
 like "$(q "SELECT mesh_extend('$t-e', '1 day')" 2>&1)" "has no retention deadline to extend \(it is pending\)" \
      "nor one never hibernated"
 
-for r in b e; do q "SELECT mesh_release('$t-$r')" >/dev/null 2>&1; done
+# a live workspace: mesh_extend moves its run's lifetime bound, and the sweep honours it
+q "SELECT 1 FROM mesh_acquire('$t-f', '$t-agent', 'ann')" >/dev/null
+q "SELECT 1 FROM mesh_acquire('$t-g', '$t-agent', 'ann')" >/dev/null
+out "$t-f" 'true' >/dev/null
+out "$t-g" 'true' >/dev/null
+is "$(q "SELECT mesh_extend('$t-f', '1 hour') = (SELECT created_at + interval '25 hours' FROM mesh.workspaces WHERE run_id = '$t-f')")/$(q "SELECT detail->>'lifetime_until' IS NOT NULL FROM mesh.events WHERE run_id = '$t-f' AND kind = 'extended'")" \
+   "t/t" "mesh_extend of a live workspace moves its run's lifetime bound (24 hours from its creation) by what it asks, recorded"
+like "$(psql -X -qAt -U "$rb" -c "SELECT mesh_extend('$t-f', '1 hour')" 2>&1)" "is not declared" "another role cannot extend it"
+q "SELECT mesh.set_policy(max_run_lifetime => '1 second')" >/dev/null
+sleep 1.5
+q "SELECT count(*) FROM mesh.sweep()" >/dev/null
+q "SELECT mesh.set_policy(max_run_lifetime => '24 hours')" >/dev/null
+is "$(ws "$t-f" status)/$(ws "$t-g" "status || '/' || end_reason")" "ready/released/expired" \
+   "past the instance's lifetime the sweep ends the run not extended, and keeps the extended one"
+
+for r in b e f g; do q "SELECT mesh_release('$t-$r')" >/dev/null 2>&1; done
 q "DROP OWNED BY $rb; DROP ROLE $rb; DROP OWNED BY $radm; DROP ROLE $radm" >/dev/null 2>&1
 done_testing

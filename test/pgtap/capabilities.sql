@@ -1,7 +1,7 @@
 -- test/pgtap/capabilities.sql: a capability the workspace row does not record counts as absent
 -- (invariant 6, docs/design.md).  The rows the worker reads are committed, so this file cleans
 -- up after itself instead of running in a rolled-back transaction.
-SELECT plan(7);
+SELECT plan(9);
 
 SELECT mesh_acquire('pgtap-caps-1', 'pgtap-caps', 'pgtap');
 SELECT is((SELECT exit_code FROM mesh_exec('pgtap-caps-1', ARRAY['true'])), 0,
@@ -28,6 +28,10 @@ SELECT is((SELECT capabilities->>'shell' || '/' || (capabilities->>'eval') FROM 
           'false/true', 'the catalog shows an isolate backend declares eval and no shell');
 SELECT is((SELECT capabilities->>'shell' FROM mesh.backend_catalog WHERE name = 'local'), 'true',
           'and the embedded daemon declares shell');
+SELECT is((SELECT capabilities->>'extend_timeout' FROM mesh.backend_catalog WHERE name = 'local'), 'true',
+          'the embedded daemon declares extend_timeout (mesh_exec_extend)');
+SELECT is((SELECT capabilities->>'extend_timeout' FROM mesh.backend_catalog WHERE name = 'pgtap-caps-iso'), 'false',
+          'an isolate backend does not');
 SELECT is(mesh.driver_capabilities('no-such-driver', '{}'), NULL, 'a driver this build does not have declares nothing');
 DELETE FROM mesh.backends WHERE name = 'pgtap-caps-iso';
 
