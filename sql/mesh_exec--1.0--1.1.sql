@@ -1197,3 +1197,26 @@ BEGIN
     RETURN ws.hibernated_until;
 END
 $$;
+
+-- ---- mesh.stat_workers.wal_flushes, the WAL flushes each worker's turns waited for: sql/src/21_stats.sql ----
+DROP VIEW mesh.stat_workers;
+DROP FUNCTION mesh.stat_get_workers();
+-- Per worker: its pid (NULL while not running), calls waiting in its queue and
+-- in progress, its busy time (awake in its loop), calls it ended, the WAL
+-- flushes its turns waited for (group commit: fewer than its calls under
+-- concurrency), when it last took or ended one.
+CREATE FUNCTION mesh.stat_get_workers()
+RETURNS TABLE (worker integer, pid integer, queue_depth integer, calls_in_flight integer,
+               busy_time double precision, calls bigint, wal_flushes bigint,
+               last_activity timestamptz, stats_reset timestamptz)
+    AS 'MODULE_PATHNAME', 'mesh_stat_workers' LANGUAGE C VOLATILE;
+CREATE VIEW mesh.stat_workers AS
+SELECT worker, pid, queue_depth, calls_in_flight, busy_time, calls, wal_flushes, last_activity, stats_reset
+  FROM mesh.stat_get_workers();
+REVOKE ALL ON FUNCTION mesh.stat_get_workers() FROM PUBLIC;
+REVOKE ALL ON mesh.stat_workers FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION mesh.stat_get_workers() TO mesh_admin, pg_monitor;
+GRANT SELECT ON mesh.stat_workers TO mesh_admin, pg_monitor;
+-- a fresh install grants every mesh function and table (views included) to the workers
+GRANT EXECUTE ON FUNCTION mesh.stat_get_workers() TO mesh_worker;
+GRANT SELECT, INSERT, UPDATE ON mesh.stat_workers TO mesh_worker;

@@ -588,6 +588,7 @@ mesh_broker_main(Datum arg)
 		AddWaitEventToSet(set, WL_SOCKET_READABLE, epoll_fd, NULL, NULL);
 		for (int i = 0; i < nsockets; i++)
 			AddWaitEventToSet(set, WL_SOCKET_READABLE, sockets[i].fd, NULL, &sockets[i]);
+		timeout = mesh_wait_for_stats(timeout);
 		n = WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
 		for (int i = 0; i < n; i++)
 		{

@@ -111,6 +111,7 @@ typedef struct MeshBackendStats
 typedef struct MeshWorkerStats
 {
 	pg_atomic_uint64 calls;		/* calls it ended */
+	pg_atomic_uint64 wal_flushes;	/* WAL flushes its turns waited for */
 	pg_atomic_uint64 busy_ns;	/* time in its loop, not asleep waiting for events */
 	pg_atomic_uint64 busy_mark; /* mesh_clock_ns() its busy time was last counted to */
 	pg_atomic_uint32 in_flight; /* calls in progress, as of its last turn */
@@ -191,7 +192,7 @@ extern uint64 mesh_stages_count(MeshOp op, const MeshCallTimes *worker, uint64 s
 extern void mesh_stats_init(void);
 extern uint32 mesh_stat_backend(const char *name);
 extern void mesh_stat_count(MeshOp op, uint32 backend, bool failed, uint64 elapsed_ns);
-extern void mesh_stat_worker_turn(int index, int in_flight);
+extern void mesh_stat_worker_turn(int index, int in_flight, uint64 wal_flushes);
 extern void mesh_stat_worker_woke(int index);
 extern void mesh_stat_worker_activity(int index, bool ended);
 

@@ -939,6 +939,7 @@ mesh_reaper_main(Datum arg)
 														 (int64) mesh_reaper_interval_s * 1000);
 		}
 		wait_ms = (long) ((next_sweep - GetCurrentTimestamp()) / 1000);
+		wait_ms = mesh_wait_for_stats(wait_ms);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Max(wait_ms, 1), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

@@ -35,6 +35,7 @@
 #include "utils/timestamp.h"
 
 #include "handoff.h"
+#include "version.h"
 
 PG_FUNCTION_INFO_V1(mesh_stat_backends);
 PG_FUNCTION_INFO_V1(mesh_stat_backend_latency);
@@ -67,6 +68,7 @@ zero_counters(void)
 	{
 		pg_atomic_write_u64(&mesh_shared->stat_workers[w].calls, 0);
 		pg_atomic_write_u64(&mesh_shared->stat_workers[w].busy_ns, 0);
+		pg_atomic_write_u64(&mesh_shared->stat_workers[w].wal_flushes, 0);
 	}
 }
 
@@ -99,6 +101,7 @@ mesh_stats_init(void)
 
 		pg_atomic_init_u64(&ws->calls, 0);
 		pg_atomic_init_u64(&ws->busy_ns, 0);
+		pg_atomic_init_u64(&ws->wal_flushes, 0);
 		pg_atomic_init_u64(&ws->busy_mark, 0);
 		pg_atomic_init_u32(&ws->in_flight, 0);
 		pg_atomic_init_u64(&ws->last_activity, 0);
@@ -215,10 +218,11 @@ mesh_stat_count(MeshOp op, uint32 backend, bool failed, uint64 elapsed_ns)
 
 /*
  * The worker's loop, once per turn: the time since its last count (it was
- * awake) is busy time, and IN_FLIGHT calls are in progress.
+ * awake) is busy time, IN_FLIGHT calls are in progress, and the turn waited
+ * for WAL_FLUSHES flushes (0 or 1: group commit's measure, per call).
  */
 void
-mesh_stat_worker_turn(int index, int in_flight)
+mesh_stat_worker_turn(int index, int in_flight, uint64 wal_flushes)
 {
 	MeshWorkerStats *ws = &mesh_shared->stat_workers[index];
 	uint64		now = mesh_clock_ns();
@@ -228,6 +232,8 @@ mesh_stat_worker_turn(int index, int in_flight)
 		pg_atomic_fetch_add_u64(&ws->busy_ns, now - mark);
 	pg_atomic_write_u64(&ws->busy_mark, now);
 	pg_atomic_write_u32(&ws->in_flight, (uint32) Max(in_flight, 0));
+	if (wal_flushes > 0)
+		pg_atomic_fetch_add_u64(&ws->wal_flushes, wal_flushes);
 }
 
 /* The worker woke from its wait for events (or started): busy from now. */
@@ -410,6 +416,7 @@ mesh_stat_workers(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum		reset = stats_reset_datum();
 
+	mesh_require_sql_version();	/* its row has the columns of this version's SQL */
 	InitMaterializedSRF(fcinfo, 0);
 	for (int w = 0; w < mesh_shared->nworkers; w++)
 	{
@@ -418,8 +425,8 @@ mesh_stat_workers(PG_FUNCTION_ARGS)
 		pid_t		pid;
 		uint32		queued;
 		uint64		last = pg_atomic_read_u64(&ws->last_activity);
-		Datum		values[8];
-		bool		nulls[8] = {false};
+		Datum		values[9];
+		bool		nulls[9] = {false};
 
 		SpinLockAcquire(&slot->mutex);
 		pid = slot->pid;
@@ -433,9 +440,10 @@ mesh_stat_workers(PG_FUNCTION_ARGS)
 		values[3] = Int32GetDatum(pid != 0 ? (int32) pg_atomic_read_u32(&ws->in_flight) : 0);
 		values[4] = Float8GetDatum(pg_atomic_read_u64(&ws->busy_ns) / 1e6);
 		values[5] = Int64GetDatum((int64) pg_atomic_read_u64(&ws->calls));
-		values[6] = TimestampTzGetDatum((TimestampTz) last);
-		nulls[6] = last == 0;
-		values[7] = reset;
+		values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&ws->wal_flushes));
+		values[7] = TimestampTzGetDatum((TimestampTz) last);
+		nulls[7] = last == 0;
+		values[8] = reset;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

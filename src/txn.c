@@ -50,6 +50,12 @@ typedef struct MeshPlan
 
 static HTAB *plans = NULL;
 
+/*
+ * WAL flushes this process waited for in mesh_flush_to: its own fdatasync, or
+ * one under way in another process that its commits needed (mesh.stat_workers).
+ */
+uint64		mesh_txn_wal_flushes = 0;
+
 /* Nanoseconds this process spent in mesh_txn and WAL flushes (mesh.call_stages()). */
 uint64		mesh_txn_time_ns = 0;
 
@@ -104,6 +110,7 @@ mesh_txn(const char *what, MeshCommit commit, MeshTxnBody body, void *arg, Error
 	MemoryContext outer = CurrentMemoryContext;
 	volatile bool ok = true;
 	uint64		started = mesh_clock_ns();
+	XLogRecPtr	flushed_before = GetFlushRecPtr(NULL);
 
 	result_cxt = outer;
 	PG_TRY();
@@ -128,6 +135,9 @@ mesh_txn(const char *what, MeshCommit commit, MeshTxnBody body, void *arg, Error
 		PopActiveSnapshot();
 		SetUserIdAndSecContext(connected_user, connected_context);
 		CommitTransactionCommand();
+		/* a durable commit that wrote WAL waited for its flush (its own or one under way) */
+		if (commit == MESH_COMMIT_DURABLE && XactLastCommitEnd > flushed_before)
+			mesh_txn_wal_flushes++;
 	}
 	PG_CATCH();
 	{
@@ -267,6 +277,24 @@ mesh_sql(const char *sql, int nargs, const MeshParam *params)
 	return rows;
 }
 
+/*
+ * About to sleep for timeout_ms (-1: until woken): report what the
+ * statistics still hold and return the timeout shortened to when they may
+ * be reported again.  A report is taken at most once a second, so the one
+ * after a process's last transaction is often refused; a process that then
+ * slept until its next wake would hold its WAL flushes out of pg_stat_wal
+ * for as long, and add them to whatever interval is measured next.
+ */
+long
+mesh_wait_for_stats(long timeout_ms)
+{
+	long		stats_wait = pgstat_report_stat(false);
+
+	if (stats_wait > 0 && (timeout_ms < 0 || stats_wait < timeout_ms))
+		return stats_wait;
+	return timeout_ms;
+}
+
 /* Where a commit of the last transaction ended in WAL, for mesh_flush_to. */
 XLogRecPtr
 mesh_txn_commit_lsn(void)
@@ -287,6 +315,8 @@ mesh_flush_to(XLogRecPtr lsn)
 	if (lsn == InvalidXLogRecPtr)
 		return 0;
 	started = mesh_clock_ns();
+	if (GetFlushRecPtr(NULL) < lsn)
+		mesh_txn_wal_flushes++;
 	XLogFlush(lsn);
 	took = mesh_clock_ns() - started;
 	mesh_txn_time_ns += took;
@@ -320,6 +350,7 @@ mesh_write_to(XLogRecPtr lsn)
 	{
 		if (++rounds > 3 || !XLogBackgroundFlush())
 		{
+			mesh_txn_wal_flushes++;
 			XLogFlush(lsn);
 			break;
 		}

@@ -66,6 +66,8 @@ extern uint64 mesh_flush_to(XLogRecPtr lsn);
 extern uint64 mesh_write_to(XLogRecPtr lsn);
 extern MemoryContext mesh_txn_result_cxt(void);
 extern uint64 mesh_txn_time_ns;
+extern uint64 mesh_txn_wal_flushes;
+extern long mesh_wait_for_stats(long timeout_ms);
 
 /* A parameter of type type holding value (a Datum of that type). */
 static inline MeshParam

@@ -766,6 +766,7 @@ PGDLLEXPORT void mesh_worker_main(Datum arg);
 void
 mesh_worker_main(Datum arg)
 {
+	uint64		flushes_counted = 0;	/* of mesh_txn_wal_flushes, in mesh.stat_workers */
 	WaitEventSet *set;
 
 	worker_index = DatumGetInt32(arg);
@@ -803,7 +804,6 @@ mesh_worker_main(Datum arg)
 		uint64		flush_ns;
 		bool		may_reply;
 		long		gather_wait;
-		long		stats_wait;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -826,7 +826,8 @@ mesh_worker_main(Datum arg)
 		completed = mesh_http_drive();
 		if (may_reply)
 			send_all(flush_ns);
-		mesh_stat_worker_turn(worker_index, ncalls);
+		mesh_stat_worker_turn(worker_index, ncalls, mesh_txn_wal_flushes - flushes_counted);
+		flushes_counted = mesh_txn_wal_flushes;
 		pg_atomic_write_u32(&mesh_shared->workers[worker_index].open_calls, open_calls());
 		/* finished requests mean another pass */
 		if (completed > 0 || runnable || any_call_ready() || queued_calls_fit())
@@ -844,9 +845,7 @@ mesh_worker_main(Datum arg)
 		 * flush comes after its transactions' reports), at most once a
 		 * second, so an idle worker's WAL flushes reach pg_stat_wal.
 		 */
-		stats_wait = pgstat_report_stat(false);
-		if (stats_wait > 0 && (timeout < 0 || stats_wait < timeout))
-			timeout = stats_wait;
+		timeout = mesh_wait_for_stats(timeout);
 		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
 		mesh_stat_worker_woke(worker_index);
 		ResetLatch(MyLatch);

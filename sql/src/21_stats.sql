@@ -27,12 +27,13 @@ RETURNS TABLE (backend text, operation text, le double precision[], calls_below 
     AS 'MODULE_PATHNAME', 'mesh_stat_backend_latency' LANGUAGE C VOLATILE;
 
 -- Per worker: its pid (NULL while not running), calls waiting in its queue and
--- in progress, its busy time (awake in its loop), calls it ended, when it last
--- took or ended one.
+-- in progress, its busy time (awake in its loop), calls it ended, the WAL
+-- flushes its turns waited for (group commit: fewer than its calls under
+-- concurrency), when it last took or ended one.
 CREATE FUNCTION mesh.stat_get_workers()
 RETURNS TABLE (worker integer, pid integer, queue_depth integer, calls_in_flight integer,
-               busy_time double precision, calls bigint, last_activity timestamptz,
-               stats_reset timestamptz)
+               busy_time double precision, calls bigint, wal_flushes bigint,
+               last_activity timestamptz, stats_reset timestamptz)
     AS 'MODULE_PATHNAME', 'mesh_stat_workers' LANGUAGE C VOLATILE;
 
 -- Zero the counters of mesh.stat_backends and mesh.stat_workers, as pg_stat_reset().
@@ -49,7 +50,7 @@ SELECT backend, operation, le, calls_below, sum_seconds, calls
   FROM mesh.stat_get_backend_latency();
 
 CREATE VIEW mesh.stat_workers AS
-SELECT worker, pid, queue_depth, calls_in_flight, busy_time, calls, last_activity, stats_reset
+SELECT worker, pid, queue_depth, calls_in_flight, busy_time, calls, wal_flushes, last_activity, stats_reset
   FROM mesh.stat_get_workers();
 
 -- Per agent, from the tables: its runs, those live now, their commands, the CPU

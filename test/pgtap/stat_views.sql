@@ -18,7 +18,7 @@ SELECT columns_are('mesh', 'stat_backends',
                    'mesh.stat_backends has pg_stat_* style columns');
 SELECT columns_are('mesh', 'stat_workers',
                    ARRAY['worker', 'pid', 'queue_depth', 'calls_in_flight', 'busy_time', 'calls',
-                         'last_activity', 'stats_reset'],
+                         'wal_flushes', 'last_activity', 'stats_reset'],
                    'mesh.stat_workers has its columns');
 
 -- privileges: read by mesh_admin and pg_monitor, reset by mesh_admin only, nothing for others
