@@ -38,7 +38,9 @@
 #                  as root), what a cost-free extension would leave
 #   fsync_per_exec WAL fdatasyncs (pg_stat_wal) per exec under the concurrent runs, vs the
 #                  one flush a synchronously committed transaction makes: a figure the
-#                  machine's noise does not move
+#                  machine's noise does not move; flush_waits the flushes the workers' turns
+#                  waited for (mesh.stat_workers.wal_flushes), the rest being the WAL
+#                  writer's and other processes'
 # Then the targets (issue 29) in a compact table, each a ratio to its baseline with met/MISSED.
 # The last table: mesh.call_stages() over the burst, the warm execs and the acquires, and a
 # note on what its stages count.
@@ -167,7 +169,7 @@ for c in $(seq 0 $((CLIENTS - 1))); do
     -c "CALL bench.warm_exec('bench-run-$c', 1, NULL)" >/dev/null
 done
 raw=$(bench/out/forkexec "$ITER" "$CLIENTS")
-q -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
+q -c "SELECT pg_stat_reset_shared('wal')" -c "SELECT mesh.stat_reset()" >/dev/null
 (cd "$WORK" && pgbench -n -f "$OLDPWD/bench/throughput.pgbench" -c "$CLIENTS" -j "$CLIENTS" -t "$ITER" \
    -l --log-prefix=pgbench mesh_test > pgbench.out 2> pgbench.err) ||
   { cat "$WORK/pgbench.err" >&2; exit 1; }
@@ -193,6 +195,7 @@ for c in $(seq 0 $((CLIENTS - 1))); do
   q -c "CALL bench.warm_exec('bench-run-$c', 1, NULL)" >/dev/null
 done
 fsyncs=$(q -c "SELECT round(wal_sync::numeric / ($CLIENTS * ($ITER + 1)), 4) FROM pg_stat_wal")
+worker_flushes=$(q -c "SELECT round(sum(wal_flushes)::numeric / ($CLIENTS * ($ITER + 1)), 4) FROM mesh.stat_workers")
 
 # --- the table (also as markdown rows in bench/out/run.md, for README.md's Performance) --
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -269,6 +272,8 @@ measured "${sd_cpu:-0}" && measured "${sd_fork_cpu:-0}" && row cpu_bound_sd "  w
   "  fork+execs/s at theirs (its own run)" "$(cpu_rate "$sd_fork_cpu")" - - "(report)"
 row fsync_per_exec "WAL fdatasyncs per exec, the concurrent runs" /exec "$fsyncs" - \
   "a synchronous commit's one flush" 1 - "m <= 0.3" "<= 0.3"
+row flush_waits "  of which the workers' turns waited for" /exec "$worker_flushes" - \
+  "a synchronous commit's one flush" 1 - - "(report)"
 echo
 echo "load average: $LOAD_START at start, $LOAD_END at end ($CORES cores)"
 printf '\nLoad average %s at start, %s at end (%d cores).\n' "$LOAD_START" "$LOAD_END" "$CORES" >> "$MD"

@@ -8,7 +8,7 @@
 # here judges a timing.
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-plan 23
+plan 24
 out=$(mktemp)
 MESH_PORT=$((PGPORT + 1)) PGOPTIONS= bash "$ROOT/bench/run.sh" 4 2 5 > "$out" 2>&1
 ok $? "bench/run.sh 4 2 5 ran to the end"
@@ -21,7 +21,7 @@ row_ok() {
   grep -qE "^$1 .* (ms|/s|/exec) +$num +($num|-) +.* $num +($num|-) +$num"x" " "$out"
 }
 for key in warm_exec warm_idle warm_stream sandboxd concurrent concurrent_lat acquire cold_start \
-           burst cpu_per_exec cpu_workers fsync_per_exec; do
+           burst cpu_per_exec cpu_workers fsync_per_exec flush_waits; do
   row_ok "$key"; ok $? "row $key: numeric median, baseline and ratio"
 done
 # four execs may take less CPU than one clock tick: then the row says it could not be computed
