@@ -106,7 +106,6 @@ async function evaluate(req: EvalRequest): Promise<Record<string, unknown>> {
   const started = performance.now();
   const hosts = (req.allow_hosts ?? []).filter((h) => typeof h === "string" && h.length > 0);
   const child = hosts.length || spares.length === 0 ? newChild(hosts) : spares.shift()!;
-  setTimeout(refill, 0);
   const timeout = Math.max(1, req.timeout_ms ?? 5000);
   const maxOut = Math.max(0, req.max_output_bytes ?? 65536);
   const nonce = crypto.randomUUID();
@@ -143,6 +142,9 @@ async function evaluate(req: EvalRequest): Promise<Record<string, unknown>> {
   } finally {
     clearTimeout(timer);
     kill(child);
+    // the replacement spare starts once the answer is in: a runtime's start takes a core for
+    // tens of ms, which on a small host would slow the evaluation it replaces
+    setTimeout(refill, 0);
   }
   row.duration_ms = performance.now() - started;
   return row;
