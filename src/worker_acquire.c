@@ -117,10 +117,16 @@ begin_materialize(WorkerCall *call)
 			return;
 		}
 		worker_want_durable(mesh_txn_commit_lsn());
-		queue_notice(call,
-					 psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\" (%s); the first call takes a moment",
-							  call->run_id, call->ws.backend_kind,
-							  call->ws.snapshot_notice));
+		/* an evaluation's backend sets up no sandbox: no files, no project to start from */
+		if (call->op == MESH_OP_EXEC && call->req.exec.eval)
+			queue_notice(call,
+						 psprintf("mesh: run \"%s\" evaluates on backend \"%s\": no sandbox is set up, each evaluation runs in an isolate of its own",
+								  call->run_id, call->ws.backend_kind));
+		else
+			queue_notice(call,
+						 psprintf("mesh: setting up a sandbox for run \"%s\" on backend \"%s\" (%s); the first call takes a moment",
+								  call->run_id, call->ws.backend_kind,
+								  call->ws.snapshot_notice));
 	}
 	else if (call->ws.status == MESH_WS_PENDING)
 	{

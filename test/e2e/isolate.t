@@ -12,7 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 RUNTIME=${MESH_ISOLATE_HOME:-/usr/local/lib/mesh-isolated}
 [ -x "$RUNTIME/mesh-isolated" ] || skip_all "mesh-isolated not installed (src/isolated/install.sh)"
-plan 21
+plan 22
 port=$((MESH_PORT + 70))
 log=$(mktemp)
 # the host with its defaults: each evaluation's process bounded to 1 GiB
@@ -56,6 +56,10 @@ like "$(cat "$log.bomb")" 'RangeError: Array buffer allocation failed' "the 4 GB
 is "$(ev 'return 1')" '1|t|ok' "the host still evaluates after both"
 like "$(q "SELECT error FROM mesh_eval('iso-1', 'javascript', 'for (;;) console.log(\"x\".repeat(1000))')")" 'output over' "output over its bound is stopped"
 rm -f "$log.loop" "$log.bomb"
+# a run whose first call evaluates is told so, not that a sandbox is being set up
+q "SELECT 1 FROM mesh_acquire('iso-5', 'iso-agent', 'ivy')" >/dev/null
+notice=$(psql -X -qAt -c "SELECT value FROM mesh_eval('iso-5', 'javascript', 'return 1')" 2>&1 | grep '^NOTICE:')
+like "$notice" 'run "iso-5" evaluates on backend "iso-t": no sandbox is set up' "the first evaluation's notice says no sandbox is set up"
 
 # routing by capability: shell work refused before the backend is asked
 like "$(psql -X -qAt -c "SELECT exit_code FROM mesh_exec('iso-2', ARRAY['true'])" 2>&1)" 'cannot run commands.*shell capability' "mesh_exec on an evaluating run is refused by capability"
@@ -67,7 +71,7 @@ q "SELECT 1 FROM mesh_acquire('iso-4', 'iso-shell', 'ivy')" >/dev/null
 is "$(q "SELECT exit_code FROM mesh_exec('iso-4', ARRAY['true'])")" 0 "control: the default backend runs the command"
 like "$(psql -X -qAt -c "SELECT value FROM mesh_eval('iso-4', 'javascript', 'return 1')" 2>&1)" 'cannot evaluate snippets.*eval capability' "mesh_eval on a backend without eval is refused by capability"
 
-q "SELECT mesh_release(r) FROM unnest(ARRAY['iso-1','iso-2','iso-4']) r" >/dev/null
+q "SELECT mesh_release(r) FROM unnest(ARRAY['iso-1','iso-2','iso-4','iso-5']) r" >/dev/null
 q "SELECT mesh.agent_set('iso-agent', NULL)" >/dev/null 2>&1
 q "SELECT mesh.backend_disable('iso-t')" >/dev/null 2>&1
 done_testing
