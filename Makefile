@@ -54,7 +54,6 @@ OBJS = \
 	src/backends/edge_sprite.o \
 	src/backends/edge_parse.o \
 	src/isolated_launcher.o \
-	src/store_eval_route.o
 
 EXTENSION = mesh_exec
 # The version the control file installs by default; the library refuses to serve any other

@@ -223,8 +223,6 @@ extern bool store_exec_extended(const MeshWorkspace *ws, int64 exec_id, int64 by
 								TimestampTz *deadline, ErrorData **err);
 
 /* store_snapshot.c: project-state snapshots */
-extern bool store_route_eval(MeshWorkspace *ws, MeshBackend *be, MeshCapabilities *caps,
-							 const char *needs);
 extern void store_snapshot_choose(MeshWorkspace *ws, bool can_snapshot);
 extern bool store_snapshot_begin(MeshWorkspace *ws, const MeshBackend *be, const char *install_id,
 								 int64 *snapshot_id, char **snap_ref, ErrorData **err);
