@@ -10,9 +10,11 @@ OBJS = \
 	src/stats.o \
 	src/api.o \
 	src/worker.o \
+	src/worker_call.o \
 	src/worker_durable.o \
 	src/worker_reply.o \
 	src/worker_acquire.o \
+	src/worker_command.o \
 	src/worker_exec.o \
 	src/exec_output.o \
 	src/worker_files.o \

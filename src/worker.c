@@ -1,18 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *	  The mesh worker pool: intake, the loop and the replies.
+ *	  The mesh worker pool: intake, the loop, and the table of operations.
  *
  * Each worker owns the runs whose run_id hashes to it.  It takes calls from
  * its queue in shared memory (handoff.c), moves each through a small state
  * machine, and overlaps the backend requests of all of them: each call's
  * driver operation is a run of the driver runner (runner.c), whose sockets
- * and timer this loop waits on.  The operations themselves live in
- * worker_acquire.c, worker_exec.c, worker_files.c, worker_release.c,
- * worker_snapshot.c and worker_background.c, described by the table of
- * operations below (worker.h); its start and exit in worker_recover.c.  Between requests
- * it commits the row changes in short transactions of its own (store.c): the
- * row before the backend call, the outcome after it.  Each turn of the loop
+ * and timer this loop waits on.  The loop knows the operations only by the
+ * table below, one WorkerOpDef each (worker_op.h): the files that perform
+ * them (worker_exec.c, worker_background.c, worker_files.c,
+ * worker_release.c, worker_snapshot.c) fill its rows; a call on a
+ * workspace passes the stage that makes it usable first (worker_acquire.c);
+ * the calls' records and their driver runs are worker_call.c's, whose end
+ * each operation names (on_end).  Its start and exit: worker_recover.c.
+ * Between requests it commits the row changes in short transactions of its
+ * own (store.c): the row before the backend call, the outcome after it.  Each turn of the loop
  * ends with one WAL flush covering what its calls committed, before any of
  * them replies (send_all): a result is durable before its caller sees it.
  *
@@ -45,51 +48,60 @@
 #include "handoff.h"
 #include "settings.h"
 #include "txn.h"
-#include "worker.h"
+#include "worker_acquire.h"
+#include "worker_background.h"
+#include "worker_call.h"
 #include "worker_durable.h"
-
-static dlist_head calls = DLIST_STATIC_INIT(calls);
-static int	ncalls = 0;			/* length of calls */
-static MemoryContext worker_cxt;
-int			worker_index;
-char	   *worker_install_id;
+#include "worker_exec.h"
+#include "worker_files.h"
+#include "worker_recover.h"
+#include "worker_release.h"
+#include "worker_reply.h"
+#include "worker_snapshot.h"
 
 /*--------------------------------------------------------------------------
  * The operations
  *--------------------------------------------------------------------------
  */
 
-/* Replies of a few hundred bytes: a write's, a release's, a kill's. */
-size_t
-worker_small_response_limit(WorkerCall *call)
-{
-	return 64 * 1024;
-}
-
 static const WorkerOpDef op_defs[] = {
-	[MESH_OP_ACQUIRE] = {"the call", OP_SCOPE_RUN, run_declare, NULL, NULL},
-	[MESH_OP_EXEC] = {"the command", OP_SCOPE_READY_WORKSPACE, start_exec, finish_exec,
-	exec_response_limit, exec_start_at_load},
-	[MESH_OP_READ_FILE] = {"the file read", OP_SCOPE_READY_WORKSPACE, start_read, finish_read,
-	read_response_limit},
-	[MESH_OP_WRITE_FILE] = {"the file write", OP_SCOPE_READY_WORKSPACE, start_write, finish_write,
-	worker_small_response_limit},
-	[MESH_OP_RELEASE] = {"the release", OP_SCOPE_ANY_WORKSPACE, start_release, finish_release,
-	worker_small_response_limit},
-	[MESH_OP_SNAPSHOT] = {"the snapshot", OP_SCOPE_ANY_WORKSPACE, start_snapshot, finish_snapshot,
-	worker_small_response_limit},
-	[MESH_OP_EXEC_START] = {"the command", OP_SCOPE_READY_WORKSPACE, start_exec, finish_background,
-	background_response_limit, exec_start_at_load},
-	[MESH_OP_EXEC_KILL] = {"the kill", OP_SCOPE_ANY_WORKSPACE, start_exec_kill, finish_exec_kill,
-	worker_small_response_limit},
-	[MESH_OP_EXEC_FOLLOW] = {"following the command", OP_SCOPE_ANY_WORKSPACE, start_follow,
-	finish_background, background_response_limit},
-	[MESH_OP_EXEC_EXTEND] = {"the extension", OP_SCOPE_ANY_WORKSPACE, start_exec_extend,
-	finish_exec_extend, worker_small_response_limit},
+	[MESH_OP_ACQUIRE] = {
+		.noun = "the call", .scope = OP_SCOPE_RUN,
+		.start = run_declare},
+	[MESH_OP_EXEC] = {
+		.noun = "the command", .scope = OP_SCOPE_READY_WORKSPACE,
+		.start = start_exec, .finish = finish_exec,
+		.start_at_load = exec_start_at_load, .cancel = cancel_exec},
+	[MESH_OP_READ_FILE] = {
+		.noun = "the file read", .scope = OP_SCOPE_READY_WORKSPACE,
+		.start = start_read, .finish = finish_read},
+	[MESH_OP_WRITE_FILE] = {
+		.noun = "the file write", .scope = OP_SCOPE_READY_WORKSPACE,
+		.start = start_write, .finish = finish_write},
+	[MESH_OP_RELEASE] = {
+		.noun = "the release", .scope = OP_SCOPE_ANY_WORKSPACE, .exclusive = true,
+		.start = start_release, .finish = finish_release},
+	[MESH_OP_SNAPSHOT] = {
+		.noun = "the snapshot", .scope = OP_SCOPE_ANY_WORKSPACE,
+		.start = start_snapshot, .finish = finish_snapshot},
+	/* a background command starts as an exec does; its end is followed */
+	[MESH_OP_EXEC_START] = {
+		.noun = "the command", .scope = OP_SCOPE_READY_WORKSPACE,
+		.start = start_exec, .finish = finish_background,
+		.start_at_load = exec_start_at_load},
+	[MESH_OP_EXEC_KILL] = {
+		.noun = "the kill", .scope = OP_SCOPE_ANY_WORKSPACE,
+		.start = start_exec_kill},
+	[MESH_OP_EXEC_FOLLOW] = {
+		.noun = "following the command", .scope = OP_SCOPE_ANY_WORKSPACE,
+		.start = start_follow, .finish = finish_background},
+	[MESH_OP_EXEC_EXTEND] = {
+		.noun = "the extension", .scope = OP_SCOPE_ANY_WORKSPACE,
+		.start = start_exec_extend},
 };
 
 /* The definition of an operation a worker performs; NULL for any other. */
-const WorkerOpDef *
+static const WorkerOpDef *
 worker_op(MeshOp op)
 {
 	if ((int) op < 0 || (int) op >= (int) lengthof(op_defs) || op_defs[op].start == NULL)
@@ -101,82 +113,6 @@ worker_op(MeshOp op)
  * Taking calls
  *--------------------------------------------------------------------------
  */
-
-/* The size of an operation's fixed request struct. */
-static Size
-request_size(MeshOp op)
-{
-	switch (op)
-	{
-		case MESH_OP_ACQUIRE:
-			return sizeof(MeshAcquireRequest);
-		case MESH_OP_EXEC:
-		case MESH_OP_EXEC_START:
-			return sizeof(MeshExecRequest);
-		case MESH_OP_EXEC_KILL:
-			return sizeof(MeshKillRequest);
-		case MESH_OP_EXEC_EXTEND:
-			return sizeof(MeshExtendRequest);
-		case MESH_OP_EXEC_FOLLOW:
-			return sizeof(MeshFollowRequest);
-		case MESH_OP_READ_FILE:
-		case MESH_OP_WRITE_FILE:
-			return sizeof(MeshFileRequest);
-		case MESH_OP_RELEASE:
-			return sizeof(MeshReleaseRequest);
-		case MESH_OP_SNAPSHOT:
-			return 0;			/* the header alone: the run's id says what to capture */
-		default:
-			return 0;
-	}
-}
-
-/*
- * A new call of OP for RUN_ID whose request is MSG; with OWN, the call
- * keeps copies of both (a call the worker makes itself), otherwise they lie
- * in the call segment, mapped while the call lasts.
- */
-static WorkerCall *
-new_call(MeshOp op, const char *run_id, const char *msg, Size msg_len, bool own)
-{
-	WorkerCall *call = MemoryContextAllocZero(worker_cxt, sizeof(WorkerCall));
-
-	call->cxt = AllocSetContextCreate(worker_cxt, "mesh call", ALLOCSET_DEFAULT_SIZES);
-	call->op = op;
-	call->def = worker_op(op);
-	call->run_id = own ? MemoryContextStrdup(call->cxt, run_id) : run_id;
-	if (own)
-		msg = memcpy(MemoryContextAlloc(call->cxt, msg_len), msg, msg_len);
-	mesh_msg_parse(msg, msg_len, &call->msg);
-	if (call->def)
-		memcpy(&call->req, mesh_msg_fixed(&call->msg, request_size(op)), request_size(op));
-	call->txn_mark = mesh_txn_time_ns;
-	call->step = STEP_START;
-	return call;
-}
-
-/* Attach a queued call segment; NULL when its caller already gave up. */
-static WorkerCall *
-attach_call(dsm_handle handle)
-{
-	MeshCall   *hdr;
-	MeshMsg		request;
-	const char *blob;
-	shm_mq_handle *mqh;
-	dsm_segment *seg = mesh_attach_call(handle, &hdr, &request, &blob, &mqh);
-	WorkerCall *call;
-
-	if (seg == NULL)
-		return NULL;
-	call = new_call(hdr->op, hdr->run_id, request.base, request.len, false);
-	call->times.handoff_ns = mesh_clock_ns() - hdr->queued_at_ns;
-	call->seg = seg;
-	call->hdr = hdr;
-	call->mqh = mqh;
-	call->blob = blob ? blob : "";	/* an empty stdin or file is still one */
-	call->blob_len = hdr->blob_len;
-	return call;
-}
 
 /*
  * Take calls from the queue while fewer than mesh.worker_max_calls are in
@@ -190,12 +126,13 @@ take_new_calls(void)
 {
 	dsm_handle	handle;
 
-	while (ncalls < mesh_worker_max_calls && mesh_worker_pop(worker_index, &handle))
+	while (worker_ncalls < mesh_worker_max_calls && mesh_worker_pop(worker_index, &handle))
 	{
-		WorkerCall *call = attach_call(handle);
+		WorkerCall *call = worker_call_attach(handle);
 
 		if (call == NULL)
 			continue;
+		call->def = worker_op(call->op);
 		if (call->def == NULL)
 		{
 			MemoryContext old = MemoryContextSwitchTo(call->cxt);
@@ -212,8 +149,7 @@ take_new_calls(void)
 						NULL, "Call mesh functions in the database named by mesh.database, or change that setting and restart.");
 			MemoryContextSwitchTo(old);
 		}
-		dlist_push_tail(&calls, &call->node);
-		ncalls++;
+		worker_call_add(call);
 	}
 }
 
@@ -221,208 +157,13 @@ take_new_calls(void)
 static bool
 queued_calls_fit(void)
 {
-	return ncalls < mesh_worker_max_calls && mesh_worker_has_queued(worker_index);
-}
-
-/*
- * Let go of the caller's side: its queue and its call segment (what the
- * call still needs from them must have been copied first).
- */
-static void
-release_caller(WorkerCall *call)
-{
-	/* the queue handle lives in the worker's top context: freed here */
-	if (call->mqh)
-		shm_mq_detach(call->mqh);
-	if (call->seg)
-		dsm_detach(call->seg);
-	call->mqh = NULL;
-	call->seg = NULL;
-	call->hdr = NULL;
-}
-
-static void
-free_call(WorkerCall *call)
-{
-	/* a read's reply was sent from the last response's body: it goes now */
-	mesh_run_end(&call->run);
-	if (call->be.config)
-		json_decref(call->be.config);
-	if (call->env)
-		json_decref(call->env);
-	dlist_delete(&call->node);
-	if (!call->uncounted)
-		ncalls--;
-	/* a call that sent no reply (the worker's own, or its caller left) ends here */
-	mesh_stat_worker_activity(worker_index, call->times.replied_at_ns == 0);
-	leave_background_slot(call);
-	release_caller(call);
-	MemoryContextDelete(call->cxt);
-	pfree(call);
-}
-
-/*
- * A call the worker makes to itself, with nobody waiting: releasing the
- * sandbox of a run that exhausted its budget, so no compute outlives the
- * decision.  It goes through the same state machine as a caller's release.
- */
-void
-spawn_internal_release(const char *run_id, const char *reason)
-{
-	StringInfoData msg;
-	MeshReleaseRequest r = {0};
-
-	initStringInfo(&msg);
-	mesh_msg_begin(&msg, MESH_MSG_REQUEST, MESH_OP_RELEASE, sizeof(r));
-	r.reason = mesh_msg_add_string(&msg, reason);
-	mesh_msg_set_fixed(&msg, &r, sizeof(r));
-	(void) spawn_internal_call(MESH_OP_RELEASE, run_id, &msg, true);
-}
-
-/*
- * A call of OP the worker makes to itself for RUN_ID, with nobody waiting
- * (MSG is copied); COUNTED: among mesh.worker_max_calls, as a caller's.
- */
-WorkerCall *
-spawn_internal_call(MeshOp op, const char *run_id, StringInfo msg, bool counted)
-{
-	WorkerCall *call = new_call(op, run_id, msg->data, msg->len, true);
-
-	pfree(msg->data);
-	call->caller_gone = true;
-	call->uncounted = !counted;
-	dlist_push_tail(&calls, &call->node);
-	if (counted)
-		ncalls++;
-	return call;
+	return worker_ncalls < mesh_worker_max_calls && mesh_worker_has_queued(worker_index);
 }
 
 /*--------------------------------------------------------------------------
- * What the operations share
+ * The state machine
  *--------------------------------------------------------------------------
  */
-
-/*
- * Is another call of this run changing its workspace's state right now
- * (materializing or releasing it)?  Such changes are exclusive: the run's
- * other calls wait, parked, and start over when it ends.
- */
-bool
-run_is_changing(const char *run_id, WorkerCall *except)
-{
-	dlist_iter	iter;
-
-	dlist_foreach(iter, &calls)
-	{
-		WorkerCall *other = dlist_container(WorkerCall, node, iter.cur);
-
-		if (other == except || strcmp(other->run_id, run_id) != 0)
-			continue;
-		if (other->step == STEP_ACQUIRING ||
-			(other->op == MESH_OP_RELEASE && other->step == STEP_OPERATING))
-			return true;
-	}
-	return false;
-}
-
-/*
- * mesh_exec_extend moved exec EXEC_ID's deadline BY_MS later: the calls of
- * this worker that carry the command (a foreground exec's request in flight,
- * a background command's follower) wait that much longer for its end.  A
- * run's calls are all this worker's (mesh_worker_for_run), so no other
- * worker has one.
- */
-void
-extend_calls_of_exec(int64 exec_id, long by_ms)
-{
-	dlist_iter	iter;
-
-	dlist_foreach(iter, &calls)
-	{
-		WorkerCall *other = dlist_container(WorkerCall, node, iter.cur);
-
-		if (other->exec_id == exec_id &&
-			(other->op == MESH_OP_EXEC || other->op == MESH_OP_EXEC_START ||
-			 other->op == MESH_OP_EXEC_FOLLOW))
-			exec_call_extended(other, by_ms);
-	}
-}
-
-/* A state change ended: parked calls of the run start over, or fail alike. */
-void
-wake_parked(const char *run_id, const MeshError *failed)
-{
-	dlist_iter	iter;
-
-	dlist_foreach(iter, &calls)
-	{
-		WorkerCall *other = dlist_container(WorkerCall, node, iter.cur);
-
-		if (other->step != STEP_PARKED || strcmp(other->run_id, run_id) != 0)
-			continue;
-		if (failed)
-		{
-			MemoryContext old = MemoryContextSwitchTo(other->cxt);
-
-			reply_backend_error(other, "setting up the workspace", failed);
-			MemoryContextSwitchTo(old);
-		}
-		else
-			other->step = STEP_START;
-	}
-}
-
-bool
-load_backend(WorkerCall *call)
-{
-	if (call->be.driver)
-		return true;
-	if (mesh_backend_from_workspace(&call->ws, &call->be))
-		return true;
-	reply_error(call, ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-				psprintf("run \"%s\" was materialized by backend \"%s\", which no longer has a usable catalog entry",
-						 call->run_id, call->ws.backend_kind ? call->ws.backend_kind : "(none)"),
-				NULL, "Restore the backend with mesh.backend_add(), or release the workspace by hand.");
-	return false;
-}
-
-/*
- * A fresh driver run for the call's next operation; returns the driver's
- * state for the request builder, whose reason for refusing goes to
- * call->run.err.
- */
-MeshOpState *
-begin_op(WorkerCall *call)
-{
-	memset(&call->out, 0, sizeof(call->out));
-	return mesh_run_begin(&call->run, &call->be);
-}
-
-/*
- * Send the operation's first request (built false: the builder refused, and
- * the run ends failed at once) and wait for its end in step.  The result
- * goes to out, the step's finish function takes it from there.
- */
-void
-start_op(WorkerCall *call, CallStep step, bool built, const MeshHttpRequest *req,
-		 MeshResponseParser parse, void *out, size_t max_response)
-{
-	call->http_started = mesh_clock_ns();
-	mesh_run_start(&call->run, built, req, parse, out, max_response);
-	call->step = step;
-}
-
-/*
- * The role that made the call (an oid, as text), which a run belongs to
- * when it declares it; NULL for the pool's own calls (reaper releases).
- */
-const char *
-caller_role(WorkerCall *call)
-{
-	if (call->hdr == NULL || !OidIsValid(call->hdr->user))
-		return NULL;
-	return psprintf("%u", call->hdr->user);
-}
 
 /* Refuse work on a workspace that the run can no longer reach. */
 static bool
@@ -462,11 +203,6 @@ start_operation(WorkerCall *call)
 	call->def->start(call);
 }
 
-/*--------------------------------------------------------------------------
- * The state machine
- *--------------------------------------------------------------------------
- */
-
 /* The operation's start_at_load, as store_load_then calls it. */
 static bool
 start_at_load(MeshWorkspace *ws, void *arg)
@@ -501,9 +237,8 @@ advance_call(WorkerCall *call)
 		reply_txn_error(call, err);
 		return;
 	}
-	/* the load's transaction writes only an exec's row (start_at_load), kept as its exec needs */
-	if (call->started_at_load)
-		keep_exec_row(call, written);
+	/* the load's transaction wrote the operation's first rows (start_at_load): its start keeps them */
+	call->load_lsn = written;
 	if (call->def->scope == OP_SCOPE_ANY_WORKSPACE)
 	{
 		call->def->start(call);
@@ -519,7 +254,8 @@ advance_call(WorkerCall *call)
 
 /*
  * A request of the call's driver run was answered: the runner parses it and
- * sends the next one, or the run ended and its step's finish takes it.
+ * sends the next one, or the run ended and the function its start named
+ * (on_end) takes it.
  */
 static void
 complete_run(WorkerCall *call)
@@ -527,14 +263,7 @@ complete_run(WorkerCall *call)
 	if (!mesh_run_step(&call->run))
 		return;
 	call->times.http_ns += mesh_clock_ns() - call->http_started;
-	if (call->step == STEP_ACQUIRING)
-		finish_acquire(call);
-	else if (call->step == STEP_DELIVERING)
-		finish_token_delivery(call);
-	else if (call->step == STEP_KILLING)
-		finish_cancel(call);
-	else
-		call->def->finish(call);
+	call->on_end(call);
 }
 
 /*
@@ -549,7 +278,7 @@ open_calls(void)
 	dlist_iter	iter;
 	uint32		n = 0;
 
-	dlist_foreach(iter, &calls)
+	dlist_foreach(iter, &worker_calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
 
@@ -565,20 +294,15 @@ send_all(uint64 flush_ns)
 {
 	dlist_mutable_iter iter;
 
-	dlist_foreach_modify(iter, &calls)
+	dlist_foreach_modify(iter, &worker_calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
 
 		worker_flush_outbox(call, flush_ns);
 		if (call->step == STEP_FINISHED && (call->outbox == NIL || call->caller_gone))
-			free_call(call);
+			worker_call_free(call);
 		else if (call->follow && (call->outbox == NIL || call->caller_gone) && call->seg)
-		{
-			/* a background command's caller has its id: the call follows the command alone */
-			detach_follower(call);
-			release_caller(call);
-			ncalls--;
-		}
+			worker_call_detach_caller(call);	/* the caller has its exec id */
 	}
 }
 
@@ -605,19 +329,22 @@ advance_one(WorkerCall *call)
 
 	CHECK_FOR_INTERRUPTS();
 	call->txn_mark = mesh_txn_time_ns;
+	/* a call the worker made itself (worker_call.c) learns here what its operation is */
+	if (call->def == NULL)
+		call->def = worker_op(call->op);
 	if (call->hdr && pg_atomic_read_u32(&call->hdr->cancelled) && !call->caller_gone)
 	{
 		call->caller_gone = true;
-		if (call->step == STEP_OPERATING && call->op == MESH_OP_EXEC && call->run.active)
-			cancel_exec(call);
+		if (call->step == STEP_OPERATING && call->def->cancel && call->run.active)
+			call->def->cancel(call);
 		else if (call->step == STEP_PARKED || call->step == STEP_START)
 			call->step = STEP_FINISHED;
 	}
 	start_if_due(call);
 	if (call->step == STEP_AWAITING_BROKER && broker_listening(call))
 		call->step = STEP_START;
-	if (call->step == STEP_FOLLOW_PAUSED)
-		follow_when_due(call, GetCurrentTimestamp());
+	if (call->step == STEP_FOLLOW_PAUSED && GetCurrentTimestamp() >= call->wait_until)
+		call->on_due(call);
 	if (mesh_run_ready(&call->run))
 	{
 		complete_run(call);
@@ -648,7 +375,7 @@ advance_all(void)
 	bool		runnable = false;
 	bool		answered = false;
 
-	dlist_foreach_modify(iter, &calls)
+	dlist_foreach_modify(iter, &worker_calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
 		bool		was_finished = call->step == STEP_FINISHED;
@@ -666,7 +393,7 @@ advance_all(void)
 		return runnable;
 	}
 	followers_deferred = false;
-	dlist_foreach_modify(iter, &calls)
+	dlist_foreach_modify(iter, &worker_calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
 
@@ -684,7 +411,7 @@ any_call_ready(void)
 {
 	dlist_iter	iter;
 
-	dlist_foreach(iter, &calls)
+	dlist_foreach(iter, &worker_calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
 
@@ -705,7 +432,7 @@ calls_timeout(void)
 	long		timeout = -1;
 	TimestampTz now = GetCurrentTimestamp();
 
-	dlist_foreach(iter, &calls)
+	dlist_foreach(iter, &worker_calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
 		long		left;
@@ -732,11 +459,12 @@ worker_exit(int code, Datum arg)
 	List	   *kills = NIL;
 
 	mesh_worker_detach_slot(DatumGetInt32(arg));
-	dlist_foreach(iter, &calls)
+	dlist_foreach(iter, &worker_calls)
 	{
 		WorkerCall *call = dlist_container(WorkerCall, node, iter.cur);
 
-		if (call->op == MESH_OP_EXEC && call->step == STEP_OPERATING && call->be.driver)
+		/* an operation that stops its work when its caller leaves would leave it running */
+		if (call->def && call->def->cancel && call->step == STEP_OPERATING && call->be.driver)
 			kills = lappend(kills, start_kill(&call->be, call->ws.external_ref, call->exec_id));
 	}
 	await_kills(kills, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000));
@@ -769,7 +497,7 @@ mesh_worker_main(Datum arg)
 	uint64		flushes_counted = 0;	/* of mesh_txn_wal_flushes, in mesh.stat_workers */
 	WaitEventSet *set;
 
-	worker_index = DatumGetInt32(arg);
+	worker_calls_init(DatumGetInt32(arg));
 
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -777,12 +505,8 @@ mesh_worker_main(Datum arg)
 	mesh_worker_connect("mesh worker");
 	apply_worker_settings();
 
-	worker_cxt = AllocSetContextCreate(TopMemoryContext, "mesh worker", ALLOCSET_DEFAULT_SIZES);
-	worker_install_id = MemoryContextStrdup(worker_cxt,
-									 psprintf(UINT64_FORMAT, GetSystemIdentifier()));
 	mesh_http_init();
 	worker_recover();
-	spawn_followers();
 	mesh_worker_attach_slot(worker_index);
 	mesh_stat_worker_woke(worker_index);
 	before_shmem_exit(worker_exit, Int32GetDatum(worker_index));
@@ -826,7 +550,7 @@ mesh_worker_main(Datum arg)
 		completed = mesh_http_drive();
 		if (may_reply)
 			send_all(flush_ns);
-		mesh_stat_worker_turn(worker_index, ncalls, mesh_txn_wal_flushes - flushes_counted);
+		mesh_stat_worker_turn(worker_index, worker_ncalls, mesh_txn_wal_flushes - flushes_counted);
 		flushes_counted = mesh_txn_wal_flushes;
 		pg_atomic_write_u32(&mesh_shared->workers[worker_index].open_calls, open_calls());
 		/* finished requests mean another pass */

@@ -7,7 +7,9 @@
  * backend or waking a stopped one, delivering the run token before a run
  * with grants works there, and the tier climb after an out-of-memory kill.
  * A run's state changes are exclusive: its other calls wait, parked
- * (run_is_changing, wake_parked in worker.c).
+ * (run_is_changing in worker_call.c), and go on when the change ends
+ * (wake_parked).  The loop (worker.c) sends every call that needs a ready
+ * workspace through here first: this is the stage below the operations.
  *
  *-------------------------------------------------------------------------
  */
@@ -18,8 +20,11 @@
 #include <sys/stat.h>
 
 #include "credentials.h"
-#include "worker.h"
+#include "worker_acquire.h"
+#include "worker_call.h"
 #include "worker_durable.h"
+#include "worker_failures.h"
+#include "worker_reply.h"
 
 /*
  * Declare the run.  The reply is the mesh.workspaces row as the statement
@@ -48,6 +53,48 @@ run_declare(WorkerCall *call)
 	reply_row(call, row);
 }
 
+/* A state change ended: parked calls of the run start over, or fail alike. */
+void
+wake_parked(const char *run_id, const MeshError *failed)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &worker_calls)
+	{
+		WorkerCall *other = dlist_container(WorkerCall, node, iter.cur);
+
+		if (other->step != STEP_PARKED || strcmp(other->run_id, run_id) != 0)
+			continue;
+		if (failed)
+		{
+			MemoryContext old = MemoryContextSwitchTo(other->cxt);
+
+			reply_backend_error(other, "setting up the workspace", failed);
+			MemoryContextSwitchTo(old);
+		}
+		else
+			other->step = STEP_START;
+	}
+}
+
+/* The call's backend, from the catalog entry its workspace names; false: replied. */
+bool
+load_backend(WorkerCall *call)
+{
+	if (call->be.driver)
+		return true;
+	if (mesh_backend_from_workspace(&call->ws, &call->be))
+		return true;
+	reply_error(call, ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+				psprintf("run \"%s\" was materialized by backend \"%s\", which no longer has a usable catalog entry",
+						 call->run_id, call->ws.backend_kind ? call->ws.backend_kind : "(none)"),
+				NULL, "Restore the backend with mesh.backend_add(), or release the workspace by hand.");
+	return false;
+}
+
+static void finish_acquire(WorkerCall *call);
+static void finish_token_delivery(WorkerCall *call);
+
 /* Ask the recorded backend to create (or wake) the workspace. */
 static void
 start_acquire(WorkerCall *call)
@@ -68,7 +115,8 @@ start_acquire(WorkerCall *call)
 	st = begin_op(call);
 	built = call->be.driver->acquire_request(&call->be, st, call->ws.external_ref, &spec, &req,
 											 &call->run.err);
-	start_op(call, STEP_ACQUIRING, built, &req, mesh_parse_acquire, &call->out.caps, 1024 * 1024);
+	start_op(call, STEP_ACQUIRING, built, &req, mesh_parse_acquire, &call->out.caps, 1024 * 1024,
+			 finish_acquire);
 }
 
 /*
@@ -162,7 +210,8 @@ begin_materialize(WorkerCall *call)
 	start_acquire(call);
 }
 
-void
+/* The acquisition's end: the workspace is recorded ready, or failed. */
+static void
 finish_acquire(WorkerCall *call)
 {
 	MeshError	merr = call->run.err;
@@ -257,12 +306,13 @@ deliver_token_first(WorkerCall *call)
 										   MESH_TOKEN_PATH, 0600, content, strlen(content), &req,
 										   &call->run.err);
 	start_op(call, STEP_DELIVERING, built, &req, mesh_parse_write, NULL,
-			 worker_small_response_limit(call));
+			 worker_small_response_limit(call), finish_token_delivery);
 	call->secret_body = content;	/* curl sends from it; wiped once sent */
 	return true;
 }
 
-void
+/* The token is in the workspace: the operation goes on once the broker listens. */
+static void
 finish_token_delivery(WorkerCall *call)
 {
 	MeshError	merr = call->run.err;

@@ -34,18 +34,19 @@
 
 #include "mesh_json.h"
 
-#include <sys/resource.h>
-
 #include "miscadmin.h"
-#include "storage/fd.h"
 #include "utils/memutils.h"
 
 #include "credentials.h"
 #include "exec_output.h"
 #include "settings.h"
-#include "worker.h"
+#include "worker_acquire.h"
+#include "worker_background.h"
+#include "worker_call.h"
+#include "worker_command.h"
 #include "worker_durable.h"
 #include "worker_http.h"
+#include "worker_reply.h"
 
 /* The most each answer carries of each stream ... */
 #define FOLLOW_MAX_BYTES (4 * 1024 * 1024)
@@ -53,20 +54,12 @@
 #define FOLLOW_MIN_BYTES (64 * 1024)
 /* ... the bytes all the answers of a worker's followers may carry at once. */
 #define FOLLOW_ANSWERS_BUDGET (32 * 1024 * 1024)
-/* Descriptors PostgreSQL and the worker hold besides the calls' sockets. */
-#define OWN_DESCRIPTORS 32
 /* How long the backend may hold an output request open when nothing comes. */
 #define FOLLOW_WAIT_MS 10000
 /* An unreachable backend is asked again after this long ... */
 #define FOLLOW_RETRY_MS 1000
 /* ... until this long past the command's timeout, when it is given up. */
 #define FOLLOW_GIVE_UP_MS 60000
-
-/* Set when a turn recorded ends mesh_exec_wait may be waiting for. */
-bool		exec_ended_this_turn = false;
-
-/* Background commands this worker starts or follows (their calls hold a slot). */
-static int	background_live = 0;
 
 typedef struct BackgroundFollow
 {
@@ -79,106 +72,9 @@ typedef struct BackgroundFollow
 } BackgroundFollow;
 
 static void ask_for_output(WorkerCall *call);
-
-/*
- * Descriptors this process has open (counted in /proc/self/fd), or -1 where
- * that cannot be told.
- */
-static int
-open_descriptors(void)
-{
-	DIR		   *dir = AllocateDir("/proc/self/fd");
-	struct dirent *de;
-	int			n = 0;
-
-	if (dir == NULL)
-		return -1;
-	while ((de = ReadDirExtended(dir, "/proc/self/fd", DEBUG1)) != NULL)
-		if (de->d_name[0] != '.')
-			n++;
-	FreeDir(dir);
-	return n - 1;				/* the directory's own */
-}
-
-/*
- * Whether one more follower's socket would eat into the descriptors kept
- * for the worker's other calls (one each, mesh.worker_max_calls, curl's
- * idle connections and PostgreSQL's own files): a worker that ran out
- * would fail every call routed to it, release included.
- */
-static bool
-descriptors_short(int *open, long *limit)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
-		(*open = open_descriptors()) < 0)
-		return false;
-	*limit = (long) rl.rlim_cur;
-	return *open + 1 + mesh_worker_max_calls + MESH_HTTP_CONNECTION_CACHE + OWN_DESCRIPTORS > *limit;
-}
-
-/* The call holds one of the worker's background slots, and its socket is counted. */
-static void
-take_background_slot(WorkerCall *call)
-{
-	if (call->background_slot)
-		return;
-	call->background_slot = true;
-	background_live++;
-	/* fd.c keeps its own files fewer by as many */
-	ReserveExternalFD();
-}
-
-/* The call ends: its slot is free again. */
-void
-leave_background_slot(WorkerCall *call)
-{
-	if (!call->background_slot)
-		return;
-	call->background_slot = false;
-	background_live--;
-	ReleaseExternalFD();
-}
-
-/*
- * A new background command may start on this worker: fewer than
- * mesh.max_background_per_worker are followed here and descriptors are
- * left for the other calls.  Otherwise false, and with REPLY the caller
- * is told (53000) before anything is written or started.
- */
-bool
-admit_background(WorkerCall *call, bool reply)
-{
-	int			open;
-	long		limit;
-
-	if (call->background_slot)
-		return true;
-	if (background_live >= mesh_max_background_per_worker)
-	{
-		if (reply)
-			reply_error(call, ERRCODE_INSUFFICIENT_RESOURCES,
-						psprintf("mesh worker %d already follows %d background commands, the most mesh.max_background_per_worker allows",
-								 worker_index, background_live),
-						NULL,
-						"Wait for one to end (mesh_exec_wait) or end one with mesh_exec_kill; or raise mesh.max_background_per_worker, or mesh.workers to spread runs over more workers.");
-		return false;
-	}
-	if (descriptors_short(&open, &limit))
-	{
-		if (reply)
-			reply_error(call, ERRCODE_INSUFFICIENT_RESOURCES,
-						psprintf("mesh worker %d is near its open-files limit: %d of %ld descriptors open, %d kept for its other calls",
-								 worker_index, open, limit,
-								 mesh_worker_max_calls + MESH_HTTP_CONNECTION_CACHE + OWN_DESCRIPTORS),
-						"Each background command a worker follows holds one descriptor.",
-						"Raise the server's open-files limit (ulimit -n, or LimitNOFILE of its service), or lower mesh.max_background_per_worker; or end background commands with mesh_exec_kill.");
-		return false;
-	}
-	take_background_slot(call);
-	return true;
-}
+static void finish_exec_kill(WorkerCall *call);
+static void finish_exec_extend(WorkerCall *call);
+static void exec_call_extended(WorkerCall *call, long by_ms);
 
 /*
  * The most an answer may carry of each stream: the worker's budget shared
@@ -187,13 +83,13 @@ admit_background(WorkerCall *call, bool reply)
 static size_t
 follow_max_bytes(void)
 {
-	size_t		share = FOLLOW_ANSWERS_BUDGET / (2 * (size_t) Max(background_live, 1));
+	size_t		share = FOLLOW_ANSWERS_BUDGET / (2 * (size_t) Max(worker_background_slots_used(), 1));
 
 	return Min(Max(share, FOLLOW_MIN_BYTES), FOLLOW_MAX_BYTES);
 }
 
 /* Room for both streams' bytes of one answer, and the envelope. */
-size_t
+static size_t
 background_response_limit(WorkerCall *call)
 {
 	return 2 * (size_t) FOLLOW_MAX_BYTES + 64 * 1024;
@@ -225,24 +121,6 @@ new_follow(WorkerCall *call, const int64 stored[2], const int64 kept[2])
 	f->step_cxt = AllocSetContextCreate(call->cxt, "mesh background step", ALLOCSET_SMALL_SIZES);
 	MemoryContextSwitchTo(old);
 	return f;
-}
-
-/*
- * The command's caller has its exec id and the call is about to let go of
- * the caller's segment: it keeps what it still needs (the run's id) in its
- * own memory and forgets what pointed into the segment.
- */
-void
-detach_follower(WorkerCall *call)
-{
-	call->run_id = MemoryContextStrdup(call->cxt, call->run_id);
-	call->spec.argv = NULL;
-	call->spec.dir = NULL;
-	call->spec.stdin_data = NULL;
-	call->blob = NULL;
-	memset(&call->msg, 0, sizeof(call->msg));
-	call->caller_gone = true;
-	call->uncounted = true;
 }
 
 /* The caller's answer to mesh_exec_start: the exec's id. */
@@ -281,7 +159,7 @@ ask_for_output(WorkerCall *call)
 	built = call->be.driver->exec_output_request(&call->be, begin_op(call), call->ws.external_ref,
 												 call->spec.exec_key, &ask, &req, &call->run.err);
 	start_op(call, STEP_FOLLOWING, built, &req, mesh_parse_exec_output, &call->out.progress,
-			 background_response_limit(call));
+			 background_response_limit(call), finish_background);
 	MemoryContextSwitchTo(old);
 }
 
@@ -298,15 +176,8 @@ ask_after(WorkerCall *call, long delay_ms)
 	mesh_run_end(&call->run);
 	MemoryContextReset(call->follow->step_cxt);
 	call->wait_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms);
+	call->on_due = ask_for_output;	/* the loop calls it at wait_until */
 	call->step = STEP_FOLLOW_PAUSED;
-}
-
-/* A paused follower whose time has come asks again. */
-void
-follow_when_due(WorkerCall *call, TimestampTz now)
-{
-	if (now >= call->wait_until)
-		ask_for_output(call);
 }
 
 /* Start following: the backend said the command runs. */
@@ -544,7 +415,7 @@ forget(WorkerCall *call)
 	built = call->be.driver->exec_forget_request(&call->be, begin_op(call), call->ws.external_ref,
 												 call->spec.exec_key, &req, &call->run.err);
 	start_op(call, STEP_FORGETTING, built, &req, mesh_parse_exec_forget, NULL,
-			 worker_small_response_limit(call));
+			 worker_small_response_limit(call), finish_background);
 }
 
 /* An output request failed: ask again later, or give the command up. */
@@ -727,10 +598,11 @@ start_exec_kill(WorkerCall *call)
 										  mesh_msg_string(&call->msg, r->signal), &req,
 										  &call->run.err);
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_kill, NULL,
-			 worker_small_response_limit(call));
+			 worker_small_response_limit(call), finish_exec_kill);
 }
 
-void
+/* The kill's answer: the caller hears whether the command was signalled. */
+static void
 finish_exec_kill(WorkerCall *call)
 {
 	StringInfo	head;
@@ -834,10 +706,34 @@ start_exec_extend(WorkerCall *call)
 		mesh_error_set(&call->run.err, MESH_FAIL_BAD_REQUEST,
 					   "the driver of backend \"%s\" has no extend call", call->ws.backend_kind);
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_extend, &call->out.timeout_ms,
-			 worker_small_response_limit(call));
+			 worker_small_response_limit(call), finish_exec_extend);
 }
 
-void
+/*
+ * mesh_exec_extend moved exec EXEC_ID's deadline BY_MS later: the calls of
+ * this worker that carry the command (a foreground exec's request in flight,
+ * a background command's follower) wait that much longer for its end.  A
+ * run's calls are all this worker's (mesh_worker_for_run), so no other
+ * worker has one.
+ */
+static void
+extend_calls_of_exec(int64 exec_id, long by_ms)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &worker_calls)
+	{
+		WorkerCall *other = dlist_container(WorkerCall, node, iter.cur);
+
+		if (other->exec_id == exec_id &&
+			(other->op == MESH_OP_EXEC || other->op == MESH_OP_EXEC_START ||
+			 other->op == MESH_OP_EXEC_FOLLOW))
+			exec_call_extended(other, by_ms);
+	}
+}
+
+/* The backend moved the deadline: the row and this worker's calls of the command follow. */
+static void
 finish_exec_extend(WorkerCall *call)
 {
 	const MeshExtendRequest *r = &call->req.extend;
@@ -884,7 +780,7 @@ finish_exec_extend(WorkerCall *call)
  * an unreachable backend up that much later, and both charge up to the new
  * timeout.
  */
-void
+static void
 exec_call_extended(WorkerCall *call, long by_ms)
 {
 	call->spec.timeout_ms += by_ms;

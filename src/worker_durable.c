@@ -22,6 +22,9 @@
 #include "txn.h"
 #include "worker_durable.h"
 
+/* Set when a turn recorded ends mesh_exec_wait may be waiting for (broadcast after its flush). */
+bool		exec_ended_this_turn = false;
+
 /*
  * WAL this turn of the loop must make durable before any request or message
  * goes out: every commit the turn deferred that must be on disk first (the

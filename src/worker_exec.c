@@ -20,8 +20,15 @@
 #include "credentials.h"
 #include "exec_output.h"
 #include "settings.h"
-#include "worker.h"
+#include "worker_acquire.h"
+#include "worker_call.h"
+#include "worker_command.h"
 #include "worker_durable.h"
+#include "worker_exec.h"
+#include "worker_failures.h"
+#include "worker_reply.h"
+
+static void keep_exec_row(WorkerCall *call, XLogRecPtr lsn);
 
 /*
  * The remaining compute budget bounds this exec's timeout.  A run with
@@ -54,7 +61,7 @@ bound_by_budget(WorkerCall *call)
 }
 
 /* Room for both streams as kept (base64-encoded by a backend that must), and the envelope. */
-size_t
+static size_t
 exec_response_limit(WorkerCall *call)
 {
 	return (size_t) call->spec.max_output_bytes * 3 + 64 * 1024;
@@ -125,23 +132,6 @@ redact_delivered(WorkerCall *call, MeshExecResult *result)
 			result->egress_denials = mesh_redact_json(result->egress_denials, d->value, label);
 		mesh_forget(d->value);
 	}
-}
-
-/* A backend's message about a failed exec, without the run's secret values. */
-static char *
-redact_message(WorkerCall *call, char *message)
-{
-	ListCell   *lc;
-	size_t		len = message ? strlen(message) : 0;
-
-	foreach(lc, call->delivered)
-	{
-		MeshDelivered *d = lfirst(lc);
-
-		if (message)
-			mesh_redact(&message, &len, d->value, d->variable ? d->variable : d->name);
-	}
-	return message;
 }
 
 /*
@@ -277,7 +267,7 @@ start_exec_row(WorkerCall *call)
  * background command's caller hears of it (its id) before any result, so
  * its row is flushed before its request, as an acquisition's move is.
  */
-void
+static void
 keep_exec_row(WorkerCall *call, XLogRecPtr lsn)
 {
 	if (call->spec.background)
@@ -293,7 +283,11 @@ start_exec(WorkerCall *call)
 	bool		built;
 
 	if (call->started_at_load)
+	{
+		/* its row was written in the run's load (exec_start_at_load) */
 		call->started_at_load = false;
+		keep_exec_row(call, call->load_lsn);
+	}
 	else if (!start_exec_row(call))
 		return;
 	deliver_environment(call);
@@ -303,10 +297,10 @@ start_exec(WorkerCall *call)
 	call->op_started = GetCurrentTimestamp();
 	if (call->spec.background)
 		start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec_start, NULL,
-				 worker_small_response_limit(call));
+				 worker_small_response_limit(call), call->def->finish);
 	else
 		start_op(call, STEP_OPERATING, built, &req, mesh_parse_exec, &call->out.exec,
-				 exec_response_limit(call));
+				 exec_response_limit(call), call->def->finish);
 }
 
 /*
@@ -382,40 +376,6 @@ record_exec_end(WorkerCall *call, MeshExecRecord *rec, MeshOutputStream streams[
 	return store_exec_finished(call->exec_id, rec, lsn, NULL, err);
 }
 
-/*
- * The kernel's OOM kill comes first: a command that ran out of memory and
- * then hit its timeout still ran out of memory.  A command the backend says
- * was killed was not killed for this call's caller: a cancelled call
- * abandons its exec's response (cancel_exec).  The backend ended it itself
- * (its sandbox stopped or released, as when the server restarts and the
- * embedded daemon stops with it), so it was interrupted, not cancelled.
- */
-MeshExecStatus
-exec_status(const MeshExecResult *r)
-{
-	if (r->oom_killed)
-		return MESH_EXEC_OOM;
-	if (r->timed_out)
-		return MESH_EXEC_TIMEOUT;
-	if (r->killed)
-		return MESH_EXEC_ERROR;
-	return MESH_EXEC_OK;
-}
-
-#define EXEC_DISK_QUOTA \
-	"disk_quota: the workspace reached its disk quota during the command; its writes failed with EDQUOT (Disk quota exceeded)"
-
-/*
- * A command whose workspace reached its disk quota keeps its own status (it
- * exited as it chose to when its writes failed with EDQUOT); its row's error
- * says disk_quota.  NULL when it did not.
- */
-const char *
-exec_disk_quota_error(const MeshExecResult *r)
-{
-	return r->disk_quota ? EXEC_DISK_QUOTA : NULL;
-}
-
 /* Tell the caller, too, when the command left its workspace at its disk quota. */
 static void
 notice_disk_quota(WorkerCall *call, const MeshExecResult *r)
@@ -428,36 +388,12 @@ notice_disk_quota(WorkerCall *call, const MeshExecResult *r)
 #define EXEC_INTERRUPTED_BY_BACKEND \
 	"interrupted: the backend ended the command while it ran (its sandbox was stopped or released, as when the server restarts)"
 
-static double
-seconds_since(TimestampTz start)
-{
-	return (double) (GetCurrentTimestamp() - start) / 1000000.0;
-}
-
-/* After a charge: a run at or over its budget stops, and its sandbox goes. */
-void
-charge_budget(WorkerCall *call, double charged)
-{
-	ErrorData  *err;
-	double		used = call->ws.compute_seconds + charged;
-
-	call->ws.compute_seconds = used;
-	if (call->ws.budget_seconds < 0 || used < call->ws.budget_seconds)
-		return;
-	if (!store_budget_exhausted(&call->ws, used, &err))
-	{
-		FreeErrorData(err);
-		return;
-	}
-	spawn_internal_release(call->run_id, call->ws.status_reason);
-}
-
 /*
  * Tell the caller when the workspace's network policy refused connections
  * during the exec, so a connection error in the output is not mistaken for
  * a flaky network (the events hold every detail).
  */
-void
+static void
 notice_egress_denials(WorkerCall *call, const char *denials_text)
 {
 	json_t	   *denials = denials_text ? json_loads(denials_text, 0, NULL) : NULL;
@@ -508,53 +444,6 @@ reply_exec(WorkerCall *call, const MeshExecResult *result, MeshExecStatus status
 	r.stderr_text = mesh_msg_add_string(head, result->stderr_data);
 	mesh_msg_set_fixed(head, &r, sizeof(r));
 	finish_with(call, head, NULL, 0);
-}
-
-/*
- * Record an exec's end that has no output to store (a failure, a cancel, a
- * background command's end), durable with the turn; false, logged, when
- * the transaction failed (the reaper fails the row later).
- */
-bool
-record_exec_end_only(WorkerCall *call, const MeshExecRecord *rec)
-{
-	ErrorData  *err;
-	XLogRecPtr	lsn;
-
-	if (!store_exec_finished(call->exec_id, rec, &lsn, NULL, &err))
-	{
-		ereport(LOG,
-				(errmsg("mesh: the end of exec " INT64_FORMAT " was not recorded: %s",
-						call->exec_id, err->message)));
-		FreeErrorData(err);
-		return false;
-	}
-	worker_want_durable(lsn);
-	return true;
-}
-
-/*
- * The backend did not run the command (or broke off): the exec row says
- * why, and the caller hears it, unless a stopped workspace can be woken
- * and the command sent again.
- */
-void
-finish_exec_failed(WorkerCall *call)
-{
-	MeshExecRecord rec = {0};
-	MeshError	merr = call->run.err;
-
-	rec.status = MESH_EXEC_ERROR;
-	merr.message = redact_message(call, merr.message);
-	merr.reason = redact_message(call, merr.reason);
-	rec.error = merr.message;
-	if (merr.failure == MESH_FAIL_NOT_RUNNING && !call->woke_once)
-		rec.error = psprintf("%s; the workspace was woken and the command run again", merr.message);
-	rec.charged_seconds = seconds_since(call->op_started);
-	rec.charge_basis = "wall";
-	(void) record_exec_end_only(call, &rec);
-	if (!wake_and_retry(call, &merr))
-		reply_backend_error(call, NULL, &merr);
 }
 
 void
@@ -609,6 +498,8 @@ finish_exec(WorkerCall *call)
 		reply_exec(call, &result, rec.status);
 }
 
+static void finish_cancel(WorkerCall *call);
+
 /* The caller stopped waiting: kill the command's tree in the sandbox. */
 void
 cancel_exec(WorkerCall *call)
@@ -620,10 +511,11 @@ cancel_exec(WorkerCall *call)
 	built = call->be.driver->kill_request(&call->be, begin_op(call), call->ws.external_ref,
 										  call->spec.exec_key, NULL, &req, &call->run.err);
 	start_op(call, STEP_KILLING, built, &req, mesh_parse_kill, NULL,
-			 worker_small_response_limit(call));
+			 worker_small_response_limit(call), finish_cancel);
 }
 
-void
+/* The kill's answer: the exec is recorded cancelled, whatever the backend said. */
+static void
 finish_cancel(WorkerCall *call)
 {
 	MeshExecRecord rec = {0};

@@ -11,7 +11,7 @@
 
 #include "mesh_json.h"
 
-#include "worker.h"
+#include "worker_failures.h"
 
 /* The SQLSTATE a harness sees for a backend failure, whatever the backend. */
 int

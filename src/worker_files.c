@@ -12,7 +12,11 @@
 #include "postgres.h"
 
 #include "settings.h"
-#include "worker.h"
+#include "worker_acquire.h"
+#include "worker_call.h"
+#include "worker_failures.h"
+#include "worker_files.h"
+#include "worker_reply.h"
 
 /*
  * A file call failed: say it in terms of the path the caller gave, keeping
@@ -53,7 +57,7 @@ reply_file_error(WorkerCall *call, const char *path, const MeshError *err)
 }
 
 /* A file of mesh.max_file_size fits; one byte more shows it is larger. */
-size_t
+static size_t
 read_response_limit(WorkerCall *call)
 {
 	return (size_t) mesh_max_file_bytes + 1;
@@ -85,7 +89,7 @@ start_read(WorkerCall *call)
 										  mesh_msg_string(&call->msg, call->req.file.path),
 										  &req, &call->run.err);
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_read, &call->out.file,
-			 read_response_limit(call));
+			 read_response_limit(call), call->def->finish);
 }
 
 void
@@ -127,7 +131,7 @@ start_write(WorkerCall *call)
 										   call->req.file.mode,
 										   call->blob, call->blob_len, &req, &call->run.err);
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_write, NULL,
-			 worker_small_response_limit(call));
+			 worker_small_response_limit(call), call->def->finish);
 }
 
 void

@@ -13,7 +13,11 @@
 
 #include "mesh_json.h"
 
-#include "worker.h"
+#include "worker_background.h"
+#include "worker_call.h"
+#include "worker_recover.h"
+
+static void fail_interrupted_execs(void);
 
 /* A kill the worker sends for itself, at its exit or its start. */
 struct ExecKill
@@ -57,10 +61,18 @@ await_kills(List *kills, TimestampTz deadline)
 /*
  * At start: fail the execs this worker's predecessor left running, and ask
  * their backends to kill the commands in case they still run (all at once,
- * for a second at most).
+ * for a second at most); then follow its background commands again.
  */
 void
 worker_recover(void)
+{
+	fail_interrupted_execs();
+	spawn_followers();
+}
+
+/* The foreground execs a predecessor left running: failed, their commands killed. */
+static void
+fail_interrupted_execs(void)
 {
 	ErrorData  *err;
 	List	   *interrupted = NIL;

@@ -13,7 +13,12 @@
 #include "postgres.h"
 
 #include "credentials.h"
-#include "worker.h"
+#include "worker_acquire.h"
+#include "worker_call.h"
+#include "worker_durable.h"
+#include "worker_failures.h"
+#include "worker_release.h"
+#include "worker_reply.h"
 
 /* The release is recorded (its background commands' rows ended with it): tell the caller. */
 static void
@@ -78,7 +83,7 @@ start_release(WorkerCall *call)
 											 release_for_idleness(call) && call->ws.caps.hibernate,
 											 &req, &call->run.err);
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_release, &call->out.release,
-			 worker_small_response_limit(call));
+			 worker_small_response_limit(call), call->def->finish);
 }
 
 static void finish_release_outcome(WorkerCall *call);

@@ -13,7 +13,9 @@
 
 #include "handoff.h"
 #include "txn.h"
-#include "worker.h"
+#include "worker_call.h"
+#include "worker_failures.h"
+#include "worker_reply.h"
 
 /*
  * A message for the caller: the typed message (calls.h), then the blob (a file's bytes)

@@ -16,7 +16,10 @@
 
 #include "mesh_json.h"
 
-#include "worker.h"
+#include "worker_acquire.h"
+#include "worker_call.h"
+#include "worker_reply.h"
+#include "worker_snapshot.h"
 
 /* Whether the run's backend can capture: its driver and its workspace say so. */
 static bool
@@ -49,7 +52,7 @@ start_snapshot(WorkerCall *call)
 													  call->ws.external_ref, worker_install_id,
 													  &req, &call->run.err);
 	start_op(call, STEP_OPERATING, built, &req, mesh_parse_snapshot_capture, &call->out.snapshot,
-			 worker_small_response_limit(call));
+			 worker_small_response_limit(call), call->def->finish);
 }
 
 /* The capture's driver run ended: the row becomes ready (and current) or failed. */

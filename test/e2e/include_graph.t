@@ -6,13 +6,17 @@
 # test/lib/include_graph.py, is proven on planted trees: it finds a circle and a floor
 # violation, and passes a tree that has neither. The extension's src/ has no include circle
 # either (settings.h is its floor: every file reads the settings without depending on module
-# load or the hand-off).
-# Needs no database: only the sources and python3.
+# load or the hand-off). The worker's files form a tree counting calls too (an edge for every
+# symbol one object file uses of another's): the loop (worker.c) stands on the operations, the
+# operations on the call layer (worker_call, worker_reply, worker_op.h), which names none of
+# them; no operation file depends on another; every worker header but the contract's types
+# (worker_op.h) is one module's own. The call check is proven on planted objects as well.
+# Needs no database: only the sources, the built objects (nm), gcc and python3.
 cd "$(dirname "$0")/../.."
 . test/e2e/lib.sh
 CHECK="python3 test/lib/include_graph.py"
 FLOOR=config,tiers,layout,registry,json,log,util,cgroup,reaper
-plan 10
+plan 17
 
 out=$($CHECK src/sandboxd --floor "$FLOOR" 2>&1); rc=$?
 is "$rc" 0 "src/sandboxd: the include checker passes (no circle, floor holds)"
@@ -68,4 +72,41 @@ is "$?" 2 "control: a floor module the directory does not have is a usage error"
 out=$($CHECK src --floor settings 2>&1)
 ok $? "src/ (the extension): no include circle among its modules, settings.h is a floor"
 [ -n "$out" ] && echo "$out" | sed 's/^/# /'
+# the worker, includes and calls together (the object files the build left)
+OPS=worker_exec,worker_background,worker_files,worker_release,worker_snapshot
+out=$($CHECK src --only worker --calls --apart "$OPS" --edges 2>&1); rc=$?
+is "$rc" 0 "src/worker*: the checker passes counting calls (no circle, the operations apart)"
+[ "$rc" -eq 0 ] || echo "$out" | grep -v "^edge:" | sed 's/^/# /'
+echo "$out" | grep -qx "circles: none"; ok $? "src/worker*: no circle of includes or calls among the worker's files"
+echo "$out" | grep -q "^apart: holds"; ok $? "src/worker*: no operation file depends on another ($OPS)"
+up=$(echo "$out" | grep -E "^edge: worker_(call|reply|op) -> " |
+  grep -vE -- "-> worker_(op|call|failures|durable|http) " | sed 's/ (.*//')
+is "$up" "" "the call layer (worker_call, worker_reply, worker_op.h) depends on no operation and not on the loop"
+strays=""
+for h in src/worker*.h; do
+  m=$(basename "$h" .h); [ -f "src/$m.c" ] && continue
+  [ "$m" = worker_op ] && ! grep -qE "^extern " "$h" && continue
+  strays="$strays $m.h"
+done
+is "$strays" "" "every worker header is one module's own, but worker_op.h, which holds types only"
+
+# controls for --calls: two modules whose objects call each other through one shared header
+mkdir "$T/calls"
+printf 'int a(void);\nint b(void);\n' > "$T/calls/shared.h"
+printf '#include "shared.h"\nint a(void) { return b() + 1; }\n' > "$T/calls/a.c"
+printf '#include "shared.h"\nint b(void) { return 2; }\nint c(void) { return a(); }\n' > "$T/calls/b.c"
+(cd "$T/calls" && gcc -c a.c b.c) 2>/dev/null
+includes_only=$($CHECK "$T/calls" 2>&1)
+out=$($CHECK "$T/calls" --calls 2>&1); rc=$?
+echo "$includes_only" | grep -qx "circles: none" &&
+  [ "$rc" -eq 1 ] && echo "$out" | grep -qx "circle: 2 modules: a b" &&
+  echo "$out" | grep -q "a.o uses b"
+r=$?; ok $r "control: a circle of calls through one shared header (no include circle) is found with --calls"
+[ $r -eq 0 ] || echo "$out" | sed 's/^/# /'
+# b no longer calls back: no circle, but a (apart from b) still calls it
+printf 'int b(void) { return 2; }\n' > "$T/calls/b.c"; (cd "$T/calls" && gcc -c b.c)
+out=$($CHECK "$T/calls" --calls --apart a,b 2>&1); rc=$?
+[ "$rc" -eq 1 ] && echo "$out" | grep -q "^apart: a depends on b (uses b)"
+r=$?; ok $r "control: one of two apart modules calling the other is found"
+[ $r -eq 0 ] || echo "$out" | sed 's/^/# /'
 done_testing

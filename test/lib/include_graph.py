@@ -8,15 +8,25 @@ directory) is no edge. Reports every include circle (a strongly connected compon
 modules or more, with one loop through it, file by file), and with --floor A,B,C checks that
 the named ground-floor modules include nothing outside the floor.
 
-    python3 test/lib/include_graph.py DIR [--floor A,B,C] [--edges] [--levels]
+With --calls, a module also depends on every module whose object file (DIR/y.o, as the build
+left it) defines a symbol that its own object file uses (nm: x.o's undefined symbols against
+y.o's defined ones): the graph is then of includes and calls together, so a circle of calls
+through one shared header is a circle too. With --apart A,B,C, no two of the named modules
+may depend on each other, either way. With --only PREFIX, only the modules whose names start
+with PREFIX are read (the graph among them).
 
-Exit status: 0 when the graph has no circle and the floor (if named) holds, 1 when it has a
-circle or a floor module includes a module above the floor, 2 on a usage error (DIR missing,
-a floor module that DIR does not have).
+    python3 test/lib/include_graph.py DIR [--only PREFIX] [--floor A,B,C] [--calls] [--apart A,B,C]
+                                          [--edges] [--levels]
+
+Exit status: 0 when the graph has no circle and the floor and apart sets (if named) hold, 1
+when it has a circle, a floor module includes a module above the floor or two apart modules
+depend on each other, 2 on a usage error (DIR missing, a named module that DIR does not have,
+an object file --calls cannot read).
 """
 import argparse
 import os
 import re
+import subprocess
 import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
@@ -55,6 +65,45 @@ def read_graph(directory):
                 if dst and dst != src:
                     edges[src].setdefault(dst, []).append((f, number, target))
     return modules, edges
+
+
+def object_symbols(path):
+    """(defined, undefined) external symbols of one object file, by nm; None if unreadable."""
+    try:
+        out = subprocess.run(["nm", "-g", path], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    defined, undefined = set(), set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "U":
+            undefined.add(parts[1])
+        elif len(parts) == 3 and parts[1] in "TDBRVWGS":
+            defined.add(parts[2])
+    return defined, undefined
+
+
+def add_call_edges(directory, modules, edges):
+    """x -> y for each symbol x.o uses that y.o defines (modules with a .c); an error text or
+    None."""
+    symbols = {}
+    for module in sorted(modules):
+        if not os.path.isfile(os.path.join(directory, module + ".c")):
+            continue
+        found = object_symbols(os.path.join(directory, module + ".o"))
+        if found is None:
+            return f"cannot read {os.path.join(directory, module + '.o')} (build first)"
+        symbols[module] = found
+    owner = {}
+    for module, (defined, _) in symbols.items():
+        for name in defined:
+            owner[name] = module
+    for module, (_, undefined) in symbols.items():
+        for name in sorted(undefined):
+            dst = owner.get(name)
+            if dst and dst != module and dst in edges:
+                edges[module].setdefault(dst, []).append((module + ".o", 0, name))
+    return None
 
 
 def circles(modules, edges):
@@ -147,6 +196,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("directory")
     parser.add_argument("--floor", help="comma-separated ground-floor modules (x for x.c/x.h)")
+    parser.add_argument("--only", help="read only the modules whose names start with this")
+    parser.add_argument("--calls", action="store_true",
+                        help="also an edge for each symbol one module's object file uses of another's")
+    parser.add_argument("--apart", help="comma-separated modules none of which may depend on another")
     parser.add_argument("--edges", action="store_true", help="print every edge with its files")
     parser.add_argument("--levels", action="store_true", help="print each module's floor")
     args = parser.parse_args()
@@ -155,11 +208,20 @@ def main():
         print(f"error: {args.directory} is not a directory", file=sys.stderr)
         return 2
     modules, edges = read_graph(args.directory)
+    if args.only:
+        modules = {m for m in modules if m.startswith(args.only)}
+        edges = {m: {d: w for d, w in edges[m].items() if d in modules} for m in modules}
+    if args.calls:
+        problem = add_call_edges(args.directory, modules, edges)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
     print(f"modules: {len(modules)}, edges: {sum(len(e) for e in edges.values())}")
     if args.edges:
         for src in sorted(edges):
             for dst in sorted(edges[src]):
-                where = ", ".join(f"{f}:{n}" for f, n, _ in edges[src][dst])
+                where = ", ".join(f"{f} uses {t}" if n == 0 else f"{f}:{n}"
+                                  for f, n, t in edges[src][dst])
                 print(f"edge: {src} -> {dst} ({where})")
     failed = False
 
@@ -170,7 +232,7 @@ def main():
         steps = []
         for a, b in zip(loop, loop[1:]):
             f, n, target = edges[a][b][0]
-            steps.append(f'{f}:{n} #include "{target}"')
+            steps.append(f"{f} uses {target}" if n == 0 else f'{f}:{n} #include "{target}"')
         print(f"circle: {len(component)} modules: {' '.join(component)}")
         print(f"  loop: {' -> '.join(loop)}  ({'; '.join(steps)})")
     if not found:
@@ -193,6 +255,25 @@ def main():
         failed = failed or violations > 0
         if not violations:
             print(f"floor: holds ({', '.join(floor)})")
+
+    if args.apart is not None:
+        apart = [m.strip() for m in args.apart.split(",") if m.strip()]
+        missing = [m for m in apart if m not in modules]
+        if missing:
+            print(f"error: no such module in {args.directory}: {', '.join(missing)}",
+                  file=sys.stderr)
+            return 2
+        ties = 0
+        for src in apart:
+            for dst in sorted(edges[src]):
+                if dst in apart:
+                    ties += 1
+                    f, n, target = edges[src][dst][0]
+                    how = f"uses {target}" if n == 0 else f'{f}:{n} #include "{target}"'
+                    print(f"apart: {src} depends on {dst} ({how})")
+        failed = failed or ties > 0
+        if not ties:
+            print(f"apart: holds ({', '.join(apart)})")
 
     if args.levels and not found:
         floor_of = levels(modules, edges)
